@@ -1,0 +1,55 @@
+"""`orcd` command line: serve | generate | tokenize | inspect | bench | pull | synth.
+
+Each subcommand lives in the module that owns it; this file only dispatches.
+Errors of type OrcdError print one line to stderr and exit 2 (no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from orcd.errors import OrcdError
+
+# subcommand -> (module, help). Each module provides add_arguments(parser) and run(args) -> int.
+SUBCOMMANDS = {
+    "serve": ("orcd.server.serve_cli", "serve a model over HTTP (SSE + OpenAI API)"),
+    "generate": ("orcd.engine.generate_cli", "generate a completion, streamed to stdout"),
+    "tokenize": ("orcd.tokenizer.cli", "tokenize text with the model file's vocabulary"),
+    "inspect": ("orcd.gguf.inspect_cli", "print a summary of a GGUF file"),
+    "pull": ("orcd.hub", "download a GGUF from the Hugging Face Hub"),
+    "synth": ("orcd.synth_cli", "write a random-weight GGUF shaped like a real model"),
+    "bench": ("orcd.bench_cli", "measure load, prefill and decode speed"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="orcd", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if err.name != module_name:
+                raise
+            continue  # subcommand not built yet
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except OrcdError as err:
+        print(f"orcd {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

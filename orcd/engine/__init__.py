@@ -1,0 +1,1 @@
+"""The engine: sequences, scheduler, KV cache blocks, model runner, sampler."""
