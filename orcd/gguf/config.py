@@ -1,0 +1,103 @@
+"""GGUF metadata -> one frozen ModelConfig. Metadata key names live here, once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from orcd.errors import GGUFError
+from orcd.gguf.reader import GGUFFile
+
+# Keys under the architecture's prefix: f"{arch}.{key}".
+K_CONTEXT = "context_length"
+K_EMBED = "embedding_length"
+K_BLOCKS = "block_count"
+K_FFN = "feed_forward_length"
+K_HEADS = "attention.head_count"
+K_KV_HEADS = "attention.head_count_kv"
+K_KEY_LEN = "attention.key_length"
+K_RMS_EPS = "attention.layer_norm_rms_epsilon"
+K_ROPE_BASE = "rope.freq_base"
+K_ROPE_DIM = "rope.dimension_count"
+K_ROPE_SCALING_TYPE = "rope.scaling.type"
+K_ROPE_SCALING_FACTOR = "rope.scaling.factor"
+K_ROPE_SCALING_ORIG_CTX = "rope.scaling.original_context_length"
+K_VOCAB = "vocab_size"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str
+    vocab_size: int
+    context_length: int
+    hidden_size: int
+    n_layers: int
+    ffn_size: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    rope_theta: float
+    rope_dim: int  # rotary dimensions per head (== head_dim for qwen2/llama)
+    rope_scaling_type: str  # "none" | "linear" | "yarn" | ...
+    rope_scaling_factor: float
+    rope_orig_context: int
+    rms_eps: float
+    tied_embeddings: bool  # True when the file has no output.weight (LM head = token_embd)
+
+
+def _get(md: dict[str, Any], key: str, kind: type, default: Any = None, required: bool = True) -> Any:
+    if key not in md:
+        if required:
+            raise GGUFError(f"missing metadata key {key}")
+        return default
+    value = md[key]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise GGUFError(f"metadata key {key} has type {type(value).__name__}, expected {kind.__name__}")
+    return value
+
+
+def model_config_from_gguf(f: GGUFFile) -> ModelConfig:
+    md, arch = f.metadata, f.architecture
+
+    def get(key: str, kind: type, default: Any = None, required: bool = True) -> Any:
+        return _get(md, f"{arch}.{key}", kind, default, required)
+
+    hidden = get(K_EMBED, int)
+    n_heads = get(K_HEADS, int)
+    if n_heads <= 0 or hidden <= 0 or hidden % n_heads:
+        raise GGUFError(f"{arch}.{K_HEADS}={n_heads} does not divide {arch}.{K_EMBED}={hidden}")
+    head_dim = get(K_KEY_LEN, int, hidden // n_heads, required=False)
+    n_kv = get(K_KV_HEADS, int, n_heads, required=False)
+    if n_kv <= 0 or n_heads % n_kv:
+        raise GGUFError(f"{arch}.{K_KV_HEADS}={n_kv} must divide {arch}.{K_HEADS}={n_heads}")
+    embd = f.tensors.get("token_embd.weight")
+    vocab = get(K_VOCAB, int, None, required=False)
+    if vocab is None:
+        tokens = md.get("tokenizer.ggml.tokens")
+        vocab = len(tokens) if isinstance(tokens, list) else (embd.shape[0] if embd else None)
+    if not vocab:
+        raise GGUFError(f"cannot tell the vocabulary size: no {arch}.{K_VOCAB} and no tokenizer.ggml.tokens")
+    cfg = ModelConfig(
+        arch=arch,
+        vocab_size=int(vocab),
+        context_length=get(K_CONTEXT, int),
+        hidden_size=hidden,
+        n_layers=get(K_BLOCKS, int),
+        ffn_size=get(K_FFN, int),
+        n_heads=n_heads,
+        n_kv_heads=n_kv,
+        head_dim=head_dim,
+        rope_theta=get(K_ROPE_BASE, float, 10000.0, required=False),
+        rope_dim=get(K_ROPE_DIM, int, head_dim, required=False),
+        rope_scaling_type=get(K_ROPE_SCALING_TYPE, str, "none", required=False),
+        rope_scaling_factor=get(K_ROPE_SCALING_FACTOR, float, 1.0, required=False),
+        rope_orig_context=get(K_ROPE_SCALING_ORIG_CTX, int, 0, required=False),
+        rms_eps=get(K_RMS_EPS, float, 1e-6, required=False),
+        tied_embeddings="output.weight" not in f.tensors,
+    )
+    for name in ("context_length", "n_layers", "ffn_size"):
+        if getattr(cfg, name) <= 0:
+            raise GGUFError(f"metadata gives {name}={getattr(cfg, name)}, which must be positive")
+    return cfg
