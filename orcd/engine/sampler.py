@@ -1,0 +1,130 @@
+"""Token sampling on the logits of a batch: penalties, temperature, top-k, top-p, min-p, seeded noise.
+
+Seeded sampling is batch-invariant: a row's noise for vocabulary index i is a counter-based hash of
+(seed, num_generated, i), so the sampled token never depends on which other rows share the batch.
+Sampling is the Gumbel-max race: argmax(logits / T + Gumbel(u)), u = hash -> (0, 1).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import torch
+
+from orcd.engine.sampling_params import SamplingParams
+
+M32 = 0xFFFFFFFF
+GOLDEN = 0x9E3779B1
+
+
+@dataclass
+class SampleRow:
+    params: SamplingParams
+    penalty_token_ids: list[int] = field(default_factory=list)
+    num_generated: int = 0
+
+
+def _fmix32_int(x: int) -> int:
+    """murmur3's 32-bit finalizer on a Python int (exact)."""
+    x &= M32
+    x ^= x >> 16
+    x = (x * 0x85EBCA6B) & M32
+    x ^= x >> 13
+    x = (x * 0xC2B2AE35) & M32
+    return x ^ (x >> 16)
+
+
+def row_key(seed: int, step: int) -> int:
+    """32-bit stream key from a 63-bit seed and the number of tokens generated so far."""
+    return _fmix32_int((seed & M32) ^ _fmix32_int((seed >> 32) ^ _fmix32_int(step * GOLDEN + 0x6A09E667)))
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x * c) mod 2**32 for int64 x in [0, 2**32) without int64 overflow (16-bit split)."""
+    lo, hi = x & 0xFFFF, x >> 16
+    return (lo * c + (((hi * c) & 0xFFFF) << 16)) & M32
+
+
+def _fmix32(x: torch.Tensor) -> torch.Tensor:
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x85EBCA6B)
+    x = x ^ (x >> 13)
+    x = _mul32(x, 0xC2B2AE35)
+    return x ^ (x >> 16)
+
+
+def uniform_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
+    """keys [N] int64 (32-bit values) -> u [N, V] float64 in (0, 1); element (r, i) depends on keys[r], i."""
+    idx = torch.arange(vocab, device=keys.device, dtype=torch.int64)
+    h = _fmix32(_mul32(idx + 1, GOLDEN)[None, :] ^ keys[:, None])
+    h = _fmix32(h ^ (keys[:, None] >> 7))
+    return (h.double() + 0.5) * (1.0 / 2**32)
+
+
+def _apply_penalties(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+    """Repetition (HF/llama.cpp: positive / r, negative * r), presence and frequency penalties."""
+    n, v = logits.shape
+    width = max(len(r.penalty_token_ids) for r in rows)
+    ids = torch.full((n, width), v, dtype=torch.int64)  # pad -> dummy column v
+    for i, r in enumerate(rows):
+        ids[i, : len(r.penalty_token_ids)] = torch.tensor(r.penalty_token_ids, dtype=torch.int64)
+    counts = torch.zeros((n, v + 1), device=logits.device, dtype=torch.float32)
+    counts.scatter_add_(1, ids.to(logits.device), torch.ones((n, width), device=logits.device))
+    counts = counts[:, :v]
+    seen = counts > 0
+    dev = logits.device
+    rep = torch.tensor([r.params.repetition_penalty for r in rows], device=dev)[:, None]
+    pres = torch.tensor([r.params.presence_penalty for r in rows], device=dev)[:, None]
+    freq = torch.tensor([r.params.frequency_penalty for r in rows], device=dev)[:, None]
+    penalized = torch.where(logits > 0, logits / rep, logits * rep)
+    logits = torch.where(seen, penalized, logits)
+    return logits - freq * counts - pres * seen.float()
+
+
+def _filter(scaled: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+    """Mask (-inf) tokens outside top-k, then top-p of what is left, then min-p. scaled: logits / T."""
+    n, v = scaled.shape
+    dev = scaled.device
+    top_k = [r.params.top_k for r in rows]
+    top_p = [r.params.top_p for r in rows]
+    min_p = [r.params.min_p for r in rows]
+    if any(0 < k < v for k in top_k) or any(p < 1.0 for p in top_p):
+        sorted_l, order = scaled.sort(dim=-1, descending=True, stable=True)
+        rank = torch.arange(v, device=dev)[None, :]
+        k = torch.tensor([kk if 0 < kk < v else v for kk in top_k], device=dev)[:, None]
+        sorted_l = sorted_l.masked_fill(rank >= k, float("-inf"))
+        probs = sorted_l.softmax(dim=-1)
+        before = probs.cumsum(dim=-1) - probs  # mass strictly ahead of each token
+        p = torch.tensor(top_p, device=dev, dtype=probs.dtype)[:, None]
+        sorted_l = sorted_l.masked_fill((before > p) & (rank > 0), float("-inf"))
+        scaled = torch.full_like(scaled, float("-inf")).scatter(1, order, sorted_l)
+    if any(m > 0 for m in min_p):
+        probs = scaled.softmax(dim=-1)
+        floor = torch.tensor(min_p, device=dev)[:, None] * probs.max(dim=-1, keepdim=True).values
+        scaled = scaled.masked_fill(probs < floor, float("-inf"))
+    return scaled
+
+
+def sample(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+    """logits [N, V] float32 -> token ids [N] int64 on logits' device. Rows with temperature 0 are greedy."""
+    if any(r.penalty_token_ids and _has_penalty(r.params) for r in rows):
+        logits = _apply_penalties(logits.float(), rows)
+    out = logits.argmax(dim=-1)
+    hot = [i for i, r in enumerate(rows) if not r.params.greedy]
+    if not hot:
+        return out
+    sub_rows = [rows[i] for i in hot]
+    hot_idx = torch.tensor(hot, device=logits.device)
+    temps = torch.tensor([r.params.temperature for r in sub_rows], device=logits.device)[:, None]
+    scaled = _filter(logits[hot_idx].float() / temps, sub_rows)
+    seeds = [r.params.seed if r.params.seed is not None else random.getrandbits(63) for r in sub_rows]
+    keys = [row_key(s, r.num_generated) for s, r in zip(seeds, sub_rows, strict=True)]
+    keys = torch.tensor(keys, dtype=torch.int64, device=logits.device)
+    gumbel = -torch.log(-torch.log(uniform_noise(keys, logits.shape[1]))).float()
+    out[hot_idx] = (scaled + gumbel).argmax(dim=-1)
+    return out
+
+
+def _has_penalty(p: SamplingParams) -> bool:
+    return p.repetition_penalty != 1.0 or p.presence_penalty != 0.0 or p.frequency_penalty != 0.0

@@ -1,0 +1,1 @@
+"""Building blocks shared by every architecture: one concern per file."""
