@@ -1,0 +1,52 @@
+"""`orcd synth --like NAME [--quant TYPE] OUT.gguf`: write a random-weight GGUF shaped like a real model."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+
+from orcd.gguf.presets import PRESETS, plan_qtypes
+from orcd.gguf.synth import tensor_shapes, write_model_gguf
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--like", required=True, choices=sorted(PRESETS), help="model shape to copy")
+    p.add_argument("--quant", default=None,
+                   help="Q4_K_M (llama.cpp-like mix) or one GGML type (F32, F16, BF16, Q8_0, Q4_K...); "
+                        "default: the preset's")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--context-length", type=int, default=None)
+    p.add_argument("out", help="output .gguf path")
+
+
+def synth_like(out: str, like: str, quant: str | None = None, seed: int = 0,
+               context_length: int | None = None):
+    """Write preset `like` to `out`; returns (path, {qtype name: tensor count})."""
+    preset = dict(PRESETS[like])
+    quant = quant or preset.pop("quant")
+    preset.pop("quant", None)
+    if context_length:
+        preset["context_length"] = context_length
+    shapes = tensor_shapes(preset["arch"], preset["vocab_size"], preset["hidden"], preset["n_layers"],
+                           preset["ffn"], preset["n_heads"], preset["n_kv_heads"], preset["tied"])
+    qtypes = plan_qtypes(shapes, quant, preset["n_layers"])
+    arch = preset.pop("arch")
+    path = write_model_gguf(out, arch, qtypes=qtypes, seed=seed,
+                            extra_metadata={"general.name": f"orcd-synth-{like}-{quant}"}, **preset)
+    return path, Counter(q.name for q in qtypes.values())
+
+
+def run(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    try:
+        path, counts = synth_like(args.out, args.like, args.quant, args.seed, args.context_length)
+    except ValueError as err:
+        print(f"orcd synth: error: {err}", file=sys.stderr)
+        return 2
+    size = path.stat().st_size
+    types = ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))
+    secs = time.perf_counter() - t0
+    print(f"wrote {path} ({size / 2**20:.1f} MiB, {secs:.1f} s): {types}", file=sys.stderr)
+    return 0
