@@ -1,0 +1,165 @@
+"""Paged KV cache bookkeeping in plain Python: fixed-size blocks, ref counts, a prefix cache.
+
+A block is *cached* when it is full, its K/V are computed, and it is registered under the hash of its
+tokens chained with the previous block's hash. Cached blocks are shared (ref count > 1) by sequences
+with the same prefix. A freed cached block (ref count 0) keeps its hash and stays reusable until the
+allocator needs it: free blocks are handed out least-recently-freed first, so that is LRU eviction.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+
+from orcd.engine.sequence import Sequence
+
+
+def chain_hash(prev_hash: int | None, tokens: tuple[int, ...]) -> int:
+    """Hash of a full block's tokens and everything before it (ints and tuples hash deterministically)."""
+    return hash((prev_hash, tokens))
+
+
+class Block:
+    __slots__ = ("block_id", "ref_count", "hash", "tokens")
+
+    def __init__(self, block_id: int):
+        self.block_id = block_id
+        self.ref_count = 0
+        self.hash: int | None = None  # set while registered in the prefix cache
+        self.tokens: tuple[int, ...] = ()  # the registered tokens (guards against hash collisions)
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError(f"need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))  # LRU first
+        self.cached: dict[int, int] = {}  # chain hash -> block id
+        self.prefix_queries = 0  # prompt tokens looked up at admission
+        self.prefix_hits = 0  # of those, tokens served from cached blocks
+
+    # ---- capacity ----
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - len(self.free)
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    # ---- prefix cache ----
+    def take_prefix(self, seq: Sequence) -> int:
+        """Attach cached blocks matching seq's leading full blocks; returns tokens now computed.
+
+        Only for a sequence holding no blocks. At least one token is left to compute, so the step that
+        finishes the prefix can sample.
+        """
+        assert not seq.block_table and seq.num_computed == 0, seq
+        if not self.enable_prefix_caching:
+            seq.num_cached_tokens = 0
+            return 0
+        prev: int | None = None
+        bs = self.block_size
+        for i in range((seq.num_tokens - 1) // bs):
+            tokens = tuple(seq.token_slice(i * bs, (i + 1) * bs))
+            h = chain_hash(prev, tokens)
+            block_id = self.cached.get(h)
+            if block_id is None or self.blocks[block_id].tokens != tokens:
+                break
+            self._ref(block_id)
+            seq.block_table.append(block_id)
+            seq.block_hashes.append(h)
+            prev = h
+        seq.num_computed = len(seq.block_table) * bs
+        seq.num_cached_tokens = seq.num_computed
+        return seq.num_computed
+
+    def count_admission(self, seq: Sequence) -> None:
+        """Count a successful admission in the prefix-cache counters (tokens looked up / found)."""
+        self.prefix_queries += seq.num_tokens
+        self.prefix_hits += seq.num_cached_tokens
+
+    def cache_full_blocks(self, seq: Sequence) -> None:
+        """Register seq's blocks that became full and computed since the last call."""
+        if not self.enable_prefix_caching:
+            return
+        bs = self.block_size
+        n_full = min(seq.num_computed // bs, len(seq.block_table))
+        for i in range(len(seq.block_hashes), n_full):
+            prev = seq.block_hashes[-1] if seq.block_hashes else None
+            tokens = tuple(seq.token_slice(i * bs, (i + 1) * bs))
+            h = chain_hash(prev, tokens)
+            seq.block_hashes.append(h)
+            block = self.blocks[seq.block_table[i]]
+            if h not in self.cached and block.hash is None:
+                block.hash, block.tokens = h, tokens
+                self.cached[h] = block.block_id
+
+    # ---- allocation ----
+    def can_append(self, seq: Sequence, num_new_tokens: int) -> bool:
+        need = self.blocks_for(seq.num_computed + num_new_tokens) - len(seq.block_table)
+        return need <= len(self.free)
+
+    def append_slots(self, seq: Sequence, num_new_tokens: int) -> bool:
+        """Grow seq's block table to hold num_computed + num_new_tokens positions; False if no room."""
+        need = self.blocks_for(seq.num_computed + num_new_tokens) - len(seq.block_table)
+        if need > len(self.free):
+            return False
+        for _ in range(need):
+            block_id, _ = self.free.popitem(last=False)  # least recently freed
+            block = self.blocks[block_id]
+            if block.hash is not None:  # evict from the prefix cache
+                if self.cached.get(block.hash) == block_id:
+                    del self.cached[block.hash]
+                block.hash, block.tokens = None, ()
+            block.ref_count = 1
+            seq.block_table.append(block_id)
+        return True
+
+    def free_seq(self, seq: Sequence) -> None:
+        """Release every block of seq (last block first, so a prefix outlives its tail in the LRU)."""
+        for block_id in reversed(seq.block_table):
+            block = self.blocks[block_id]
+            if block.ref_count <= 0:
+                raise AssertionError(f"double free of block {block_id} by {seq!r}")
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                if block.hash is None:
+                    self.free[block_id] = None
+                    self.free.move_to_end(block_id, last=False)  # uncached: reuse first
+                else:
+                    self.free[block_id] = None  # cached: most recently freed, evicted last
+        seq.block_table = []
+        seq.block_hashes = []
+        seq.num_computed = 0
+
+    def _ref(self, block_id: int) -> None:
+        block = self.blocks[block_id]
+        if block.ref_count == 0:
+            del self.free[block_id]
+        block.ref_count += 1
+
+    # ---- checks ----
+    def check_integrity(self, live: Iterable[Sequence]) -> None:
+        """Raise AssertionError unless ref counts equal the block tables of `live` and no block leaked."""
+        counts = [0] * self.num_blocks
+        for seq in live:
+            assert seq.num_computed <= len(seq.block_table) * self.block_size, seq
+            assert len(set(seq.block_table)) == len(seq.block_table), f"block twice in {seq!r}"
+            for block_id in seq.block_table:
+                counts[block_id] += 1
+        for block in self.blocks:
+            assert block.ref_count == counts[block.block_id], (
+                f"block {block.block_id}: ref_count {block.ref_count}, held by {counts[block.block_id]}"
+            )
+            assert (block.ref_count == 0) == (block.block_id in self.free), f"free list: {block.block_id}"
+        for h, block_id in self.cached.items():
+            assert self.blocks[block_id].hash == h, f"cache entry for block {block_id} is stale"
+        assert len(self.free) + sum(1 for c in counts if c) == self.num_blocks, "leaked blocks"

@@ -1,0 +1,208 @@
+"""The step loop: schedule -> execute -> update -> detokenize, one call to step() at a time.
+
+Not thread-safe: one thread drives it (AsyncEngine's background thread, or a CLI loop).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import torch
+
+from orcd.engine.block_manager import BlockManager
+from orcd.engine.io import EngineRequest, FinishReason, ModelRunnerOutput, TokenEvent
+from orcd.engine.output import RequestOutput
+from orcd.engine.scheduler import Scheduler
+from orcd.engine.sequence import Sequence
+from orcd.errors import ContextLengthExceededError, RequestError
+
+log = logging.getLogger(__name__)
+
+CPU_KV_BYTES = 2 << 30  # on the CPU, kv_fraction applies to this many bytes (no device to measure)
+
+
+def kv_bytes_per_block(cfg, dtype: torch.dtype, block_size: int) -> int:
+    """K and V of every layer for block_size positions."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return 2 * cfg.n_layers * block_size * cfg.n_kv_heads * cfg.head_dim * itemsize
+
+
+def auto_num_blocks(loaded, kv_fraction: float, block_size: int) -> int:
+    """Blocks that fit in kv_fraction of the device's free memory (at least one full context)."""
+    per_block = kv_bytes_per_block(loaded.cfg, loaded.dtype, block_size)
+    device = torch.device(loaded.device)
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+    else:
+        free = CPU_KV_BYTES
+    blocks = int(free * kv_fraction) // per_block
+    return max(blocks, -(-loaded.cfg.context_length // block_size) if device.type != "cuda" else 1)
+
+
+class LLMEngine:
+    def __init__(
+        self,
+        loaded,
+        kv_fraction: float = 0.7,
+        num_kv_blocks: int | None = None,
+        block_size: int = 16,
+        max_num_seqs: int = 64,
+        max_num_batched_tokens: int = 2048,
+        enable_prefix_caching: bool = True,
+        runner=None,
+    ):
+        self.loaded = loaded
+        self.cfg = loaded.cfg
+        self.tokenizer = loaded.tokenizer
+        self.block_size = block_size
+        if num_kv_blocks is None:
+            num_kv_blocks = auto_num_blocks(loaded, kv_fraction, block_size)
+        self.num_kv_blocks = num_kv_blocks
+        if runner is None:
+            from orcd.engine.model_runner import ModelRunner
+
+            runner = ModelRunner(loaded, num_kv_blocks, block_size)
+        self.runner = runner
+        self.block_manager = BlockManager(num_kv_blocks, block_size, enable_prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, max_num_seqs, max_num_batched_tokens)
+        self.kv_capacity_tokens = num_kv_blocks * block_size
+        # A request must fit the context and, alone, the KV pool (or it would preempt itself forever).
+        self.max_model_len = min(self.cfg.context_length, self.kv_capacity_tokens)
+        self._requests: dict[str, RequestOutput] = {}
+        self._by_seq: dict[int, RequestOutput] = {}
+        self._aborts: dict[str, FinishReason] = {}
+        self.counters = {"prompt_tokens": 0, "generation_tokens": 0, "steps": 0, "step_failures": 0,
+                         "requests_finished": 0}
+
+    # ---- requests ----
+    def validate(self, req: EngineRequest) -> None:
+        """Raise RequestError / ContextLengthExceededError for a request that cannot run. No side effects."""
+        req.sampling.validate()
+        n_prompt = len(req.prompt_token_ids)
+        if n_prompt == 0:
+            raise RequestError("the prompt is empty (0 tokens)", param="prompt")
+        vocab = self.cfg.vocab_size
+        if any(not 0 <= t < vocab for t in req.prompt_token_ids):
+            raise RequestError(f"prompt holds a token id outside the vocabulary [0, {vocab})", param="prompt")
+        total = n_prompt + req.sampling.max_tokens
+        ctx = self.cfg.context_length
+        if total > ctx:
+            raise ContextLengthExceededError(
+                f"prompt ({n_prompt} tokens) + max_tokens ({req.sampling.max_tokens}) = {total} tokens "
+                f"exceeds the model's context length of {ctx} tokens"
+            )
+        if total > self.kv_capacity_tokens:
+            raise ContextLengthExceededError(
+                f"prompt ({n_prompt} tokens) + max_tokens ({req.sampling.max_tokens}) = {total} tokens "
+                f"exceeds the KV cache capacity of {self.kv_capacity_tokens} tokens"
+            )
+
+    def add_request(self, req: EngineRequest) -> None:
+        self.validate(req)
+        if req.request_id in self._requests:
+            raise RequestError(f"request id {req.request_id!r} is already running", param="request_id")
+        seq = Sequence(req.request_id, req.prompt_token_ids, req.sampling)
+        out = RequestOutput(seq, self.tokenizer.detokenizer(), self.tokenizer.eog_ids)
+        self._requests[req.request_id] = out
+        self._by_seq[seq.seq_id] = out
+        self.scheduler.add(seq)
+        self.counters["prompt_tokens"] += seq.num_prompt_tokens
+
+    def abort(self, request_id: str, reason: FinishReason = "cancelled") -> bool:
+        """End a request at the next step (its blocks are freed there). False if it is unknown."""
+        if request_id not in self._requests:
+            return False
+        self._aborts.setdefault(request_id, reason)
+        return True
+
+    def abort_all(self, reason: FinishReason = "cancelled", error: str | None = None) -> list[TokenEvent]:
+        """End every request now; returns their final events."""
+        return [self._finish(out, reason, error=error) for out in list(self._requests.values())]
+
+    def has_work(self) -> bool:
+        return bool(self._requests)
+
+    # ---- the step ----
+    def step(self) -> list[TokenEvent]:
+        events = self._apply_aborts()
+        sched = self.scheduler.schedule()
+        if sched.empty:
+            return events
+        self.counters["steps"] += 1
+        try:
+            result = self.runner.execute(sched)
+        except Exception as err:  # end this step's requests; the engine keeps serving the others
+            log.exception("model step failed for %d sequences", len(sched.seqs))
+            self.counters["step_failures"] += 1
+            message = f"{type(err).__name__}: {err}"
+            result = ModelRunnerOutput(sampled={}, failed={s.seq_id: message for s in sched.seqs})
+        for upd in self.scheduler.update(sched, result):
+            out = self._by_seq[upd.seq.seq_id]
+            if upd.error is not None:
+                events.append(self._finish(out, "error", error=upd.error))
+            elif upd.new_token is not None:
+                events.append(self._on_token(out, upd.new_token))
+        return events
+
+    def _on_token(self, out: RequestOutput, token_id: int) -> TokenEvent:
+        self.counters["generation_tokens"] += 1
+        try:
+            event = out.on_token(token_id)
+        except Exception as err:  # a detokenizer failure ends only this request
+            log.exception("output processing failed for %s", out.request_id)
+            return self._finish(out, "error", error=f"{type(err).__name__}: {err}")
+        if event.finished:
+            self._release(out, event.finish_reason)
+        return event
+
+    def _finish(self, out: RequestOutput, reason: FinishReason, error: str | None = None) -> TokenEvent:
+        try:
+            event = out.final(None, reason, error=error)
+        except Exception as err:
+            event = out._event(None, "", out.seq.num_generated)
+            event.finished, event.finish_reason = True, "error"
+            event.error = error or f"{type(err).__name__}: {err}"
+        self._release(out, event.finish_reason)
+        return event
+
+    def _release(self, out: RequestOutput, reason: FinishReason) -> None:
+        self.scheduler.finish(out.seq, reason)
+        self._requests.pop(out.request_id, None)
+        self._by_seq.pop(out.seq.seq_id, None)
+        self._aborts.pop(out.request_id, None)
+        self.counters["requests_finished"] += 1
+
+    def _apply_aborts(self) -> list[TokenEvent]:
+        events = []
+        for request_id, reason in list(self._aborts.items()):
+            out = self._requests.get(request_id)
+            if out is not None:
+                events.append(self._finish(out, reason))
+        self._aborts.clear()
+        return events
+
+    # ---- introspection ----
+    def stats(self) -> dict[str, Any]:
+        bm = self.block_manager
+        per_block = kv_bytes_per_block(self.cfg, self.loaded.dtype, self.block_size)
+        return {
+            "weights_bytes": int(getattr(self.loaded, "weights_bytes", 0)),
+            "kv_cache_bytes": int(getattr(self.runner, "kv_cache_bytes", per_block * self.num_kv_blocks)),
+            "kv_capacity_tokens": self.kv_capacity_tokens,
+            "kv_blocks_total": bm.num_blocks,
+            "kv_blocks_used": bm.num_used_blocks,
+            "kv_block_size": self.block_size,
+            "kv_usage": bm.num_used_blocks / bm.num_blocks,
+            "running": len(self.scheduler.running),
+            "waiting": len(self.scheduler.waiting),
+            "prefix_cache_hits": bm.prefix_hits,
+            "prefix_cache_queries": bm.prefix_queries,
+            "num_preemptions": self.scheduler.num_preemptions,
+            "max_num_seqs": self.scheduler.max_num_seqs,
+            "max_num_batched_tokens": self.scheduler.max_num_batched_tokens,
+            "max_model_len": self.max_model_len,
+            **self.counters,
+            "time": time.time(),
+        }
