@@ -1,0 +1,88 @@
+"""POST /v1/generate (orcd's own SSE stream) and POST /v1/cancel.
+
+Stream: `started` {request_id, model, prompt_tokens}; one `token` {i, id, t} per generated token as it
+is produced; then `end` {request_id, tokens_out, stop_reason, ttft_ms, tokens_per_s} or `error`
+{code, message}. `: ping` comments fill silences longer than the ping interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+
+from orcd.server.errors import APIError, ErrorBody
+from orcd.server.jobs import Job, JobHub
+from orcd.server.prep import build_sampling, check_model, encode_text, precheck_sampling
+from orcd.server.schemas import CancelRequest, CancelResponse, GenerateRequest, GenerateResponse
+from orcd.server.sse import PING, SSEResponse, sse_event
+
+router = APIRouter()
+_ERRORS = {s: {"model": ErrorBody} for s in (400, 401, 404, 413, 503)}
+DEFAULT_MAX_TOKENS = 256
+
+
+def _end_fields(job: Job) -> dict:
+    return {"request_id": job.request_id, "tokens_out": job.tokens_out, "stop_reason": job.finish_reason,
+            "ttft_ms": job.ttft_ms, "tokens_per_s": job.tokens_per_s}
+
+
+async def _sse_stream(hub: JobHub, job: Job, model: str) -> AsyncIterator[bytes]:
+    yield sse_event({"request_id": job.request_id, "model": model, "prompt_tokens": len(job.prompt_ids)},
+                    "started")
+    async for ev in hub.events(job):
+        if ev is None:
+            yield PING
+            continue
+        if ev.token_id is not None or ev.text:
+            # A final event may carry held-back text without a new token: id is then null.
+            yield sse_event({"i": ev.index, "id": ev.token_id, "t": ev.text}, "token")
+        if ev.finished:
+            if job.finish_reason == "error":
+                yield sse_event({"code": "generation_failed", "message": job.error or "generation failed"},
+                                "error")
+            else:
+                yield sse_event(_end_fields(job), "end")
+
+
+async def _collect(hub: JobHub, job: Job, model: str) -> dict:
+    text, ids = [], []
+    async for ev in hub.events(job):
+        if ev is None:
+            continue
+        text.append(ev.text)
+        if ev.token_id is not None:
+            ids.append(ev.token_id)
+    if job.finish_reason == "error":
+        raise APIError(500, job.error or "generation failed", code="generation_failed")
+    return {"model": model, "text": "".join(text), "token_ids": ids, "prompt_tokens": len(job.prompt_ids),
+            **_end_fields(job)}
+
+
+@router.post("/v1/generate", response_model=GenerateResponse, responses={
+    **_ERRORS, 200: {"description": "JSON body (stream=false) or an SSE stream (stream=true)",
+                     "content": {"text/event-stream": {}}}})
+async def generate(body: GenerateRequest, request: Request):
+    hub: JobHub = request.app.state.hub
+    model = request.app.state.model_id
+    check_model(body.model, model)
+    precheck_sampling(body)
+    hub.check_request_id(body.request_id)
+    ids = await encode_text(hub.engine.tokenizer, body.prompt, body.chat)
+    max_tokens = hub.resolve_max_tokens(body.max_tokens, len(ids), DEFAULT_MAX_TOKENS, "prompt")
+    job = hub.admit("generate", ids, build_sampling(body, max_tokens), body.request_id)
+    if not body.stream:
+        try:
+            return await _collect(hub, job, model)
+        finally:
+            hub.release(job)
+    return SSEResponse(_sse_stream(hub, job, model), on_close=lambda: hub.release(job))
+
+
+@router.post("/v1/cancel", response_model=CancelResponse, responses=_ERRORS)
+async def cancel(body: CancelRequest, request: Request) -> dict:
+    hub: JobHub = request.app.state.hub
+    if not hub.cancel(body.request_id):
+        raise APIError(404, f"no running request {body.request_id!r}", param="request_id",
+                       code="request_not_found")
+    return {"request_id": body.request_id, "cancelled": True}

@@ -1,0 +1,216 @@
+"""Admission, streaming and cancellation of generation requests, shared by every route.
+
+A Job is one admitted request. JobHub.events() drives the engine's async iterator and yields its
+TokenEvents, or None when `ping_interval_s` passes without one (the route writes an SSE ping).
+Every way out (end, error, disconnect, cancel) passes through one `finally` that cancels the engine
+request if it is still running and releases the Job exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import anyio
+
+from orcd.engine.io import EngineRequest, TokenEvent
+from orcd.engine.sampling_params import SamplingParams
+from orcd.errors import ContextLengthExceededError, RequestError
+from orcd.server.errors import APIError
+from orcd.server.metrics import ServerMetrics
+from orcd.server.settings import ServerSettings
+
+log = logging.getLogger("orcd.server")
+
+
+@dataclass
+class Job:
+    request_id: str
+    route: str
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    t_start: float = field(default_factory=time.perf_counter)
+    t_first: float | None = None
+    t_last: float | None = None
+    tokens_out: int = 0
+    finish_reason: str | None = None
+    error: str | None = None
+    cancel_requested: bool = False
+    released: bool = False
+
+    @property
+    def ttft_ms(self) -> float | None:
+        return None if self.t_first is None else round((self.t_first - self.t_start) * 1000, 3)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Decode rate: tokens after the first over the time since the first (all tokens if only one)."""
+        if self.t_first is None or self.t_last is None:
+            return None
+        if self.tokens_out > 1 and self.t_last > self.t_first:
+            return round((self.tokens_out - 1) / (self.t_last - self.t_first), 3)
+        return round(self.tokens_out / max(self.t_last - self.t_start, 1e-9), 3)
+
+
+def new_request_id(prefix: str = "") -> str:
+    return prefix + uuid.uuid4().hex
+
+
+class JobHub:
+    def __init__(self, engine, settings: ServerSettings):
+        self.engine = engine
+        self.settings = settings
+        self.active: dict[str, Job] = {}
+        self.draining = False
+        self.metrics = ServerMetrics(self.engine_stats, lambda: len(self.active))
+
+    # --- engine facts -------------------------------------------------------------------------
+    def engine_stats(self) -> dict:
+        try:
+            return dict(self.engine.stats())
+        except Exception:  # a scrape must never fail because the engine is busy or gone
+            log.exception("engine.stats() failed")
+            return {}
+
+    @property
+    def context_length(self) -> int:
+        return int(self.engine.config.context_length)
+
+    def _slots(self) -> int:
+        stats = self.engine_stats()
+        return int(stats.get("max_num_seqs") or getattr(self.engine, "max_num_seqs", 0) or 0)
+
+    # --- admission ----------------------------------------------------------------------------
+    def resolve_max_tokens(self, requested: int | None, n_prompt: int, default: int | None,
+                           prompt_param: str) -> int:
+        ctx = self.context_length
+        room = ctx - n_prompt
+        if room < 1:
+            raise ContextLengthExceededError(
+                f"the prompt has {n_prompt} tokens; the model's context is {ctx} tokens", param=prompt_param)
+        if requested is None:
+            return room if default is None else min(default, room)
+        if requested < 1:
+            raise RequestError(f"max_tokens={requested} must be at least 1", param="max_tokens")
+        if n_prompt + requested > ctx:
+            raise ContextLengthExceededError(
+                f"prompt ({n_prompt} tokens) + max_tokens ({requested}) = {n_prompt + requested} tokens "
+                f"exceeds the model's context of {ctx} tokens")
+        return requested
+
+    def admit(self, route: str, prompt_ids: list[int], sampling: SamplingParams,
+              request_id: str | None = None, prefix: str = "") -> Job:
+        if self.draining:
+            self.metrics.rejected.labels("draining").inc()
+            raise APIError(503, "server is shutting down", code="server_shutting_down",
+                           headers={"Retry-After": str(self.settings.retry_after_s)})
+        if len(self.active) >= self._slots() + self.settings.max_queue:
+            self.metrics.rejected.labels("queue_full").inc()
+            raise APIError(503, f"server overloaded: {len(self.active)} requests in flight",
+                           code="overloaded", headers={"Retry-After": str(self.settings.retry_after_s)})
+        self.check_request_id(request_id)
+        if not prompt_ids:
+            raise RequestError("the prompt is empty (no tokens)", param="prompt")
+        vocab = int(self.engine.config.vocab_size)
+        bad = next((t for t in prompt_ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise RequestError(f"token id {bad} is outside the vocabulary (0..{vocab - 1})", param="prompt")
+        sampling.validate()
+        job = Job(request_id or new_request_id(prefix), route, prompt_ids, sampling)
+        self.active[job.request_id] = job
+        self.metrics.prompt_tokens.inc(len(prompt_ids))
+        return job
+
+    def check_request_id(self, request_id: str | None) -> None:
+        if request_id is not None and request_id in self.active:
+            raise APIError(400, f"request_id {request_id!r} is already in use", param="request_id",
+                           code="duplicate_request_id")
+
+    def release(self, job: Job) -> None:
+        if job.released:
+            return
+        job.released = True
+        self.active.pop(job.request_id, None)
+        outcome = job.finish_reason or ("cancelled" if job.cancel_requested else "disconnected")
+        self.metrics.requests.labels(job.route, outcome).inc()
+        self.metrics.e2e.observe(time.perf_counter() - job.t_start)
+
+    # --- cancellation -------------------------------------------------------------------------
+    def cancel(self, request_id: str) -> bool:
+        job = self.active.get(request_id)
+        if job is None:
+            return False
+        job.cancel_requested = True
+        self._engine_cancel(request_id)
+        return True
+
+    def cancel_all(self) -> int:
+        ids = list(self.active)
+        for rid in ids:
+            self.cancel(rid)
+        return len(ids)
+
+    def _engine_cancel(self, request_id: str) -> None:
+        try:
+            self.engine.cancel(request_id)
+        except Exception:
+            log.exception("engine.cancel(%s) failed", request_id)
+
+    # --- streaming ----------------------------------------------------------------------------
+    async def events(self, job: Job) -> AsyncIterator[TokenEvent | None]:
+        """Engine events for `job`; None whenever ping_interval_s passes without one. The last event
+        yielded is always final (finished=True), synthesised if the engine's iterator just stops."""
+        it = aiter(self.engine.generate(EngineRequest(job.request_id, job.prompt_ids, job.sampling)))
+        task: asyncio.Future | None = None
+        try:
+            while job.finish_reason is None:
+                task = asyncio.ensure_future(anext(it))
+                while not (await asyncio.wait({task}, timeout=self.settings.ping_interval_s))[0]:
+                    yield None
+                try:
+                    event = task.result()
+                except StopAsyncIteration:
+                    event = TokenEvent(job.request_id, None, "", job.tokens_out, finished=True,
+                                       finish_reason="cancelled" if job.cancel_requested else "error",
+                                       error=None if job.cancel_requested else "generation ended early")
+                except Exception as err:  # engine failure inside this request only
+                    log.exception("request %s failed in the engine", job.request_id)
+                    event = TokenEvent(job.request_id, None, "", job.tokens_out, finished=True,
+                                       finish_reason="error", error=str(err).splitlines()[0] if str(err)
+                                       else type(err).__name__)
+                task = None
+                self._record(job, event)
+                yield event
+        finally:
+            with anyio.CancelScope(shield=True):
+                if job.finish_reason is None:
+                    self._engine_cancel(job.request_id)  # disconnect: free the sequence now
+                if task is not None and not task.done():
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
+                with contextlib.suppress(Exception):
+                    await it.aclose()
+            self.release(job)
+
+    def _record(self, job: Job, event: TokenEvent) -> None:
+        now = time.perf_counter()
+        if event.token_id is not None:
+            if job.t_first is None:
+                job.t_first = now
+                self.metrics.ttft.observe(now - job.t_start)
+            elif job.t_last is not None:
+                self.metrics.tpot.observe(now - job.t_last)
+            job.t_last = now
+            job.tokens_out += 1
+            self.metrics.generated_tokens.inc()
+        if event.finished:
+            job.finish_reason = event.finish_reason or "error"
+            job.error = event.error
+            if job.t_last is None:
+                job.t_last = now

@@ -1,0 +1,79 @@
+"""Turn request bodies into prompt token ids and SamplingParams (shared by /v1/generate and OpenAI)."""
+
+from __future__ import annotations
+
+from anyio import to_thread
+
+from orcd.engine.sampling_params import SamplingParams
+from orcd.errors import RequestError
+from orcd.server.errors import APIError
+from orcd.server.schemas import ChatMessage, SamplingFields
+
+_DEFAULTS = SamplingParams()
+
+
+def check_model(requested: str | None, served: str) -> None:
+    if requested is not None and requested != served:
+        raise APIError(404, f"model {requested!r} does not exist; this server serves {served!r}",
+                       param="model", code="model_not_found")
+
+
+def stop_tuple(stop: str | list[str] | None) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    return (stop,) if isinstance(stop, str) else tuple(stop)
+
+
+def build_sampling(f: SamplingFields, max_tokens: int) -> SamplingParams:
+    def pick(name: str):
+        value = getattr(f, name)
+        return getattr(_DEFAULTS, name) if value is None else value
+
+    names = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
+             "frequency_penalty")
+    return SamplingParams(max_tokens=max_tokens, seed=f.seed, stop=stop_tuple(f.stop),
+                          ignore_eos=f.ignore_eos, **{n: pick(n) for n in names}).validate()
+
+
+def precheck_sampling(f: SamplingFields) -> None:
+    """Range errors name their field before any tokenizing work is spent on the prompt."""
+    build_sampling(f, max_tokens=1)
+
+
+async def encode_text(tokenizer, text: str, chat: bool) -> list[int]:
+    """Tokenize off the event loop: a multi-megabyte prompt must not stall other requests."""
+    if chat:
+        return await encode_chat(tokenizer, [{"role": "user", "content": text}])
+    return await to_thread.run_sync(tokenizer.encode_prompt, text)
+
+
+async def encode_chat(tokenizer, messages: list[dict]) -> list[int]:
+    if not getattr(tokenizer, "has_chat_template", True):
+        raise RequestError("this model has no chat template; send a raw prompt instead", param="messages")
+    return await to_thread.run_sync(tokenizer.encode_chat, messages)
+
+
+def chat_messages(messages: list[ChatMessage]) -> list[dict]:
+    """OpenAI messages -> template messages. Tool and image features are refused, never dropped."""
+    out = []
+    for i, m in enumerate(messages):
+        where = f"messages.{i}"
+        if m.role in ("tool", "function") or m.tool_calls or m.tool_call_id or m.function_call:
+            raise RequestError(f"{where}: tool and function messages are not supported", param=where)
+        for name in ("audio", "refusal"):
+            if getattr(m, name) is not None:
+                raise RequestError(f"{where}.{name} is not supported", param=f"{where}.{name}")
+        content = m.content
+        if isinstance(content, list):
+            parts = []
+            for j, part in enumerate(content):
+                if part.type != "text" or part.text is None:
+                    raise RequestError(f"{where}.content.{j}: only text parts are supported (got "
+                                       f"{part.type!r})", param=f"{where}.content.{j}.type")
+                parts.append(part.text)
+            content = "".join(parts)
+        msg = {"role": "system" if m.role == "developer" else m.role, "content": content or ""}
+        if m.name is not None:
+            msg["name"] = m.name
+        out.append(msg)
+    return out

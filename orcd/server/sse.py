@@ -1,0 +1,63 @@
+"""Server-Sent-Events framing and a streaming response that notices client disconnects.
+
+Framing (WHATWG EventSource): optional `event: NAME` line, one `data: ` line per line of payload,
+then a blank line. Comments (`: ping`) keep idle proxies from dropping a stream.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+PING = b": ping\n\n"
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def sse_event(data: Any, event: str | None = None) -> bytes:
+    """One framed event. `data` is JSON-encoded unless it is already a str."""
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    lines = [f"event: {event}"] if event else []
+    lines += [f"data: {line}" for line in payload.split("\n")]
+    # The spec also treats a lone \r as a line end: JSON never has one raw, and str payloads are ours.
+    return ("\n".join(lines) + "\n\n").encode("utf-8")
+
+
+class SSEResponse(StreamingResponse):
+    """text/event-stream response. A client disconnect cancels the body iterator at its current await;
+    `on_close` runs exactly once afterwards, even when the body never started (it releases the request)."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None] | None = None):
+        super().__init__(content, headers=SSE_HEADERS, media_type=self.media_type)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+
+                async def stream_then_stop() -> None:
+                    await self.stream_response(send)
+                    tg.cancel_scope.cancel()
+
+                async def watch_disconnect() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(stream_then_stop)
+                tg.start_soon(watch_disconnect)
+        except OSError:
+            pass  # the socket went away mid-write: same as a disconnect
+        finally:
+            with anyio.CancelScope(shield=True):
+                aclose = getattr(self.body_iterator, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            if self._on_close is not None:
+                self._on_close()
