@@ -1,0 +1,158 @@
+"""Triton paged attention: a split-K (flash-decoding) kernel for one query per sequence.
+
+`paged_decode_attention(q [B, Hq, D], k_cache, v_cache [num_blocks, block_size, Hkv, D], block_tables
+[B, max_blocks] int32, seq_lens [B] int32, scale, num_splits=None) -> [B, Hq, D]` in q.dtype.
+One program per (sequence, KV head, split): the GROUP = Hq / Hkv query heads sharing a KV head are one
+[QB, D] tile (QB = GROUP padded to 16 for tl.dot), so each K/V byte is read once per step. Each split
+covers a contiguous chunk of the context; a second small kernel merges the splits by log-sum-exp.
+The launch grid depends only on B, Hkv and the block-table width (never on seq_lens values), so the
+call can be captured in a CUDA graph and replayed with new seq_lens / block_tables contents.
+
+`paged_attention(q [T, Hq, D], k_cache, v_cache, meta, scale)` is the backend `attention.py` dispatches
+to on CUDA: decode-only steps use the kernel; steps with longer queries use SDPA (flash, causal) where a
+sequence has no cached prefix, else the torch reference.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from orcd.models.layers.attention import AttnMetadata, paged_attention_torch
+
+BLOCK_N = 64  # context tokens per inner iteration
+
+
+@triton.jit
+def _decode_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, sl_ptr, op_ptr, lse_ptr, out_ptr, scale,
+                         s_qb, s_qh, s_kb, s_ks, s_kh, s_vb, s_vs, s_vh, s_bt,
+                         GROUP: tl.constexpr, QB: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
+                         BN: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr):
+    b = tl.program_id(0)
+    kvh = tl.program_id(1)
+    sp = tl.program_id(2)
+    n_heads = tl.num_programs(1) * GROUP
+    seq_len = tl.load(sl_ptr + b)
+    chunk = tl.cdiv(tl.cdiv(seq_len, SPLITS), BN) * BN
+    start = sp * chunk
+    end = tl.minimum(start + chunk, seq_len)
+    hq = tl.arange(0, QB)
+    hmask = hq < GROUP
+    heads = kvh * GROUP + hq
+    d = tl.arange(0, D)
+    q = tl.load(q_ptr + b * s_qb + heads[:, None] * s_qh + d[None, :], mask=hmask[:, None], other=0.0)
+    m_i = tl.full([QB], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([QB], dtype=tl.float32)
+    acc = tl.zeros([QB, D], dtype=tl.float32)
+    for t0 in range(start, end, BN):
+        toks = t0 + tl.arange(0, BN)
+        tmask = toks < end
+        page = tl.load(bt_ptr + b * s_bt + toks // PAGE, mask=tmask, other=0).to(tl.int64)
+        k_off = page * s_kb + (toks % PAGE) * s_ks + kvh * s_kh
+        v_off = page * s_vb + (toks % PAGE) * s_vs + kvh * s_vh
+        k = tl.load(k_ptr + k_off[:, None] + d[None, :], mask=tmask[:, None], other=0.0)  # [BN, D]
+        if IEEE:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = tl.where(tmask[None, :], s * scale, float("-inf"))  # [QB, BN] fp32
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_ptr + v_off[:, None] + d[None, :], mask=tmask[:, None], other=0.0)
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    o = acc / l_safe[:, None]
+    if SPLITS == 1:
+        optrs = out_ptr + (b * n_heads + heads[:, None]) * D + d[None, :]
+        tl.store(optrs, o.to(out_ptr.dtype.element_ty), mask=hmask[:, None])
+    else:
+        row = (b * n_heads + heads) * SPLITS + sp  # partials: [B, Hq, SPLITS, D], lse [B, Hq, SPLITS]
+        tl.store(op_ptr + row[:, None] * D + d[None, :], o, mask=hmask[:, None])
+        tl.store(lse_ptr + row, m_i + tl.log(l_i), mask=hmask)  # -inf for an empty split
+
+
+@triton.jit
+def _merge_kernel(op_ptr, lse_ptr, out_ptr, SPLITS: tl.constexpr, SP2: tl.constexpr, D: tl.constexpr):
+    bh = tl.program_id(0)  # b * Hq + h
+    sp = tl.arange(0, SP2)
+    d = tl.arange(0, D)
+    lse = tl.load(lse_ptr + bh * SPLITS + sp, mask=sp < SPLITS, other=float("-inf"))
+    w = tl.exp(lse - tl.max(lse, axis=0))  # empty splits weigh 0
+    o = tl.load(op_ptr + (bh * SPLITS + sp)[:, None] * D + d[None, :], mask=(sp < SPLITS)[:, None], other=0.0)
+    out = tl.sum(o * w[:, None], axis=0) / tl.sum(w, axis=0)
+    tl.store(out_ptr + bh * D + d, out.to(out_ptr.dtype.element_ty))
+
+
+def default_num_splits(batch: int, n_kv_heads: int, max_context: int) -> int:
+    """Enough programs to fill ~2 waves of a 132-SM GPU, never more splits than BLOCK_N tiles."""
+    want = triton.next_power_of_2(max(1, 256 // max(1, batch * n_kv_heads)))
+    return max(1, min(want, 64, triton.cdiv(max_context, BLOCK_N)))
+
+
+def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
+                           num_splits: int | None = None) -> torch.Tensor:
+    """q [B, Hq, D]; caches [num_blocks, page, Hkv, D]; seq_lens >= 1 -> out [B, Hq, D] in q.dtype."""
+    bsz, n_heads, dim = q.shape
+    page, n_kv = k_cache.shape[1], k_cache.shape[2]
+    group = n_heads // n_kv
+    if num_splits is None:
+        num_splits = default_num_splits(bsz, n_kv, block_tables.shape[1] * page)
+    q = q.contiguous()
+    if q.dtype != k_cache.dtype:
+        q = q.to(k_cache.dtype)
+    out = torch.empty((bsz, n_heads, dim), dtype=q.dtype, device=q.device)
+    if num_splits > 1:
+        part = torch.empty((bsz, n_heads, num_splits, dim), dtype=torch.float32, device=q.device)
+        lse = torch.empty((bsz, n_heads, num_splits), dtype=torch.float32, device=q.device)
+    else:
+        part = lse = out
+    grid = (bsz, n_kv, num_splits)
+    _decode_split_kernel[grid](
+        q, k_cache, v_cache, block_tables, seq_lens, part, lse, out, float(scale),
+        q.stride(0), q.stride(1), *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0),
+        GROUP=group, QB=max(16, triton.next_power_of_2(group)), D=dim, PAGE=page, BN=BLOCK_N,
+        SPLITS=num_splits, IEEE=q.dtype == torch.float32, num_warps=4)
+    if num_splits > 1:
+        _merge_kernel[(bsz * n_heads,)](part, lse, out, SPLITS=num_splits,
+                                        SP2=triton.next_power_of_2(num_splits), D=dim, num_warps=1)
+    return out
+
+
+def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMetadata,
+                    scale: float) -> torch.Tensor:
+    """Backend for attention.paged_attention: q [T, Hq, D] -> [T, Hq, D]."""
+    n_seqs = meta.seq_lens.shape[0]
+    if meta.max_query_len == 1 and q.shape[0] == n_seqs:
+        out = paged_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale)
+        return out.to(q.dtype)
+    cu, seq_lens = meta.host_lists()
+    if all(cu[b + 1] - cu[b] == seq_lens[b] for b in range(n_seqs)):
+        return _prefill_no_prefix(q, k_cache, v_cache, meta, cu, scale)
+    return paged_attention_torch(q, k_cache, v_cache, meta, scale)
+
+
+def _prefill_no_prefix(q, k_cache, v_cache, meta, cu, scale):
+    """Every sequence's whole context is new: causal SDPA (flash) per sequence over its own K/V."""
+    n_kv = k_cache.shape[2]
+    flat_k = k_cache.view(-1, n_kv, k_cache.shape[3])
+    flat_v = v_cache.view(-1, n_kv, v_cache.shape[3])
+    out = torch.empty_like(q)
+    for b in range(len(cu) - 1):
+        q0, q1 = cu[b], cu[b + 1]
+        if q1 == q0:
+            continue
+        slots = meta.slot_mapping[q0:q1]  # this step wrote token i's K/V at slots[i]
+        k, v = flat_k[slots].transpose(0, 1), flat_v[slots].transpose(0, 1)  # [Hkv, n, D]
+        o = F.scaled_dot_product_attention(q[q0:q1].transpose(0, 1), k.to(q.dtype), v.to(q.dtype),
+                                           is_causal=True, scale=scale, enable_gqa=True)
+        out[q0:q1] = o.transpose(0, 1)
+    return out

@@ -1,0 +1,39 @@
+"""Fused dequant-matmul kernels vs the torch dequantize path, on random blocks, on CUDA."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gguf import GGMLQuantizationType as T
+from gpu_blocks import random_blocks, reference, rel_err
+
+from orcd.quant.kernels import get_fused_linear
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+# (out, in) like Qwen2.5-0.5B's q/o, gate/up, down and a slice of the LM head; K-quants need in % 256 == 0
+SHAPES = {
+    T.Q8_0: [(896, 896), (4864, 896), (4096, 896)],
+    T.Q5_0: [(896, 896), (128, 896), (4864, 896)],
+    T.Q4_K: [(896, 4864), (512, 1024)],
+    T.Q6_K: [(896, 4864), (512, 1024)],
+}
+CASES = [(qt, o, i) for qt, shapes in SHAPES.items() for (o, i) in shapes]
+
+
+@pytest.mark.parametrize("qtype,out_f,in_f", CASES, ids=[f"{c[0].name}-{c[1]}x{c[2]}" for c in CASES])
+@pytest.mark.parametrize("n", [1, 2, 4, 7, 16, 33, 64])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_fused_linear_matches_dequantize(qtype, out_f, in_f, n, dtype):
+    fused = get_fused_linear(qtype, "cuda")
+    assert fused is not None
+    raw = random_blocks(qtype, out_f, in_f, seed=n * 7 + out_f)
+    x = torch.randn(n, in_f, generator=torch.Generator().manual_seed(n)).to(dtype)
+    y = fused(x.cuda(), raw.cuda(), out_f, in_f)
+    assert y.dtype == dtype and y.shape == (n, out_f)
+    assert rel_err(y, reference(x, raw, qtype, out_f, in_f)) < TOL[dtype]
+
