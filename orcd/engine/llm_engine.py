@@ -9,8 +9,6 @@ import logging
 import time
 from typing import Any
 
-import torch
-
 from orcd.engine.block_manager import BlockManager
 from orcd.engine.io import EngineRequest, FinishReason, ModelRunnerOutput, TokenEvent
 from orcd.engine.output import RequestOutput
@@ -20,25 +18,16 @@ from orcd.errors import ContextLengthExceededError, RequestError
 
 log = logging.getLogger(__name__)
 
-CPU_KV_BYTES = 2 << 30  # on the CPU, kv_fraction applies to this many bytes (no device to measure)
-
-
-def kv_bytes_per_block(cfg, dtype: torch.dtype, block_size: int) -> int:
-    """K and V of every layer for block_size positions."""
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    return 2 * cfg.n_layers * block_size * cfg.n_kv_heads * cfg.head_dim * itemsize
+CPU_KV_TOKENS = 32768  # on the CPU there is no free memory to measure: size the pool in tokens
 
 
 def auto_num_blocks(loaded, kv_fraction: float, block_size: int) -> int:
-    """Blocks that fit in kv_fraction of the device's free memory (at least one full context)."""
-    per_block = kv_bytes_per_block(loaded.cfg, loaded.dtype, block_size)
-    device = torch.device(loaded.device)
-    if device.type == "cuda":
-        free, _total = torch.cuda.mem_get_info(device)
-    else:
-        free = CPU_KV_BYTES
-    blocks = int(free * kv_fraction) // per_block
-    return max(blocks, -(-loaded.cfg.context_length // block_size) if device.type != "cuda" else 1)
+    """CUDA: blocks in kv_fraction of the free device memory; CPU: CPU_KV_TOKENS (or one context)."""
+    from orcd.engine.kv_cache import num_blocks_for
+
+    cpu_tokens = max(CPU_KV_TOKENS, loaded.cfg.context_length)
+    return num_blocks_for(loaded.cfg, block_size, loaded.dtype, loaded.device, fraction=kv_fraction,
+                          cpu_tokens=cpu_tokens)
 
 
 class LLMEngine:
@@ -186,10 +175,10 @@ class LLMEngine:
     # ---- introspection ----
     def stats(self) -> dict[str, Any]:
         bm = self.block_manager
-        per_block = kv_bytes_per_block(self.cfg, self.loaded.dtype, self.block_size)
+        kv = getattr(self.runner, "kv", None)
         return {
             "weights_bytes": int(getattr(self.loaded, "weights_bytes", 0)),
-            "kv_cache_bytes": int(getattr(self.runner, "kv_cache_bytes", per_block * self.num_kv_blocks)),
+            "kv_cache_bytes": int(kv.nbytes) if kv is not None else 0,
             "kv_capacity_tokens": self.kv_capacity_tokens,
             "kv_blocks_total": bm.num_blocks,
             "kv_blocks_used": bm.num_used_blocks,

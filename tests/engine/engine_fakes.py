@@ -48,7 +48,7 @@ class FakeRunner:
     def __init__(self, num_blocks: int, block_size: int, eos_every: int = 0, scripts=None):
         self.block_size = block_size
         self.num_blocks = num_blocks
-        self.kv: dict[int, tuple[int, int]] = {}  # slot -> (token id, position)
+        self.slots: dict[int, tuple[int, int]] = {}  # slot -> (token id, position)
         self.eos_every = eos_every
         self.scripts = scripts or {}  # first prompt token -> forced output tokens
         self.fail_when = None  # callable(ScheduledSeq) -> bool: raise inside execute
@@ -68,11 +68,11 @@ class FakeRunner:
             assert all(0 <= b < self.num_blocks for b in s.block_table)
             history = []
             for pos in range(s.num_computed):
-                tok, at = self.kv[self.slot(s.block_table, pos)]
+                tok, at = self.slots[self.slot(s.block_table, pos)]
                 assert at == pos, f"slot holds position {at}, expected {pos}"
                 history.append(tok)
             for i, tok in enumerate(s.token_ids):
-                self.kv[self.slot(s.block_table, s.num_computed + i)] = (tok, s.num_computed + i)
+                self.slots[self.slot(s.block_table, s.num_computed + i)] = (tok, s.num_computed + i)
             history += s.token_ids
             if s.sample:
                 script = self.scripts.get(history[0])
