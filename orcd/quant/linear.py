@@ -1,0 +1,128 @@
+"""QuantLinear / QuantEmbedding: modules over GGUF weights, dense or kept as raw blocks on the device."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType
+from torch import nn
+from torch.nn import functional as F
+
+from orcd.errors import GGUFError
+from orcd.gguf.reader import GGUFTensor
+from orcd.quant.dequant import dequantize, dequantize_to
+from orcd.quant.registry import get_format
+
+FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
+
+
+def raw_to_device(t: GGUFTensor, device: torch.device | str) -> torch.Tensor:
+    """The tensor's bytes as uint8 [rows, row_bytes] on `device` (a private copy, never the mmap)."""
+    data = t.data if t.data.ndim == 2 else t.data.reshape(1, -1)
+    with warnings.catch_warnings():  # the mmap is read-only; we copy before anything could write
+        warnings.simplefilter("ignore", UserWarning)
+        raw = torch.from_numpy(data)
+    if torch.device(device).type == "cpu":
+        return torch.from_numpy(np.array(data, copy=True))
+    return raw.to(device)
+
+
+def _fused(qtype: GGMLQuantizationType, device: torch.device):
+    try:
+        from orcd.quant.kernels import get_fused_linear
+    except ImportError:
+        return None
+    return get_fused_linear(qtype, device)
+
+
+def _check_2d(t: GGUFTensor) -> tuple[int, int]:
+    if len(t.shape) != 2:
+        raise GGUFError(f"tensor {t.name} should be 2-D, has shape {t.shape}")
+    get_format(t.qtype)  # UnsupportedQuantTypeError naming the type
+    return t.shape[0], t.shape[1]
+
+
+class QuantLinear(nn.Module):
+    """y = x @ W.T + b with W [out, in] held dense (`weight`) or as raw GGUF blocks (`raw`)."""
+
+    def __init__(self, out_features: int, in_features: int, qtype: GGMLQuantizationType, dtype: torch.dtype,
+                 weight: torch.Tensor | None = None, raw: torch.Tensor | None = None,
+                 bias: torch.Tensor | None = None):
+        super().__init__()
+        self.out_features, self.in_features, self.qtype, self.dtype = out_features, in_features, qtype, dtype
+        self.register_buffer("weight", weight, persistent=False)  # [out, in] dtype, or None
+        self.register_buffer("raw", raw, persistent=False)  # uint8 [out, row_bytes], or None
+        self.register_buffer("bias", bias, persistent=False)  # [out] dtype, or None
+        self._fused = _fused(qtype, raw.device) if raw is not None else None
+
+    @classmethod
+    def from_gguf(cls, weight: GGUFTensor, bias: GGUFTensor | None, device: torch.device | str,
+                  dtype: torch.dtype, keep_quantized: bool) -> QuantLinear:
+        out_f, in_f = _check_2d(weight)
+        raw = raw_to_device(weight, device)
+        b = None
+        if bias is not None:
+            if tuple(bias.shape) != (out_f,):
+                raise GGUFError(f"bias {bias.name} has shape {bias.shape}, expected ({out_f},)")
+            b = dequantize(raw_to_device(bias, device), bias.qtype, bias.shape).to(dtype)
+        if keep_quantized and weight.qtype not in FLOAT_TYPES:
+            return cls(out_f, in_f, weight.qtype, dtype, raw=raw, bias=b)
+        w = dequantize_to(raw, weight.qtype, (out_f, in_f), dtype)
+        return cls(out_f, in_f, weight.qtype, dtype, weight=w, bias=b)
+
+    def dense_weight(self) -> torch.Tensor:
+        """W [out, in] in self.dtype (a fresh tensor when kept quantized)."""
+        if self.weight is not None:
+            return self.weight
+        return dequantize_to(self.raw, self.qtype, (self.out_features, self.in_features), self.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., in] -> [..., out] in self.dtype."""
+        x = x.to(self.dtype)
+        if self.weight is not None:
+            return F.linear(x, self.weight, self.bias)
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features)
+        if self._fused is not None:
+            y = self._fused(x2, self.raw, self.out_features, self.in_features).to(self.dtype)
+            if self.bias is not None:
+                y = y + self.bias
+        else:
+            y = F.linear(x2, self.dense_weight(), self.bias)
+        return y.reshape(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        kept = "raw" if self.raw is not None else "dense"
+        return f"in={self.in_features}, out={self.out_features}, {self.qtype.name} ({kept}), {self.dtype}"
+
+
+class QuantEmbedding(nn.Module):
+    """Rows of a [vocab, hidden] table; kept quantized it dequantizes only the gathered rows."""
+
+    def __init__(self, linear: QuantLinear):
+        super().__init__()
+        self.table = linear  # shares its buffers with as_linear()
+
+    @classmethod
+    def from_gguf(cls, weight: GGUFTensor, device: torch.device | str, dtype: torch.dtype,
+                  keep_quantized: bool) -> QuantEmbedding:
+        return cls(QuantLinear.from_gguf(weight, None, device, dtype, keep_quantized))
+
+    @property
+    def num_embeddings(self) -> int:
+        return self.table.out_features
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [...] int -> [..., hidden] in dtype."""
+        t = self.table
+        if t.weight is not None:
+            return t.weight[ids]
+        rows = t.raw[ids.reshape(-1)]  # uint8 [T, row_bytes]
+        out = dequantize(rows, t.qtype, (rows.shape[0], t.in_features)).to(t.dtype)
+        return out.reshape(*ids.shape, t.in_features)
+
+    def as_linear(self) -> QuantLinear:
+        """The tied LM head: the same buffers, used as a [vocab, hidden] linear."""
+        return self.table
