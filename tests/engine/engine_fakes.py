@@ -6,6 +6,7 @@ history, so a corrupted, overwritten or mis-mapped block changes the tokens and 
 from __future__ import annotations
 
 import random
+import time
 from types import SimpleNamespace
 
 import torch
@@ -53,12 +54,15 @@ class FakeRunner:
         self.scripts = scripts or {}  # first prompt token -> forced output tokens
         self.fail_when = None  # callable(ScheduledSeq) -> bool: raise inside execute
         self.calls: list[SchedulerOutput] = []
+        self.delay_s = 0.0  # sleep per step: makes a fake step take time, like a real one
 
     def slot(self, table: list[int], pos: int) -> int:
         return table[pos // self.block_size] * self.block_size + pos % self.block_size
 
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         self.calls.append(sched)
+        if self.delay_s:
+            time.sleep(self.delay_s)
         if self.fail_when and any(self.fail_when(s) for s in sched.seqs):
             raise RuntimeError("injected failure")
         sampled = {}

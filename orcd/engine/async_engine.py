@@ -1,0 +1,215 @@
+"""AsyncEngine: the LLMEngine's step loop in one background thread, streams to asyncio callers.
+
+The HTTP event loop never runs the model. Callers hand commands (add, cancel) to the engine thread
+through a queue; the thread feeds each request's asyncio.Queue with loop.call_soon_threadsafe.
+Only the engine thread touches the LLMEngine; stats() reads a snapshot the thread publishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from typing import Any
+
+from orcd.engine.io import EngineRequest, TokenEvent
+from orcd.engine.llm_engine import LLMEngine
+from orcd.errors import OrcdError, RequestError
+
+log = logging.getLogger(__name__)
+
+
+class EngineStoppedError(OrcdError):
+    """The engine is shutting down (or stopped) and accepts no new requests (maps to HTTP 503)."""
+
+
+class _Sink:
+    """Where one request's events go: an asyncio queue on the caller's loop."""
+
+    __slots__ = ("loop", "queue")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
+
+    def put(self, event: TokenEvent) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+        except RuntimeError:  # the caller's loop is closed: nobody is listening
+            pass
+
+
+class RequestStream:
+    """Async iterator over one request's TokenEvents. Leaving it early cancels the request.
+
+    `async for ev in engine.generate(req)` and `it = await engine.generate(req)` both work.
+    """
+
+    def __init__(self, engine: AsyncEngine, request_id: str, sink: _Sink):
+        self._engine, self.request_id, self._sink = engine, request_id, sink
+        self.finished = False
+
+    def __aiter__(self) -> RequestStream:
+        return self
+
+    def __await__(self):
+        yield from ()
+        return self
+
+    async def __anext__(self) -> TokenEvent:
+        if self.finished:
+            raise StopAsyncIteration
+        try:
+            event = await self._sink.queue.get()
+        except BaseException:  # CancelledError (client gone) and friends: free the request's blocks
+            self._abandon()
+            raise
+        if event.finished:
+            self.finished = True
+        return event
+
+    async def aclose(self) -> None:
+        self._abandon()
+
+    def _abandon(self) -> None:
+        if not self.finished:
+            self.finished = True
+            self._engine.cancel(self.request_id)
+
+    def __del__(self) -> None:
+        if not self.finished:
+            self._engine.cancel(self.request_id)
+
+
+class AsyncEngine:
+    def __init__(self, llm_engine: LLMEngine, model_name: str | None = None, idle_wait_s: float = 0.05):
+        self.engine = llm_engine
+        loaded = llm_engine.loaded
+        self.config = loaded.cfg
+        self.architecture = loaded.cfg.arch
+        self.device = loaded.device
+        self.tokenizer = loaded.tokenizer
+        gguf = getattr(loaded, "gguf", None)
+        metadata = getattr(gguf, "metadata", None) or {}
+        self.model_name = model_name or metadata.get("general.name") or self.architecture
+        self._idle_wait_s = idle_wait_s
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._sinks: dict[str, _Sink] = {}  # request_id -> sink; guarded by _lock
+        self._lock = threading.RLock()  # RLock: RequestStream.__del__ may run on any thread
+        self._accepting = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stats: dict[str, Any] = llm_engine.stats()
+
+    # ---- lifecycle ----
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._accepting = True
+        self._thread = threading.Thread(target=self._loop, name="orcd-engine", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, grace_s: float = 0.0) -> None:
+        """Stop accepting; let running requests finish for up to grace_s; end the rest as cancelled."""
+        self._accepting = False
+        deadline = time.monotonic() + grace_s
+        while grace_s > 0 and self.num_active() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self._commands.put(("abort_all",))
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and self._accepting
+
+    def num_active(self) -> int:
+        with self._lock:
+            return len(self._sinks)
+
+    # ---- requests ----
+    def generate(self, req: EngineRequest) -> RequestStream:
+        """Validate now (raises RequestError / ContextLengthExceededError), then stream TokenEvents.
+
+        Call from a coroutine on the event loop that will consume the stream.
+        """
+        if not self._accepting:
+            raise EngineStoppedError("the engine is not accepting requests (shutting down or not started)")
+        self.engine.validate(req)  # reads only immutable config: safe off the engine thread
+        sink = _Sink(asyncio.get_running_loop())
+        with self._lock:
+            if req.request_id in self._sinks:
+                raise RequestError(f"request id {req.request_id!r} is already running", param="request_id")
+            self._sinks[req.request_id] = sink
+        self._commands.put(("add", req))
+        self._wake.set()
+        return RequestStream(self, req.request_id, sink)
+
+    def cancel(self, request_id: str) -> bool:
+        """Cancel a request: its final event says 'cancelled'; its blocks are freed at the next step."""
+        with self._lock:
+            if request_id not in self._sinks:
+                return False
+        self._commands.put(("abort", request_id))
+        self._wake.set()
+        return True
+
+    def stats(self) -> dict[str, Any]:
+        """The snapshot published after the last step (never waits for the engine thread)."""
+        return dict(self._stats)
+
+    # ---- the engine thread ----
+    def _loop(self) -> None:
+        while True:
+            self._drain_commands()
+            if self._stop.is_set():
+                break
+            if not self.engine.has_work():
+                self._publish([])
+                self._wake.wait(self._idle_wait_s)
+                self._wake.clear()
+                continue
+            try:
+                events = self.engine.step()
+            except Exception as err:  # a bug outside the model: end everything, keep the thread alive
+                log.exception("engine step failed")
+                events = self.engine.abort_all("error", error=f"{type(err).__name__}: {err}")
+            self._publish(events)
+        self._drain_commands()
+        self._publish(self.engine.abort_all("cancelled"))
+
+    def _drain_commands(self) -> None:
+        while True:
+            try:
+                cmd = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if cmd[0] == "add":
+                self._add(cmd[1])
+            elif cmd[0] == "abort":
+                self.engine.abort(cmd[1])
+            elif cmd[0] == "abort_all":
+                self._publish(self.engine.abort_all("cancelled"))
+
+    def _add(self, req: EngineRequest) -> None:
+        try:
+            self.engine.add_request(req)
+        except Exception as err:  # validated already; a late failure still ends the stream cleanly
+            event = TokenEvent(req.request_id, None, "", 0, finished=True, finish_reason="error",
+                               error=str(err), prompt_tokens=len(req.prompt_token_ids))
+            self._publish([event])
+
+    def _publish(self, events: list[TokenEvent]) -> None:
+        for event in events:
+            with self._lock:
+                sink = self._sinks.pop(event.request_id) if event.finished else self._sinks.get(
+                    event.request_id)
+            if sink is not None:
+                sink.put(event)
+        self._stats = self.engine.stats()
