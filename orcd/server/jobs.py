@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from orcd.engine.async_engine import EngineStoppedError
 from orcd.engine.io import EngineRequest, TokenEvent
 from orcd.engine.sampling_params import SamplingParams
 from orcd.errors import ContextLengthExceededError, RequestError
@@ -42,6 +43,7 @@ class Job:
     error: str | None = None
     cancel_requested: bool = False
     released: bool = False
+    stream: object = None  # the engine's async iterator of TokenEvents
 
     @property
     def ttft_ms(self) -> float | None:
@@ -79,7 +81,8 @@ class JobHub:
 
     @property
     def context_length(self) -> int:
-        return int(self.engine.config.context_length)
+        """Tokens one request may span: the model context, or less when the KV pool is smaller."""
+        return int(self.engine_stats().get("max_model_len") or self.engine.config.context_length)
 
     def _slots(self) -> int:
         stats = self.engine_stats()
@@ -100,7 +103,7 @@ class JobHub:
         if n_prompt + requested > ctx:
             raise ContextLengthExceededError(
                 f"prompt ({n_prompt} tokens) + max_tokens ({requested}) = {n_prompt + requested} tokens "
-                f"exceeds the model's context of {ctx} tokens")
+                f"exceeds the context of {ctx} tokens")
         return requested
 
     def admit(self, route: str, prompt_ids: list[int], sampling: SamplingParams,
@@ -122,6 +125,12 @@ class JobHub:
             raise RequestError(f"token id {bad} is outside the vocabulary (0..{vocab - 1})", param="prompt")
         sampling.validate()
         job = Job(request_id or new_request_id(prefix), route, prompt_ids, sampling)
+        # The engine validates here, before any response byte is sent: its errors become 4xx.
+        try:
+            job.stream = self.engine.generate(EngineRequest(job.request_id, prompt_ids, sampling))
+        except EngineStoppedError as err:
+            raise APIError(503, str(err), code="server_shutting_down",
+                           headers={"Retry-After": str(self.settings.retry_after_s)}) from err
         self.active[job.request_id] = job
         self.metrics.prompt_tokens.inc(len(prompt_ids))
         return job
@@ -136,6 +145,8 @@ class JobHub:
             return
         job.released = True
         self.active.pop(job.request_id, None)
+        if job.finish_reason is None:  # the response ended before its stream did (client gone early)
+            self._engine_cancel(job.request_id)
         outcome = job.finish_reason or ("cancelled" if job.cancel_requested else "disconnected")
         self.metrics.requests.labels(job.route, outcome).inc()
         self.metrics.e2e.observe(time.perf_counter() - job.t_start)
@@ -165,7 +176,7 @@ class JobHub:
     async def events(self, job: Job) -> AsyncIterator[TokenEvent | None]:
         """Engine events for `job`; None whenever ping_interval_s passes without one. The last event
         yielded is always final (finished=True), synthesised if the engine's iterator just stops."""
-        it = aiter(self.engine.generate(EngineRequest(job.request_id, job.prompt_ids, job.sampling)))
+        it = aiter(job.stream)
         task: asyncio.Future | None = None
         try:
             while job.finish_reason is None:
@@ -194,8 +205,10 @@ class JobHub:
                     task.cancel()
                     with contextlib.suppress(BaseException):
                         await task
-                with contextlib.suppress(Exception):
-                    await it.aclose()
+                aclose = getattr(it, "aclose", None)
+                if aclose is not None:
+                    with contextlib.suppress(Exception):
+                        await aclose()
             self.release(job)
 
     def _record(self, job: Job, event: TokenEvent) -> None:

@@ -32,7 +32,7 @@ _FINISH = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "canc
 
 
 def _refuse(param: str, why: str = "is not supported by orcd") -> None:
-    raise RequestError(f"{param} {why}", param=param)
+    raise RequestError(f"{param}{why}" if why.startswith("=") else f"{param} {why}", param=param)
 
 
 def _check_common(body: CompletionRequest | ChatCompletionRequest) -> None:

@@ -1,0 +1,119 @@
+"""`orcd serve`: load a model once, then serve it over HTTP until SIGTERM/SIGINT.
+
+The model loads (progress on stderr) before the port is bound, so a reachable port means a loaded
+model; /health says 503 until the warm-up generation has run, and again while draining.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from orcd.errors import OrcdError
+from orcd.server.settings import ServerSettings
+
+DEMO_MODEL = Path(__file__).resolve().parent.parent / "assets" / "demo.gguf"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None,
+                   help="GGUF path or hf:REPO/FILE (default: the bundled demo model)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: loopback only)")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--api-key", default=None,
+                   help="require this key on every route but /health (default: $ORCD_API_KEY)")
+    p.add_argument("--served-model-name", default=None, help="model id in the API (default: file stem)")
+    p.add_argument("--max-queue", type=int, default=64,
+                   help="requests that may wait beyond the running slots; more get 503 + Retry-After")
+    p.add_argument("--max-num-seqs", type=int, default=64, help="sequences decoded together")
+    p.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget of one step")
+    p.add_argument("--kv-fraction", type=float, default=0.7,
+                   help="share of free device memory for the KV cache")
+    p.add_argument("--num-kv-blocks", type=int, default=None,
+                   help="fix the KV pool size (blocks of 16 tokens)")
+    p.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024, help="larger bodies get 413")
+    p.add_argument("--ping-interval", type=float, default=5.0, help="seconds of silence before `: ping`")
+    p.add_argument("--shutdown-grace", type=float, default=30.0,
+                   help="on SIGTERM, seconds in-flight streams may run before they are cancelled")
+    p.add_argument("--cors-origin", action="append", default=[], help="allowed CORS origin (repeatable)")
+    p.add_argument("--no-warmup", action="store_true", help="skip the warm-up generation")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def _resolve_model(spec: str | None) -> Path:
+    if spec is None:
+        if not DEMO_MODEL.exists():
+            raise OrcdError("no --model given and the bundled demo model is missing")
+        return DEMO_MODEL
+    if spec.startswith("hf:"):
+        from orcd import hub
+
+        return Path(hub.resolve(spec))
+    path = Path(spec)
+    if not path.is_file():
+        raise OrcdError(f"model file not found: {spec}")
+    return path
+
+
+def _settings(args: argparse.Namespace, api_key: str | None) -> ServerSettings:
+    if args.max_queue < 0 or args.max_body_bytes < 1 or args.ping_interval <= 0 or args.shutdown_grace < 0:
+        raise OrcdError("--max-queue, --max-body-bytes, --ping-interval, --shutdown-grace must be positive")
+    return ServerSettings(served_model_name=args.served_model_name, api_key=api_key,
+                          max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
+                          ping_interval_s=args.ping_interval, shutdown_grace_s=args.shutdown_grace,
+                          cors_origins=tuple(args.cors_origin), warmup=not args.no_warmup)
+
+
+def build_engine(args: argparse.Namespace, path: Path):
+    from orcd.engine.async_engine import AsyncEngine
+    from orcd.engine.llm_engine import LLMEngine
+    from orcd.engine.loader import load_model
+
+    print(f"orcd serve: loading {path} on {args.device} ...", file=sys.stderr, flush=True)
+    loaded = load_model(path, device=args.device)
+    print(f"orcd serve: loaded {loaded.cfg.arch} in {loaded.load_seconds:.2f} s on {loaded.device}, "
+          f"{loaded.weights_bytes / 2**20:.1f} MiB of weights", file=sys.stderr, flush=True)
+    llm = LLMEngine(loaded, kv_fraction=args.kv_fraction, num_kv_blocks=args.num_kv_blocks,
+                    max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens)
+    return AsyncEngine(llm)
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from orcd.server.app import begin_drain, create_app
+
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    api_key = args.api_key or os.environ.get("ORCD_API_KEY") or None
+    settings = _settings(args, api_key)
+    path = _resolve_model(args.model)
+    t0 = time.perf_counter()
+    engine = build_engine(args, path)
+    if settings.served_model_name is None:
+        settings = dataclasses.replace(settings, served_model_name=path.stem)
+    app = create_app(engine, settings)
+
+    class DrainingServer(uvicorn.Server):
+        async def shutdown(self, sockets=None) -> None:
+            begin_drain(app)
+            await super().shutdown(sockets)
+
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                            timeout_graceful_shutdown=settings.shutdown_grace_s + 10, access_log=False)
+    server = DrainingServer(config)
+    # uvicorn re-raises the signal it caught once it has shut down; a no-op handler makes that a
+    # clean return, so SIGTERM ends with exit status 0 after the drain.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    print(f"orcd serve: {settings.served_model_name} ready to bind http://{args.host}:{args.port} "
+          f"(startup {time.perf_counter() - t0:.1f} s, API key {'on' if api_key else 'off'})",
+          file=sys.stderr, flush=True)
+    server.run()
+    return 0 if server.started else 1
