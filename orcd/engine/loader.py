@@ -72,8 +72,8 @@ def load_model(path: str | Path, device: str | torch.device = "auto", dtype: tor
     dtype = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
     keep_quantized = dev.type == "cuda" if keep_quantized is None else keep_quantized
     f = open_gguf(path)
+    cls = get_model_class(f.architecture)  # an unknown architecture is named before any key is read
     cfg = model_config_from_gguf(f)
-    cls = get_model_class(cfg.arch)
     required, optional = cls.expected_tensors(cfg)
     _validate(f, cfg, required, optional)
     tok = None

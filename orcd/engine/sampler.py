@@ -95,9 +95,9 @@ def _filter(scaled: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
         k = torch.tensor([kk if 0 < kk < v else v for kk in top_k], device=dev)[:, None]
         sorted_l = sorted_l.masked_fill(rank >= k, float("-inf"))
         probs = sorted_l.softmax(dim=-1)
-        before = probs.cumsum(dim=-1) - probs  # mass strictly ahead of each token
+        before = probs.cumsum(dim=-1) - probs  # mass strictly ahead: keep the smallest set reaching p
         p = torch.tensor(top_p, device=dev, dtype=probs.dtype)[:, None]
-        sorted_l = sorted_l.masked_fill((before > p) & (rank > 0), float("-inf"))
+        sorted_l = sorted_l.masked_fill((before >= p) & (rank > 0), float("-inf"))
         scaled = torch.full_like(scaled, float("-inf")).scatter(1, order, sorted_l)
     if any(m > 0 for m in min_p):
         probs = scaled.softmax(dim=-1)

@@ -1,0 +1,81 @@
+"""Loader and registry behaviour: errors, weights actually used, quantized-on-device path."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGUFReader, GGUFWriter
+from models_helpers import PROMPTS, orcd_last_logits, write_case
+
+from orcd.engine.loader import load_model
+from orcd.engine.model_runner import ModelRunner
+from orcd.errors import GGUFError, UnsupportedArchitectureError
+from orcd.models.registry import get_model_class, supported_architectures
+
+
+def test_registry_knows_qwen2_and_llama():
+    assert {"qwen2", "llama"} <= set(supported_architectures())
+    assert get_model_class("qwen2").qkv_bias and not get_model_class("llama").qkv_bias
+
+
+def test_unknown_architecture_is_named(tmp_path):
+    with pytest.raises(UnsupportedArchitectureError, match="mamba"):
+        get_model_class("mamba")
+    w = GGUFWriter(tmp_path / "m.gguf", "mamba")
+    w.add_uint32("mamba.context_length", 128)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    with pytest.raises(UnsupportedArchitectureError, match="'mamba'"):
+        load_model(tmp_path / "m.gguf", device="cpu", tokenizer=False)
+
+
+def _runner(path, **kw):
+    return ModelRunner(load_model(path, device="cpu", tokenizer=False, **kw), num_kv_blocks=16, block_size=8)
+
+
+def test_changing_one_weight_changes_the_output(tmp_path):
+    path = write_case(tmp_path, "qwen2-tied-f32")
+    before = orcd_last_logits(_runner(path), PROMPTS[0])
+    edited = tmp_path / "edited.gguf"
+    shutil.copy(path, edited)
+    reader = GGUFReader(edited, "r+")
+    t = next(t for t in reader.tensors if t.name == "blk.1.ffn_down.weight")
+    data = np.asarray(t.data)  # writable memmap view into the file
+    data.reshape(-1)[0] += 0.5
+    reader.data.flush()
+    del reader, data
+    after = orcd_last_logits(_runner(edited), PROMPTS[0])
+    assert not torch.equal(before, after)
+    assert (before - after).abs().max() > 1e-5
+
+
+@pytest.mark.parametrize("case", ["llama-untied-q8_0", "qwen2-untied-kquant-mix"])
+def test_kept_quantized_equals_dequantized(tmp_path, case):
+    path = write_case(tmp_path, case)
+    dense = orcd_last_logits(_runner(path, keep_quantized=False), PROMPTS[2])
+    raw = orcd_last_logits(_runner(path, keep_quantized=True), PROMPTS[2])
+    torch.testing.assert_close(raw, dense, rtol=1e-5, atol=1e-5)
+
+
+def test_loaded_model_reports_device_dtype_bytes(tmp_path):
+    path = write_case(tmp_path, "qwen2-untied-f16")
+    lm = load_model(path, device="auto" if not torch.cuda.is_available() else "cpu", tokenizer=False)
+    assert lm.device.type == "cpu" and lm.dtype == torch.float32
+    n_params = sum(np.prod(t.shape) for t in lm.gguf.tensors.values())
+    assert lm.weights_bytes == 4 * n_params  # every tensor dense fp32 once, nothing else
+    assert lm.load_seconds > 0
+
+
+def test_shape_contradicting_config_is_rejected(tmp_path):
+    from orcd.gguf.synth import write_model_gguf
+
+    bad = tmp_path / "bad.gguf"
+    write_model_gguf(bad, "qwen2", vocab_size=320, hidden=64, n_layers=2, ffn=128, n_heads=4, n_kv_heads=2,
+                     extra_metadata={"qwen2.feed_forward_length": 96})
+    with pytest.raises(GGUFError, match="ffn"):
+        load_model(bad, device="cpu", tokenizer=False)
