@@ -1,0 +1,114 @@
+"""Server test helpers: a real `orcd serve` subprocess on a free loopback port, a strict SSE reader."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+TINY = dict(vocab_size=320, hidden=64, n_layers=2, ffn=128, n_heads=4, n_kv_heads=2, context_length=2048)
+API_KEY = "sk-orcd-test-7f3a9c"
+LONG = 1800  # max_tokens for "still running" streams: far more than a test needs before it cancels
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProc:
+    def __init__(self, model: Path, log_path: Path, *extra: str, api_key: str | None = API_KEY):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.api_key = api_key
+        self.log_path = log_path
+        cmd = [sys.executable, "-m", "orcd.cli", "serve", "--model", str(model), "--port", str(self.port),
+               "--device", "cpu", "--num-kv-blocks", "512", *extra]
+        env = {**os.environ, "ORCD_API_KEY": api_key or ""}
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"orcd serve exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"orcd serve not ready after {timeout} s:\n{self.log()}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+def sse_blocks(response: httpx.Response) -> Iterator[tuple[str, str]]:
+    """Strict SSE reader: yields (event, data) per block, ("comment", text) for `:` lines.
+    Fails on any line that is not `event:`, `data:` or a comment, and on a stream cut mid-block."""
+    buf = b""
+    for chunk in response.iter_bytes():
+        buf += chunk
+        while b"\n\n" in buf:
+            block, buf = buf.split(b"\n\n", 1)
+            event, data = "message", []
+            for line in block.decode("utf-8").split("\n"):
+                if line.startswith(":"):
+                    yield "comment", line[1:].strip()
+                elif line.startswith("event: "):
+                    event = line[len("event: "):]
+                elif line.startswith("data: "):
+                    data.append(line[len("data: "):])
+                else:
+                    raise AssertionError(f"bad SSE line {line!r}")
+            if data:
+                yield event, "\n".join(data)
+    assert buf == b"", f"stream ended mid-event: {buf!r}"
+
+
+def generate_events(response: httpx.Response, pings: list | None = None) -> Iterator[tuple[str, dict]]:
+    """(event, json) of a /v1/generate stream; comments go to `pings` when given."""
+    for event, data in sse_blocks(response):
+        if event == "comment":
+            if pings is not None:
+                pings.append(data)
+            continue
+        yield event, json.loads(data)
+
+
+def wait_idle(client: httpx.Client, timeout: float = 20.0) -> dict:
+    """Poll /health until no request is active and no KV block is held; return the last body."""
+    deadline = time.monotonic() + timeout
+    health = {}
+    while time.monotonic() < deadline:
+        health = client.get("/health").json()
+        if health["active_requests"] == 0 and health["kv_blocks_used"] == 0 and health["running"] == 0:
+            return health
+        time.sleep(0.05)
+    raise AssertionError(f"server did not go idle: {health}")

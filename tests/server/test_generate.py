@@ -1,0 +1,135 @@
+"""/v1/generate against a real `orcd serve`: event order and fields, incremental streaming, stream:false,
+equality with `orcd generate`, cancellation both ways freeing the KV cache, pings, overload."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+
+import httpx
+from server_helpers import LONG, generate_events, wait_idle
+
+PROMPT = "The quick brown fox"
+
+
+def _stream(client: httpx.Client, **body) -> list[tuple[str, dict]]:
+    with client.stream("POST", "/v1/generate", json={"prompt": PROMPT, **body}) as r:
+        assert r.status_code == 200, r.read()
+        assert r.headers["content-type"].startswith("text/event-stream")
+        return list(generate_events(r))
+
+
+def test_event_order_and_fields(client, server):
+    events = _stream(client, max_tokens=12, seed=7, temperature=0.8, ignore_eos=True, request_id="order-1")
+    names = [e for e, _ in events]
+    assert names == ["started"] + ["token"] * 12 + ["end"]
+    started, end = events[0][1], events[-1][1]
+    assert started["request_id"] == "order-1" and started["model"] == "tiny-qwen2"
+    assert started["prompt_tokens"] > 0
+    tokens = [d for e, d in events if e == "token"]
+    assert [t["i"] for t in tokens] == list(range(12))
+    assert all(isinstance(t["id"], int) and 0 <= t["id"] < 320 and isinstance(t["t"], str) for t in tokens)
+    assert end["request_id"] == "order-1" and end["tokens_out"] == 12 and end["stop_reason"] == "length"
+    assert end["ttft_ms"] > 0 and end["tokens_per_s"] > 0
+    assert set(end) == {"request_id", "tokens_out", "stop_reason", "ttft_ms", "tokens_per_s"}
+
+
+def test_stream_false_matches_stream(client):
+    body = {"prompt": PROMPT, "max_tokens": 20, "seed": 11, "temperature": 0.9, "top_k": 40, "top_p": 0.95,
+            "ignore_eos": True}
+    events = _stream(client, **{k: v for k, v in body.items() if k != "prompt"})
+    streamed = "".join(d["t"] for e, d in events if e == "token")
+    ids = [d["id"] for e, d in events if e == "token"]
+    r = client.post("/v1/generate", json={**body, "stream": False})
+    assert r.status_code == 200
+    out = r.json()
+    assert out["text"] == streamed and out["token_ids"] == ids
+    assert out["tokens_out"] == 20 and out["stop_reason"] == "length"
+    assert out["prompt_tokens"] == events[0][1]["prompt_tokens"]
+
+
+def test_stop_string_ends_with_stop(client):
+    full = client.post("/v1/generate", json={"prompt": PROMPT, "max_tokens": 24, "seed": 5, "stream": False,
+                                             "ignore_eos": True}).json()["text"]
+    stop = full[6:9]
+    assert len(stop) == 3
+    out = client.post("/v1/generate", json={"prompt": PROMPT, "max_tokens": 24, "seed": 5, "stream": False,
+                                            "ignore_eos": True, "stop": [stop]}).json()
+    assert out["stop_reason"] == "stop"
+    assert out["text"] == full[: full.find(stop)]
+
+
+def test_first_token_arrives_while_running_then_cancel(client, server):
+    """Incremental: the first token event is read while the request is still running; POST /v1/cancel then
+    ends the stream with stop_reason cancelled and frees the sequence's KV blocks."""
+    with client.stream("POST", "/v1/generate", json={"prompt": PROMPT, "max_tokens": LONG, "ignore_eos": True,
+                                                     "request_id": "cancel-me"}) as r:
+        it = generate_events(r)
+        assert next(it)[0] == "started"
+        assert next(it)[0] == "token"
+        with httpx.Client(base_url=server.url, headers=server.headers) as other:
+            health = other.get("/health").json()
+            assert health["active_requests"] == 1 and health["kv_blocks_used"] > 0
+            c = other.post("/v1/cancel", json={"request_id": "cancel-me"})
+            assert c.status_code == 200 and c.json() == {"request_id": "cancel-me", "cancelled": True}
+        rest = list(it)
+    assert rest[-1][0] == "end"
+    assert rest[-1][1]["stop_reason"] == "cancelled"
+    assert rest[-1][1]["tokens_out"] < LONG
+    assert wait_idle(client)["kv_blocks_used"] == 0
+
+
+def test_disconnect_cancels_and_frees(client, server):
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=30) as c:
+        with c.stream("POST", "/v1/generate", json={"prompt": PROMPT, "max_tokens": LONG,
+                                                    "ignore_eos": True}) as r:
+            it = generate_events(r)
+            assert next(it)[0] == "started"
+            assert next(it)[0] == "token"
+            assert client.get("/health").json()["running"] == 1
+        # leaving the block closes the connection mid-stream
+    assert wait_idle(client)["active_requests"] == 0
+    metrics = client.get("/metrics").text
+    assert 'orcd_requests_total{outcome="cancelled",route="generate"}' in metrics
+
+
+def test_cancel_unknown_request_is_404(client):
+    r = client.post("/v1/cancel", json={"request_id": "never-was"})
+    assert r.status_code == 404 and r.json()["error"]["param"] == "request_id"
+
+
+def _long_stream(server, rid: str, pings: list | None = None) -> dict:
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=60) as c:
+        with c.stream("POST", "/v1/generate", json={"prompt": PROMPT, "max_tokens": LONG, "ignore_eos": True,
+                                                    "request_id": rid}) as r:
+            assert r.status_code == 200
+            return list(generate_events(r, pings))[-1][1]
+
+
+def test_queue_pings_and_overload(client, server):
+    """Two running slots + a queue of one: the third stream waits (and gets `: ping` comments before its
+    first token), the fourth request is refused with 503 + Retry-After. All end cancelled."""
+    pings: list[str] = []
+    with cf.ThreadPoolExecutor(3) as pool:
+        running = [pool.submit(_long_stream, server, f"busy-{i}") for i in range(2)]
+        _wait(lambda: client.get("/health").json()["running"] == 2)
+        queued = pool.submit(_long_stream, server, "queued", pings)
+        _wait(lambda: client.get("/health").json()["active_requests"] == 3)
+        r = client.post("/v1/generate", json={"prompt": PROMPT, "max_tokens": 4})
+        assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1
+        assert r.json()["error"]["code"] == "overloaded"
+        _wait(lambda: client.get("/health").json()["waiting"] == 1)
+        _wait(lambda: "ping" in pings)
+        for rid in ("busy-0", "busy-1", "queued"):
+            client.post("/v1/cancel", json={"request_id": rid})
+        ends = [f.result(timeout=60) for f in [*running, queued]]
+    assert all(e["stop_reason"] == "cancelled" for e in ends)
+    wait_idle(client)
+
+
+def _wait(cond, timeout: float = 20.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
