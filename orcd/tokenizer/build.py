@@ -1,0 +1,79 @@
+"""Vocab -> `tokenizers.Tokenizer` doing the merge work (byte-level BPE, or SentencePiece BPE by scores).
+
+Special tokens are not registered with `tokenizers`: GGUFTokenizer splits them out of the text first
+(llama.cpp's partition rules), so the objects built here only ever see plain text.
+"""
+
+from __future__ import annotations
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+from orcd.errors import TokenizerError
+from orcd.tokenizer.pretokenizers import IGNORE_MERGES, split_rules
+from orcd.tokenizer.vocab import Vocab
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table used by byte-level BPE vocabularies."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def build_bpe(vocab: Vocab) -> Tokenizer:
+    """Byte-level BPE with the split rules of `vocab.pre` (TokenizerError if unknown)."""
+    rules = split_rules(vocab.pre)
+    ids = {t: i for i, t in enumerate(vocab.tokens)}
+    merges = [(a, b) for a, b in vocab.merges if a in ids and b in ids and a + b in ids]
+    try:
+        model = models.BPE(ids, merges, ignore_merges=vocab.pre in IGNORE_MERGES)
+    except Exception as err:  # tokenizers raises plain Exception on inconsistent vocab/merges
+        raise TokenizerError(f"cannot build BPE from the file's vocab and merges: {err}") from err
+    tok = Tokenizer(model)
+    splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in rules]
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([*splits, byte_level])
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def spm_merges(vocab: Vocab) -> list[tuple[str, str]]:
+    """Merges implied by SentencePiece scores: every split of a token into two tokens, best score first.
+
+    llama.cpp merges the adjacent pair whose concatenation has the highest score (leftmost on ties);
+    ranking merges by the merged token's score (then its id) reproduces that.
+    """
+    ids = {t: i for i, t in enumerate(vocab.tokens)}
+    scores = vocab.scores
+    assert scores is not None
+    found = []
+    for tok, i in ids.items():
+        for cut in range(1, len(tok)):
+            left, right = tok[:cut], tok[cut:]
+            if left in ids and right in ids:
+                found.append((-float(scores[i]), i, ids[left], left, right))
+    found.sort()
+    return [(left, right) for *_, left, right in found]
+
+
+def build_spm(vocab: Vocab) -> Tokenizer:
+    """SentencePiece-style BPE on text whose spaces the caller already turned into '▁'."""
+    ids = {t: i for i, t in enumerate(vocab.tokens)}
+    has_bytes = all(f"<0x{b:02X}>" in ids for b in range(256))
+    try:
+        model = models.BPE(ids, spm_merges(vocab), byte_fallback=has_bytes,
+                           unk_token=vocab.tokens[vocab.special["unknown"]] if "unknown" in vocab.special
+                           else None)
+    except Exception as err:
+        raise TokenizerError(f"cannot build SentencePiece BPE from the file's vocab: {err}") from err
+    return Tokenizer(model)
+
+
+def build(vocab: Vocab) -> Tokenizer:
+    return build_bpe(vocab) if vocab.model == "gpt2" else build_spm(vocab)

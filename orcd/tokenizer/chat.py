@@ -1,0 +1,236 @@
+"""Chat templates: the file's `tokenizer.chat_template` rendered by Jinja2 in a sandbox.
+
+Templates come from untrusted files, so rendering runs in jinja2's ImmutableSandboxedEnvironment with:
+attribute access to Python internals (`__class__`, `__subclasses__`, ...) raising TemplateError;
+a wall-clock bound (`MAX_RENDER_SECONDS`) and an output bound (`MAX_OUTPUT_CHARS`); `*` / `**` on
+strings, lists and numbers bounded so one expression cannot allocate gigabytes.
+Globals HF templates use: `raise_exception`, `strftime_now`, `bos_token`, `eos_token`, and a `tojson`
+filter that writes JSON like transformers does (non-ASCII kept). Blocks are trimmed like transformers
+(`trim_blocks`, `lstrip_blocks`) and `loopcontrols` is on.
+
+Files without a template use DEFAULT_TEMPLATE, ChatML:
+    <|im_start|>{role}\\n{content}<|im_end|>\\n ... and, with add_generation_prompt, <|im_start|>assistant\\n
+
+`render_spans` also reports where each message's content landed in the rendered text, so the tokenizer
+can parse special tokens in template markup but never inside user content (special-token injection).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import datetime
+from typing import Any
+
+import jinja2
+import jinja2.ext
+from jinja2.exceptions import SecurityError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from orcd.errors import TemplateError
+
+DEFAULT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+MAX_RENDER_SECONDS = 2.0
+MAX_OUTPUT_CHARS = 1 << 20  # 1 MiB of text
+MAX_TEMPLATE_CHARS = 1 << 20
+_OPEN, _CLOSE = "\U000f0000", "\U000f0001"  # private-use sentinels around message contents
+
+
+class _RenderLimit(Exception):
+    pass
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateError(f"chat template raised: {message}")
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: Any = None, sort_keys: bool = False) -> str:
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+def _size(x: Any) -> int:
+    return len(x) if isinstance(x, (str, list, tuple)) else 1
+
+
+class _Env(ImmutableSandboxedEnvironment):
+    intercepted_binops = frozenset({"*", "**"})
+
+    def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
+        raise SecurityError(f"access to {attribute!r} of a {type(obj).__name__} is not allowed")
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**" and isinstance(right, (int, float)) and abs(right) > 64:
+            raise SecurityError("exponent too large")
+        if operator == "*" and _size(left) * _size(right) > MAX_OUTPUT_CHARS:
+            raise SecurityError("repetition too large")
+        return super().call_binop(context, operator, left, right)
+
+
+class _Content(str):
+    """A message content wrapped in sentinels; tests and trims act on the content itself, so
+    templates branch the same as with the plain string."""
+
+    inner: str
+
+    def __new__(cls, inner: str) -> _Content:
+        obj = super().__new__(cls, _OPEN + inner + _CLOSE)
+        obj.inner = inner
+        return obj
+
+    def __eq__(self, other: object) -> bool:
+        return self.inner == (other.inner if isinstance(other, _Content) else other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash(self.inner)
+
+    def __bool__(self) -> bool:
+        return bool(self.inner)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def strip(self, chars: str | None = None) -> _Content:
+        return _Content(self.inner.strip(chars))
+
+    def lstrip(self, chars: str | None = None) -> _Content:
+        return _Content(self.inner.lstrip(chars))
+
+    def rstrip(self, chars: str | None = None) -> _Content:
+        return _Content(self.inner.rstrip(chars))
+
+    def startswith(self, *args: Any) -> bool:
+        return self.inner.startswith(*args)
+
+    def endswith(self, *args: Any) -> bool:
+        return self.inner.endswith(*args)
+
+
+def _wrap_message(msg: Any) -> Any:
+    if not isinstance(msg, dict):
+        return msg
+    out = dict(msg)
+    for key in ("content", "reasoning_content"):
+        value = out.get(key)
+        if isinstance(value, str):
+            out[key] = _Content(value)
+        elif isinstance(value, list):
+            out[key] = [{**p, "text": _Content(p["text"])} if isinstance(p, dict) and isinstance(
+                p.get("text"), str) else p for p in value]
+    return out
+
+
+def _spans(marked: str) -> tuple[str, list[tuple[int, int]]] | None:
+    """Strip sentinels; (text, content spans), or None if they are not properly paired."""
+    parts, spans, pos, inside = [], [], 0, False
+    start = 0
+    i = 0
+    while i < len(marked):
+        c = marked[i]
+        if c == _OPEN or c == _CLOSE:
+            if (c == _OPEN) == inside:
+                return None
+            parts.append(marked[pos:i])
+            n = sum(len(p) for p in parts)
+            if c == _OPEN:
+                start = n
+            elif n > start:
+                spans.append((start, n))
+            inside = not inside
+            pos = i + 1
+        i += 1
+    if inside:
+        return None
+    parts.append(marked[pos:])
+    return "".join(parts), spans
+
+
+class ChatTemplate:
+    def __init__(self, source: str | None, bos_token: str, eos_token: str):
+        source = DEFAULT_TEMPLATE if source is None else source
+        if len(source) > MAX_TEMPLATE_CHARS:
+            raise TemplateError("chat template is larger than 1 MiB")
+        env = _Env(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+        env.filters["tojson"] = _tojson
+        env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
+        try:
+            self._template = env.from_string(source)
+        except jinja2.TemplateError as err:
+            raise TemplateError(f"chat template does not compile: {err}") from None
+        self._vars = {"bos_token": bos_token, "eos_token": eos_token}
+
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **extra: Any) -> str:
+        if not isinstance(messages, list):
+            raise TemplateError("messages must be a list")
+        variables = {**self._vars, **extra, "messages": messages,
+                     "add_generation_prompt": add_generation_prompt}
+        return self._bounded_render(variables)
+
+    def render_spans(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+                     **extra: Any) -> tuple[str, list[tuple[int, int]] | None]:
+        """(rendered text, content spans). Spans is None when the template rewrote the contents so
+        their place in the text cannot be told (the text is still the exact rendering)."""
+        text = self.render(messages, add_generation_prompt, **extra)
+        if any(_OPEN in t or _CLOSE in t for t in _all_strings(messages)):
+            return text, None
+        marked = self.render([_wrap_message(m) for m in messages], add_generation_prompt, **extra)
+        found = _spans(marked)
+        if found is None or found[0] != text:
+            return text, None
+        return text, found[1]
+
+    def _bounded_render(self, variables: dict[str, Any]) -> str:
+        deadline = time.monotonic() + MAX_RENDER_SECONDS
+        counter = [0]
+
+        def tracer(frame: Any, event: str, arg: Any) -> Any:
+            counter[0] += 1
+            if counter[0] % 256 == 0 and time.monotonic() > deadline:
+                raise _RenderLimit(f"took longer than {MAX_RENDER_SECONDS} s")
+            return tracer
+
+        chunks, size = [], 0
+        previous = sys.gettrace()
+        sys.settrace(tracer)
+        try:
+            for chunk in self._template.generate(**variables):
+                size += len(chunk)
+                if size > MAX_OUTPUT_CHARS:
+                    raise _RenderLimit("output is larger than 1 MiB")
+                chunks.append(chunk)
+        except TemplateError:
+            raise
+        except _RenderLimit as err:
+            raise TemplateError(f"chat template render stopped: {err}") from None
+        except SecurityError as err:
+            raise TemplateError(f"chat template blocked by the sandbox: {err}") from None
+        except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError,
+                OverflowError, RecursionError, ZeroDivisionError) as err:
+            raise TemplateError(f"chat template failed: {type(err).__name__}: {err}") from None
+        finally:
+            sys.settrace(previous)
+        return "".join(chunks)
+
+
+def _all_strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _all_strings(v)]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _all_strings(v)]
+    return []

@@ -1,0 +1,115 @@
+"""`tokenizer.ggml.*` metadata -> a checked Vocab (tokens, types, special ids), as llama.cpp reads it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from orcd.errors import TokenizerError
+
+# llama.cpp token types (gguf TokenType)
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
+# Token texts llama.cpp treats as end-of-generation (and forces to CONTROL), from llama-vocab.cpp.
+EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>")
+_EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
+              "<｜end▁of▁sentence｜>")
+_SPECIAL_ID_KEYS = ("bos", "eos", "eot", "eom", "unknown", "seperator", "padding")
+_MAX_TOKENS = 1 << 22  # 4M tokens: far above any real vocabulary, bounds what a hostile file can ask
+
+
+@dataclass(frozen=True)
+class Vocab:
+    model: str  # "gpt2" (byte-level BPE) | "llama" (SentencePiece BPE)
+    pre: str
+    tokens: list[str]
+    types: list[int]  # one of the constants above per token
+    scores: list[float] | None
+    merges: list[tuple[str, str]]
+    special: dict[str, int]  # "bos", "eos", "eot", ... -> id (only those present)
+    add_bos: bool
+    add_eos: bool
+    add_space_prefix: bool
+    eog_ids: frozenset[int]
+    rstrip_ids: frozenset[int]  # special tokens that eat the whitespace after them (phi-3)
+    chat_template: str | None
+
+
+def _list(md: dict[str, Any], key: str, n: int | None = None) -> list | None:
+    value = md.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise TokenizerError(f"metadata {key} is not an array")
+    if n is not None and len(value) != n:
+        raise TokenizerError(f"metadata {key} has {len(value)} entries, expected {n}")
+    return value
+
+
+def _special_ids(md: dict[str, Any], model: str, n: int) -> dict[str, int]:
+    # llama.cpp defaults when the file names none: SPM bos=1 eos=2 unk=0; BPE bos=eos=11
+    special = {"bos": 1, "eos": 2, "unknown": 0} if model == "llama" else {"bos": 11, "eos": 11}
+    for name in _SPECIAL_ID_KEYS:
+        value = md.get(f"tokenizer.ggml.{name}_token_id")
+        if isinstance(value, int) and 0 <= value < n:
+            special[name] = value
+    return {k: v for k, v in special.items() if 0 <= v < n}
+
+
+def _merges(md: dict[str, Any]) -> list[tuple[str, str]]:
+    raw = _list(md, "tokenizer.ggml.merges")
+    if raw is None:
+        raise TokenizerError("gpt2 tokenizer without tokenizer.ggml.merges")
+    merges = []
+    for m in raw:
+        pos = m.find(" ", 1) if isinstance(m, str) else -1
+        if pos < 0:
+            raise TokenizerError(f"malformed merge {m!r} in tokenizer.ggml.merges")
+        merges.append((m[:pos], m[pos + 1:]))
+    return merges
+
+
+def read_vocab(md: dict[str, Any]) -> Vocab:
+    """Check and collect the tokenizer metadata; TokenizerError with one line on anything unusable."""
+    model = md.get("tokenizer.ggml.model")
+    if model not in ("gpt2", "llama"):
+        raise TokenizerError(f"unsupported tokenizer.ggml.model {model!r} (orcd supports gpt2, llama)")
+    tokens = _list(md, "tokenizer.ggml.tokens")
+    if not tokens or len(tokens) > _MAX_TOKENS or not all(isinstance(t, str) for t in tokens):
+        raise TokenizerError("tokenizer.ggml.tokens is missing, empty, too long or not all strings")
+    n = len(tokens)
+    tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+    if len(set(tokens)) != n:
+        raise TokenizerError("tokenizer.ggml.tokens holds duplicate token texts")
+    types = list(_list(md, "tokenizer.ggml.token_type", n) or [NORMAL] * n)
+    scores = _list(md, "tokenizer.ggml.scores", n)
+    if model == "llama" and scores is None:
+        raise TokenizerError("llama tokenizer without tokenizer.ggml.scores")
+    pre = md.get("tokenizer.ggml.pre", "default") if model == "gpt2" else "default"
+    special = _special_ids(md, model, n)
+    index = {t: i for i, t in enumerate(tokens)}
+    if "eot" not in special:
+        eot = next((index[t] for t in _EOT_TEXTS if t in index), None)
+        if eot is not None:
+            special["eot"] = eot
+    eog = {index[t] for t in EOG_TEXTS if t in index}
+    eog |= {special[k] for k in ("eos", "eot", "eom") if k in special}
+    for i in eog | ({special["eot"]} if "eot" in special else set()):
+        types[i] = CONTROL  # llama.cpp overrides end-of-generation tokens to control type
+    add_bos = model == "llama" or pre in ("llama-bpe", "llama3", "llama-v3")
+    add_bos = bool(md.get("tokenizer.ggml.add_bos_token", add_bos))
+    add_eos = bool(md.get("tokenizer.ggml.add_eos_token", False))
+    add_space_prefix = bool(md.get("tokenizer.ggml.add_space_prefix", model == "llama"))
+    rstrip: set[int] = set()
+    name = str(md.get("general.name", "")).lower()
+    if "phi-3" in name or "phi3" in name:  # llama.cpp's per-model attribute fix-up
+        rstrip = {i for i, t in enumerate(types) if t in (CONTROL, USER_DEFINED, UNKNOWN)}
+        rstrip |= {index["</s>"]} if "</s>" in index else set()
+        rstrip -= {index[t] for t in ("<unk>", "<s>", "<|endoftext|>") if t in index}
+    template = md.get("tokenizer.chat_template")
+    return Vocab(
+        model=model, pre=str(pre), tokens=tokens, types=types, scores=scores,
+        merges=_merges(md) if model == "gpt2" else [], special=special, add_bos=add_bos,
+        add_eos=add_eos, add_space_prefix=add_space_prefix, eog_ids=frozenset(eog),
+        rstrip_ids=frozenset(rstrip), chat_template=template if isinstance(template, str) else None,
+    )
