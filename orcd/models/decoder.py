@@ -67,7 +67,7 @@ class DecoderModel(nn.Module):
             }
             if cls.qkv_bias:
                 req |= {p + "attn_q.bias": (q,), p + "attn_k.bias": (kv,), p + "attn_v.bias": (kv,)}
-        return req, {"output.weight": (cfg.vocab_size, h)}
+        return req, {"output.weight": (cfg.vocab_size, h), "rope_freqs.weight": (cfg.rope_dim // 2,)}
 
     def __init__(self, cfg: ModelConfig, embed: nn.Module, blocks: list[Block], norm: RMSNorm,
                  lm_head: nn.Module, rotary: RotaryEmbedding):
@@ -80,6 +80,9 @@ class DecoderModel(nn.Module):
                   keep_quantized: bool) -> DecoderModel:
         device = torch.device(device)
         t = f.tensors
+        factors = dense(t["rope_freqs.weight"], device, torch.float32) if "rope_freqs.weight" in t else None
+        rotary = RotaryEmbedding(cfg.rope_dim, cfg.rope_theta, cfg.rope_scaling_type,  # fails before weights
+                                 cfg.rope_scaling_factor, device, factors)
 
         def lin(name: str, bias: bool = False, permute_heads: int = 0) -> nn.Module:
             w, b = t[name + ".weight"], t.get(name + ".bias") if bias else None
@@ -103,8 +106,6 @@ class DecoderModel(nn.Module):
             blocks.append(Block(norm(p + "attn_norm.weight"), attn, norm(p + "ffn_norm.weight"), mlp))
         embed = embedding(t["token_embd.weight"], device, dtype, keep_quantized)
         head = lin("output") if "output.weight" in t else embed.as_linear()
-        rotary = RotaryEmbedding(cfg.rope_dim, cfg.rope_theta, cfg.rope_scaling_type,
-                                 cfg.rope_scaling_factor, device)
         return cls(cfg, embed, blocks, norm("output_norm.weight"), head, rotary)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttnMetadata,

@@ -97,6 +97,8 @@ def test_rotary_matches_complex_rotation_and_linear_scaling():
     c4, s4 = scaled.cos_sin(pos * 4, torch.float32)
     torch.testing.assert_close(apply_rotary(x, c4, s4), got, rtol=1e-5, atol=1e-5)
     assert torch.equal(apply_rotary(x, *rope.cos_sin(torch.zeros(4, dtype=torch.long), torch.float32)), x)
+    factors = RotaryEmbedding(8, 10000.0, freq_factors=torch.full((4,), 4.0))  # llama 3.1 rope_freqs
+    torch.testing.assert_close(apply_rotary(x, *factors.cos_sin(pos * 4, torch.float32)), got)
 
 
 @pytest.mark.gpu

@@ -17,7 +17,7 @@ class RotaryEmbedding:
     """cos/sin for integer positions; not an nn.Module (holds no weights)."""
 
     def __init__(self, rope_dim: int, theta: float, scaling_type: str = "none", scaling_factor: float = 1.0,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", freq_factors: torch.Tensor | None = None):
         if scaling_type not in SUPPORTED_SCALING:
             raise GGUFError(f"rope scaling type {scaling_type!r} is not supported (have: none, linear)")
         if rope_dim <= 0 or rope_dim % 2:
@@ -27,6 +27,8 @@ class RotaryEmbedding:
         inv_freq = 1.0 / (theta**exps)  # [rope_dim / 2], float32
         if scaling_type == "linear" and scaling_factor not in (0.0, 1.0):
             inv_freq = inv_freq / scaling_factor  # position p is rotated as if it were p / factor
+        if freq_factors is not None:  # llama 3.1+ files: per-frequency divisors (tensor rope_freqs.weight)
+            inv_freq = inv_freq / freq_factors.to(device=inv_freq.device, dtype=torch.float32)
         self.inv_freq = inv_freq
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
