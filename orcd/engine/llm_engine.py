@@ -93,7 +93,7 @@ class LLMEngine:
         if req.request_id in self._requests:
             raise RequestError(f"request id {req.request_id!r} is already running", param="request_id")
         seq = Sequence(req.request_id, req.prompt_token_ids, req.sampling)
-        out = RequestOutput(seq, self.tokenizer.detokenizer(), self.tokenizer.eog_ids)
+        out = RequestOutput(seq, self.tokenizer.detokenizer(skip_special=True), self.tokenizer.eog_ids)
         self._requests[req.request_id] = out
         self._by_seq[seq.seq_id] = out
         self.scheduler.add(seq)

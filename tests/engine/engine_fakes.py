@@ -103,7 +103,7 @@ class FakeTokenizer:
     bos_id = None
     vocab_size = VOCAB
 
-    def detokenizer(self) -> FakeDetokenizer:
+    def detokenizer(self, skip_special: bool = False) -> FakeDetokenizer:
         return FakeDetokenizer()
 
     def decode(self, ids, skip_special=False) -> str:

@@ -27,7 +27,7 @@ class IdTokenizer:
 
     eog_ids = frozenset({VOCAB - 1})
 
-    def detokenizer(self):
+    def detokenizer(self, skip_special: bool = False):
         return IdDetokenizer()
 
 
