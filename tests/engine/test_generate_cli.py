@@ -59,7 +59,8 @@ def test_chat_template_wraps_the_prompt_unless_raw(model_path):
     tok = load_model(model_path, "cpu").tokenizer
     assert tok.has_chat_template
     chat = encode(tok, "Hi", raw=False, system="Be brief.")
-    assert chat == tok.encode_chat([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    assert chat == tok.encode_chat(messages)
     assert encode(tok, "Hi", raw=True, system=None) == tok.encode_prompt("Hi")
 
 
