@@ -1,0 +1,109 @@
+"""`orcd pull REPO FILE` and `hf:REPO/FILE` model specs, both through huggingface_hub's cache.
+
+The cache (HF_HUB_CACHE, default ~/.cache/huggingface/hub), resumption of broken downloads, the
+progress bar, HF_TOKEN and HF_ENDPOINT all come from huggingface_hub itself. A file already in the
+cache is used without a network round trip when HF_HUB_OFFLINE=1, and as a fallback when the Hub
+cannot be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from orcd.errors import OrcdError
+
+DEMO_MODEL_PATH = Path(__file__).resolve().parent / "assets" / "demo.gguf"
+HF_PREFIX = "hf:"
+
+
+class HubError(OrcdError):
+    """A model could not be found or downloaded from the Hub, or a model spec is malformed."""
+
+
+def parse_hf_spec(spec: str) -> tuple[str, str]:
+    """"hf:owner/name/path/file.gguf" -> ("owner/name", "path/file.gguf")."""
+    parts = spec[len(HF_PREFIX):].split("/") if spec.startswith(HF_PREFIX) else []
+    if len(parts) < 3 or any(p in ("", ".", "..") for p in parts):
+        raise HubError(f"bad model spec {spec!r}: expected hf:OWNER/REPO/FILE")
+    return "/".join(parts[:2]), "/".join(parts[2:])
+
+
+def download(repo: str, filename: str, *, revision: str | None = None, cache_dir: str | None = None,
+             progress: bool = True) -> Path:
+    """Download (or find in the cache) one file of a model repo; returns its path in the cache."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    where = f"{repo}/{filename}" + (f"@{revision}" if revision else "")
+    bars_were_disabled = are_progress_bars_disabled()
+    if not progress:
+        disable_progress_bars()
+    try:
+        return Path(hf_hub_download(repo_id=repo, filename=filename, revision=revision, cache_dir=cache_dir))
+    except GatedRepoError as err:
+        raise HubError(f"{repo} is gated: accept its terms on the Hub and set HF_TOKEN") from err
+    except RepositoryNotFoundError as err:
+        raise HubError(f"repository {repo} not found (or private: set HF_TOKEN)") from err
+    except RevisionNotFoundError as err:
+        raise HubError(f"revision {revision!r} not found in {repo}") from err
+    except LocalEntryNotFoundError as err:
+        raise HubError(f"{where} is not in the cache and the Hub cannot be reached") from err
+    except EntryNotFoundError as err:
+        raise HubError(f"file {filename!r} not found in {repo}") from err
+    except HfHubHTTPError as err:
+        raise HubError(f"download of {where} failed: {str(err).splitlines()[0]}") from err
+    except OSError as err:
+        raise HubError(f"download of {where} failed: {err}") from err
+    finally:
+        if not progress and not bars_were_disabled:
+            enable_progress_bars()
+
+
+def resolve_model_path(spec: str | None, *, progress: bool = True) -> Path:
+    """A model spec -> a local GGUF path.
+
+    None -> the bundled demo model; "hf:OWNER/REPO/FILE" -> that file in the Hugging Face cache
+    (downloaded first if missing); anything else -> a local file path.
+    """
+    if spec is None:
+        if not DEMO_MODEL_PATH.is_file():
+            raise HubError(f"the bundled demo model is missing ({DEMO_MODEL_PATH})")
+        return DEMO_MODEL_PATH
+    if spec.startswith(HF_PREFIX):
+        repo, filename = parse_hf_spec(spec)
+        return download(repo, filename, progress=progress)
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise HubError(f"model file not found: {spec}")
+    return path
+
+
+resolve = resolve_model_path  # the name orcd.server.serve_cli calls
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("repo", help="model repository, e.g. Qwen/Qwen2.5-0.5B-Instruct-GGUF")
+    p.add_argument("file", help="file in the repository, e.g. qwen2.5-0.5b-instruct-q4_k_m.gguf")
+    p.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
+    p.add_argument("--cache-dir", default=None, help="cache folder (default: HF_HUB_CACHE)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.repo.count("/") != 1 or not all(args.repo.split("/")):
+        raise HubError(f"bad repository {args.repo!r}: expected OWNER/NAME")
+    path = download(args.repo, args.file, revision=args.revision, cache_dir=args.cache_dir,
+                    progress=not args.quiet)
+    print(path)
+    print(f"use it with: --model {HF_PREFIX}{args.repo}/{args.file}", file=sys.stderr, flush=True)
+    return 0
