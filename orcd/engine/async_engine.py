@@ -179,10 +179,21 @@ class AsyncEngine:
                 events = self.engine.step()
             except Exception as err:  # a bug outside the model: end everything, keep the thread alive
                 log.exception("engine step failed")
-                events = self.engine.abort_all("error", error=f"{type(err).__name__}: {err}")
+                events = self._end_all("error", f"{type(err).__name__}: {err}")
             self._publish(events)
         self._drain_commands()
-        self._publish(self.engine.abort_all("cancelled"))
+        self._publish(self._end_all("cancelled"))
+
+    def _end_all(self, reason, error: str | None = None) -> list[TokenEvent]:
+        """Final events for every request; if the engine itself is broken, for every listener."""
+        try:
+            return self.engine.abort_all(reason, error=error)
+        except Exception:
+            log.exception("could not end requests cleanly")
+            with self._lock:
+                ids = list(self._sinks)
+            return [TokenEvent(rid, None, "", 0, finished=True, finish_reason="error",
+                               error=error or "engine failure") for rid in ids]
 
     def _drain_commands(self) -> None:
         while True:
@@ -195,7 +206,7 @@ class AsyncEngine:
             elif cmd[0] == "abort":
                 self.engine.abort(cmd[1])
             elif cmd[0] == "abort_all":
-                self._publish(self.engine.abort_all("cancelled"))
+                self._publish(self._end_all("cancelled"))
 
     def _add(self, req: EngineRequest) -> None:
         try:

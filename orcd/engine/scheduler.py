@@ -124,10 +124,10 @@ class Scheduler:
             seq_id=seq.seq_id,
             token_ids=seq.token_slice(seq.num_computed, end),
             num_computed=seq.num_computed,
-            block_table=list(seq.block_table),
+            block_table=seq.block_table,  # shared, not copied: read-only for the runner during the step
             sample=sample,
             sampling=seq.sampling,
-            penalty_token_ids=seq.token_ids if sample and _uses_penalties(seq) else [],
+            penalty_token_ids=seq.token_ids if sample and seq.uses_penalties else [],
             num_generated=seq.num_generated,
         )
 
@@ -157,7 +157,3 @@ class Scheduler:
             updates.append(SeqUpdate(seq, token))
         return updates
 
-
-def _uses_penalties(seq: Sequence) -> bool:
-    p = seq.sampling
-    return p.repetition_penalty != 1.0 or p.presence_penalty != 0.0 or p.frequency_penalty != 0.0

@@ -31,6 +31,9 @@ class Sequence:
         self.prompt_token_ids = list(prompt_token_ids)
         self.output_token_ids: list[int] = []
         self.sampling = sampling
+        # penalty_token_ids are sent to the runner only when a penalty is on
+        self.uses_penalties = (sampling.repetition_penalty != 1.0 or sampling.presence_penalty != 0.0
+                               or sampling.frequency_penalty != 0.0)
         self.status = SequenceStatus.WAITING
         self.num_computed = 0
         self.block_table: list[int] = []

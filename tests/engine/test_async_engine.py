@@ -134,3 +134,42 @@ def test_shutdown_ends_the_rest_as_cancelled_and_refuses_new_requests():
     evs = asyncio.run(main())
     assert evs[-1].finish_reason == "cancelled"
     assert engine.block_manager.num_used_blocks == 0
+
+
+def test_shutdown_with_grace_lets_running_requests_finish():
+    engine, runner = fake_engine(num_blocks=64, block_size=4)
+    ae = AsyncEngine(engine)
+    ae.start()
+
+    async def main():
+        stream = ae.generate(req("s", range(1, 5), max_tokens=5))
+        first = await stream.__anext__()
+        await asyncio.to_thread(ae.shutdown, 30.0)
+        return [first, *[ev async for ev in stream]]
+
+    evs = asyncio.run(main())
+    assert evs[-1].finish_reason == "length" and len(evs) == 5
+
+
+def test_a_broken_step_ends_requests_with_error_and_the_engine_lives_on(aengine):
+    runner = aengine.engine.runner
+    calls = 0
+
+    def broken_update(*args):
+        nonlocal calls
+        calls += 1
+        raise ValueError("bug in update")
+
+    update = aengine.engine.scheduler.update
+    aengine.engine.scheduler.update = broken_update
+
+    async def collect(r):
+        return [ev async for ev in aengine.generate(r)]
+
+    evs = asyncio.run(collect(req("x", [1, 2], max_tokens=3)))
+    assert evs[-1].finish_reason == "error" and "bug in update" in evs[-1].error
+    aengine.engine.scheduler.update = update
+    evs = asyncio.run(collect(req("y", [1, 2], max_tokens=3, temperature=0.0)))
+    assert tokens_of(evs) == reference([1, 2], SamplingParams(max_tokens=3, temperature=0.0))
+    assert runner is aengine.engine.runner and calls == 1
+    wait_idle(aengine)
