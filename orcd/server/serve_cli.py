@@ -18,8 +18,6 @@ from pathlib import Path
 from orcd.errors import OrcdError
 from orcd.server.settings import ServerSettings
 
-DEMO_MODEL = Path(__file__).resolve().parent.parent / "assets" / "demo.gguf"
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None,
@@ -27,6 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: loopback only)")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"],
+                   help="compute dtype (auto: float32 on CPU, bfloat16 on CUDA)")
     p.add_argument("--api-key", default=None,
                    help="require this key on every route but /health (default: $ORCD_API_KEY)")
     p.add_argument("--served-model-name", default=None, help="model id in the API (default: file stem)")
@@ -48,18 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _resolve_model(spec: str | None) -> Path:
-    if spec is None:
-        if not DEMO_MODEL.exists():
-            raise OrcdError("no --model given and the bundled demo model is missing")
-        return DEMO_MODEL
-    if spec.startswith("hf:"):
-        from orcd import hub
+    from orcd.hub import resolve_model_path
 
-        return Path(hub.resolve(spec))
-    path = Path(spec)
-    if not path.is_file():
-        raise OrcdError(f"model file not found: {spec}")
-    return path
+    return resolve_model_path(spec)  # None -> bundled demo model; hf:OWNER/REPO/FILE -> HF cache
 
 
 def _settings(args: argparse.Namespace, api_key: str | None) -> ServerSettings:
@@ -77,7 +68,10 @@ def build_engine(args: argparse.Namespace, path: Path):
     from orcd.engine.loader import load_model
 
     print(f"orcd serve: loading {path} on {args.device} ...", file=sys.stderr, flush=True)
-    loaded = load_model(path, device=args.device)
+    import torch
+
+    dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
+    loaded = load_model(path, device=args.device, dtype=dtype)
     print(f"orcd serve: loaded {loaded.cfg.arch} in {loaded.load_seconds:.2f} s on {loaded.device}, "
           f"{loaded.weights_bytes / 2**20:.1f} MiB of weights", file=sys.stderr, flush=True)
     llm = LLMEngine(loaded, kv_fraction=args.kv_fraction, num_kv_blocks=args.num_kv_blocks,
