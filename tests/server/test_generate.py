@@ -4,6 +4,8 @@ equality with `orcd generate`, cancellation both ways freeing the KV cache, ping
 from __future__ import annotations
 
 import concurrent.futures as cf
+import subprocess
+import sys
 
 import httpx
 from server_helpers import LONG, generate_events, wait_idle
@@ -137,12 +139,9 @@ def _wait(cond, timeout: float = 20.0) -> None:
 
 def test_stream_equals_orcd_generate(client, tiny_model):
     """The same seed through `orcd generate` (its own process, chat template) gives the same text."""
-    import subprocess
-    import sys
-
     args = {"max_tokens": 16, "seed": 21, "temperature": 0.8, "top_k": 50, "ignore_eos": True}
-    cmd = [sys.executable, "-m", "orcd.cli", "generate", PROMPT, "--model", str(tiny_model), "--device", "cpu",
-           "--quiet", "--max-tokens", "16", "--seed", "21", "--temperature", "0.8", "--top-k", "50",
+    cmd = [sys.executable, "-m", "orcd.cli", "generate", PROMPT, "--model", str(tiny_model),
+           "--device", "cpu", "--quiet", "--max-tokens", "16", "--seed", "21", "--temperature", "0.8", "--top-k", "50",
            "--ignore-eos"]
     cli = subprocess.run(cmd, capture_output=True, timeout=120)
     assert cli.returncode == 0, cli.stderr.decode()
