@@ -82,29 +82,36 @@ def per_shape(rows: list[dict]) -> None:
 
 
 def sweep(rows: list[dict]) -> None:
-    """GEMV rows-per-program x warps for three shapes (tuning aid)."""
-    from orcd.quant.kernels.fused_linear import BLOCK_SIZE, TILE_SHAPES, TYPE_SIZE, _gemv_kernel
+    """GEMV (groups per pass, rows per program, warps) for five shapes (tuning aid)."""
+    from orcd.quant.kernels.fused_linear import BLOCK_SIZE, GEMV_GROUPS, TYPE_SIZE, _gemv_kernel, gemv_config
 
-    for name, qt, out_f, in_f in [LAYER[5], LAYER[6], HEAD]:
+    for name, qt, out_f, in_f in [LAYER[0], LAYER[5], LAYER[6], LAYER[7], HEAD]:
         qi = int(qt)
         raw = random_blocks(qt, out_f, in_f, seed=1).cuda()
         raws = [raw.clone() for _ in range(max(1, min(64, (256 << 20) // raw.numel())))]
         x = torch.randn(1, in_f, device="cuda", dtype=torch.bfloat16)
         y = torch.empty(1, out_f, device="cuda", dtype=torch.bfloat16)
         row_bytes = in_f // BLOCK_SIZE[qi] * TYPE_SIZE[qi]
-        s, g, _ = TILE_SHAPES[qi]
-        for bo in (1, 2, 4, 8, 16):
-            for nw in (1, 2, 4, 8):
-                kern = _gemv_kernel[(triton.cdiv(out_f, bo), 1)]
-                args = [(x, r, r.view(-1).view(torch.int16), y, out_f, in_f, row_bytes, in_f, out_f,
-                         qi, s, g, bo) for r in raws]
-                ms = graph_time_ms(calls(functools.partial(kern, num_warps=nw), args)) / len(raws)
-                rows.append({"kernel": f"sweep {name} BO={bo} warps={nw}", "us": ms * 1e3,
-                             "GB/s": raw.numel() / ms / 1e6})
+        epg, u = GEMV_GROUPS[qi]
+        g0, bo0, w0 = gemv_config(qi, out_f, in_f)
+        for g in (g0, max(1, g0 // 4)):
+            for bo in (1, 2, 4):
+                for nw in (1, 2, 4, 8):
+                    kern = _gemv_kernel[(triton.cdiv(out_f, bo), 1)]
+                    args = [(x, r, r.view(-1).view(torch.int16), r.view(-1).view(torch.int32) if qi == 12
+                             else r.view(-1).view(torch.int16), y, out_f, in_f, row_bytes, in_f, out_f,
+                             qi, epg, u, g, bo) for r in raws]
+                    ms = graph_time_ms(calls(functools.partial(kern, num_warps=nw), args)) / len(raws)
+                    mark = " (default)" if (g, bo, nw) == (g0, bo0, w0) else ""
+                    rows.append({"kernel": f"sweep {name} G={g} BO={bo} warps={nw}{mark}", "us": ms * 1e3,
+                                 "GB/s": raw.numel() / ms / 1e6})
 
 
-def whole_token(rows: list[dict], n: int) -> None:
+def whole_token(rows: list[dict], n: int, gemv_max_n: int = 4) -> None:
     """All matrix products of one decode step for n tokens: fused over raw blocks vs bf16."""
+    import orcd.quant.kernels.fused_linear as fl
+
+    fl.GEMV_MAX_N = gemv_max_n
     layers = [(random_blocks(qt, o, i, seed=li).cuda(), qt, o, i)
               for li in range(N_LAYERS) for (_, qt, o, i) in LAYER[:7]]
     layers.append((random_blocks(HEAD[1], HEAD[2], HEAD[3], seed=99).cuda(), *HEAD[1:]))
@@ -112,8 +119,9 @@ def whole_token(rows: list[dict], n: int) -> None:
     xs = {i: torch.randn(n, i, device="cuda", dtype=torch.bfloat16) for i in (896, 4864)}
     fns = [(get_fused_linear(qt, "cuda"), r, o, i) for r, qt, o, i in layers]
     ms = graph_time_ms(calls(lambda f, *a: f(*a), [(f, xs[i], r, o, i) for f, r, o, i in fns]))
-    rows.append({"kernel": f"all GEMMs of one step, N={n}, fused", "us": ms * 1e3, "GB/s": nbytes / ms / 1e6,
-                 "MiB": nbytes / 2**20})
+    fl.GEMV_MAX_N = 4
+    rows.append({"kernel": f"all GEMMs of one step, N={n}, fused, gemv<={gemv_max_n}", "us": ms * 1e3,
+                 "GB/s": nbytes / ms / 1e6, "MiB": nbytes / 2**20})
     del fns, layers
     ws = [(torch.randn(o, i, device="cuda", dtype=torch.bfloat16), i)
           for _ in range(N_LAYERS) for (_, _, o, i) in LAYER[:7]]
@@ -144,8 +152,8 @@ def main() -> None:
     rows: list[dict] = []
     per_shape(rows)
     sweep(rows)
-    for n in (1, 8):
-        whole_token(rows, n)
+    for n, gmax in ((1, 4), (4, 4), (8, 4), (8, 8), (32, 4)):
+        whole_token(rows, n, gmax)
     for depth, batch in ((4096, 1), (512, 1), (1024, 32)):
         attention(rows, depth, batch)
     Path(args.out).mkdir(parents=True, exist_ok=True)

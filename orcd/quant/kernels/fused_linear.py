@@ -14,37 +14,40 @@ import torch
 import triton
 import triton.language as tl
 
+from orcd.quant.kernels.gemv_tiles import gemv_tile
 from orcd.quant.kernels.tiles import dequant_tile
 
-# GGML type id -> (elements per scale group S, groups per K-iteration G for GEMV, G for dot)
+# GGML type id -> (elements per scale group S, groups per K-iteration G) for the dot kernel's tiles
 TILE_SHAPES = {
-    8: (32, 8, 4),  # Q8_0
-    6: (32, 8, 4),  # Q5_0
-    12: (32, 8, 8),  # Q4_K: 8 sub-blocks of 32 = one 256-block per iteration
-    14: (16, 16, 16),  # Q6_K: 16 scale groups of 16 = one 256-block per iteration
+    8: (32, 4),  # Q8_0
+    6: (32, 4),  # Q5_0
+    12: (32, 8),  # Q4_K: 8 sub-blocks of 32 = one 256-block per iteration
+    14: (16, 16),  # Q6_K: 16 scale groups of 16 = one 256-block per iteration
 }
+# GEMV: type id -> (inputs per group EPG, load units per group U); see gemv_tiles.py
+GEMV_GROUPS = {8: (32, 16), 6: (32, 8), 12: (64, 8), 14: (128, 32)}
 BLOCK_SIZE = {8: 32, 6: 32, 12: 256, 14: 256}
 TYPE_SIZE = {8: 34, 6: 22, 12: 144, 14: 210}
 GEMV_MAX_N = 4
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, p8, p16, y_ptr, OUT, K, row_bytes, stride_xn, stride_yn,
-                 QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr, BO: tl.constexpr):
+def _gemv_kernel(x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_xn, stride_yn,
+                 QT: tl.constexpr, EPG: tl.constexpr, U: tl.constexpr, G: tl.constexpr, BO: tl.constexpr):
+    # one program: BO rows x all of K for token n; products accumulate elementwise, reduced once
     pid_o = tl.program_id(0)
     n = tl.program_id(1)
     rows = pid_o * BO + tl.arange(0, BO)
     rmask = (rows < OUT)[:, None, None]
-    row_off = rows.to(tl.int64)[:, None, None] * row_bytes
+    row16 = rows.to(tl.int64)[:, None, None] * (row_bytes // 2)
     gg = tl.arange(0, G)[None, :, None]
-    s = tl.arange(0, S)[None, None, :]
-    acc = tl.zeros([BO], dtype=tl.float32)
-    for k0 in range(0, K, G * S):
-        kmask = (k0 + gg * S) < K  # whole groups: K is a multiple of the block size
-        w = dequant_tile(p8, p16, row_off, rmask & kmask, k0, QT, G)  # [BO, G, S] fp32
-        xv = tl.load(x_ptr + n * stride_xn + k0 + gg * S + s, mask=kmask, other=0.0).to(tl.float32)
-        acc += tl.sum(tl.sum(w * xv, axis=2), axis=1)
-    tl.store(y_ptr + n * stride_yn + rows, acc.to(y_ptr.dtype.element_ty), mask=rows < OUT)
+    xr = x_ptr + n * stride_xn
+    acc = tl.zeros([BO, G, U], dtype=tl.float32)
+    for k0 in range(0, K, G * EPG):
+        km = (k0 + gg * EPG) < K  # whole groups: K is a multiple of the block size
+        acc += gemv_tile(p8, p16, p32, row16, rmask & km, km, xr, k0, QT, G)
+    out = tl.sum(tl.sum(acc, axis=2), axis=1)
+    tl.store(y_ptr + n * stride_yn + rows, out.to(y_ptr.dtype.element_ty), mask=rows < OUT)
 
 
 @triton.jit
@@ -74,12 +77,16 @@ def _dot_kernel(x_ptr, p8, p16, y_ptr, N, OUT, K, row_bytes, stride_xn, stride_y
     tl.store(y_ptr + ns[:, None] * stride_yn + rows[None, :], acc.to(y_ptr.dtype.element_ty), mask=ym)
 
 
-def _gemv_rows_per_program(out_features: int) -> int:
-    # aim for >= ~2 programs per SM on a 132-SM part while keeping tiles of several rows
-    bo = 16
-    while bo > 1 and out_features // bo < 512:
-        bo //= 2
-    return bo
+def gemv_config(qt: int, out_features: int, in_features: int) -> tuple[int, int, int]:
+    """(G groups per iteration, BO rows per program, num_warps): all of K in one pass when it fits
+    in 8192 inputs, rows per program so that there are >= ~1024 programs, ~16 inputs per thread."""
+    epg = GEMV_GROUPS[qt][0]
+    g = min(triton.next_power_of_2(triton.cdiv(in_features, epg)), max(1, 8192 // epg))
+    bo = 1
+    while bo < 4 and out_features // (2 * bo) >= 1024:
+        bo *= 2
+    warps = max(1, min(8, bo * g * epg // 512))
+    return g, bo, warps
 
 
 def fused_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int,
@@ -98,13 +105,15 @@ def fused_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_featu
     if n == 0:
         return y
     p16 = raw.view(-1).view(torch.int16)
-    s, g_gemv, g_dot = TILE_SHAPES[qt]
     if n <= GEMV_MAX_N:
-        bo = _gemv_rows_per_program(out_features)
+        p32 = raw.view(-1).view(torch.int32) if qt == 12 else p16  # Q4_K rows are 4-byte aligned
+        g, bo, warps = gemv_config(qt, out_features, in_features)
+        epg, u = GEMV_GROUPS[qt]
         grid = (triton.cdiv(out_features, bo), n)
-        _gemv_kernel[grid](x, raw, p16, y, out_features, in_features, row_bytes, x.stride(0), y.stride(0),
-                           QT=qt, S=s, G=g_gemv, BO=bo, num_warps=4)
+        _gemv_kernel[grid](x, raw, p16, p32, y, out_features, in_features, row_bytes, x.stride(0),
+                           y.stride(0), QT=qt, EPG=epg, U=u, G=g, BO=bo, num_warps=warps)
     else:
+        s, g_dot = TILE_SHAPES[qt]
         bn = 16 if n <= 16 else (32 if n <= 32 else 64)
         bo = 32
         grid = (triton.cdiv(out_features, bo), triton.cdiv(n, bn))

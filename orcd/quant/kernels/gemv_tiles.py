@@ -1,0 +1,136 @@
+"""GEMV helpers: partial dot products of GGUF blocks with x, read in 2- or 4-byte units.
+
+Each helper covers G groups of EPG inputs starting at k0 (EPG: 32 Q8_0, 32 Q5_0, 64 Q4_K, 128 Q6_K) and
+returns float32 [BO, G, U]: entry (r, g, u) = sum over the elements decoded from load unit u of
+w[r, k] * x[k], scales applied. Loading whole halfwords/words (not bytes) and folding the scale in per
+unit keeps the load count per weight low; scales are read once per group, not per element.
+`p8`/`p16`/`p32`: the raw bytes as uint8 / int16 / int32; `row16` [BO, 1, 1] is each row's offset in int16
+units (row * row_bytes / 2); `m` [BO, G, 1] masks invalid rows and groups, `km` [1, G, 1] groups past K;
+`xr` points at x's row.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _f16(p16, off16, m):
+    return tl.load(p16 + off16, mask=m, other=0).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def gemv_q8_0(p8, p16, p32, row16, m, km, xr, k0, G: tl.constexpr):
+    # block: 17 halfwords = d | 16 x (two int8)
+    g = tl.arange(0, G)[None, :, None]
+    h = tl.arange(0, 16)[None, None, :]
+    blk16 = row16 + (k0 // 32 + g) * 17
+    d = _f16(p16, blk16, m)
+    v = tl.load(p16 + blk16 + 1 + h, mask=m, other=0).to(tl.int32)  # sign-extended
+    lo = ((v << 24) >> 24).to(tl.float32)
+    hi = (v >> 8).to(tl.float32)
+    xo = xr + k0 + g * 32 + 2 * h
+    x0 = tl.load(xo, mask=km, other=0.0).to(tl.float32)
+    x1 = tl.load(xo + 1, mask=km, other=0.0).to(tl.float32)
+    return d * (lo * x0 + hi * x1)
+
+
+@triton.jit
+def gemv_q5_0(p8, p16, p32, row16, m, km, xr, k0, G: tl.constexpr):
+    # block: 11 halfwords = d | qh (u32 as 2 halfwords) | 8 x (two bytes of nibbles)
+    g = tl.arange(0, G)[None, :, None]
+    h = tl.arange(0, 8)[None, None, :]
+    blk16 = row16 + (k0 // 32 + g) * 11
+    d = _f16(p16, blk16, m)
+    qh = (tl.load(p16 + blk16 + 1, mask=m, other=0).to(tl.int32) & 0xFFFF) | (
+        tl.load(p16 + blk16 + 2, mask=m, other=0).to(tl.int32) << 16)
+    v = tl.load(p16 + blk16 + 3 + h, mask=m, other=0).to(tl.int32)
+    e = 2 * h  # this unit holds elements e, e+1 (low nibbles) and e+16, e+17 (high nibbles)
+    q0 = (v & 0xF) | (((qh >> e) & 1) << 4)
+    q1 = ((v >> 8) & 0xF) | (((qh >> (e + 1)) & 1) << 4)
+    q2 = ((v >> 4) & 0xF) | (((qh >> (e + 16)) & 1) << 4)
+    q3 = ((v >> 12) & 0xF) | (((qh >> (e + 17)) & 1) << 4)
+    xo = xr + k0 + g * 32 + e
+    acc = (q0 - 16).to(tl.float32) * tl.load(xo, mask=km, other=0.0).to(tl.float32)
+    acc += (q1 - 16).to(tl.float32) * tl.load(xo + 1, mask=km, other=0.0).to(tl.float32)
+    acc += (q2 - 16).to(tl.float32) * tl.load(xo + 16, mask=km, other=0.0).to(tl.float32)
+    acc += (q3 - 16).to(tl.float32) * tl.load(xo + 17, mask=km, other=0.0).to(tl.float32)
+    return d * acc
+
+
+@triton.jit
+def gemv_q4_k(p8, p16, p32, row16, m, km, xr, k0, G: tl.constexpr):
+    # G groups = 64-element chunks (4 per 144-byte super-block); unit = one int32 of qs (8 nibbles)
+    gc = tl.arange(0, G)[None, :, None]
+    w = tl.arange(0, 8)[None, None, :]
+    sb = k0 // 256 + gc // 4
+    c = gc % 4
+    blk16 = row16 + sb * 72
+    d = _f16(p16, blk16, m)
+    dmin = _f16(p16, blk16 + 1, m)
+    # 6-bit scales/mins of sub-blocks j = 2c (low nibbles) and 2c + 1 (high nibbles)
+    sc_lo, m_lo = _k4_scale_min(p8, blk16, 2 * c, m)
+    sc_hi, m_hi = _k4_scale_min(p8, blk16, 2 * c + 1, m)
+    q = tl.load(p32 + blk16 // 2 + 4 + c * 8 + w, mask=m, other=0)  # [BO, G, 8] int32
+    i = tl.arange(0, 4)[None, None, None, :]
+    xo = xr + k0 + gc * 64 + w * 4
+    x_lo = tl.load(xo[:, :, :, None] + i, mask=km[:, :, :, None], other=0.0).to(tl.float32)  # [1, G, 8, 4]
+    x_hi = tl.load(xo[:, :, :, None] + 32 + i, mask=km[:, :, :, None], other=0.0).to(tl.float32)
+    n_lo = ((q[:, :, :, None] >> (8 * i)) & 0xF).to(tl.float32)
+    n_hi = ((q[:, :, :, None] >> (8 * i + 4)) & 0xF).to(tl.float32)
+    dot = d * (sc_lo * tl.sum(n_lo * x_lo, axis=3) + sc_hi * tl.sum(n_hi * x_hi, axis=3))
+    return dot - dmin * (m_lo * tl.sum(x_lo, axis=3) + m_hi * tl.sum(x_hi, axis=3))
+
+
+@triton.jit
+def _k4_scale_min(p8, blk16, j, m):
+    """Q4_K sub-block j's 6-bit scale and min (bytes 4..15 of the block) as float32."""
+    sc8 = blk16 * 2 + 4  # byte offset of scales[0]
+    low = j < 4
+    a = tl.load(p8 + sc8 + tl.where(low, j, j + 4), mask=m, other=0).to(tl.int32)
+    b = tl.load(p8 + sc8 + tl.where(low, j + 4, j - 4), mask=m, other=0).to(tl.int32)
+    c = tl.load(p8 + sc8 + j, mask=m, other=0).to(tl.int32)
+    sc = tl.where(low, a & 63, (a & 0xF) | ((b >> 6) << 4))
+    mn = tl.where(low, b & 63, (a >> 4) | ((c >> 6) << 4))
+    return sc.to(tl.float32), mn.to(tl.float32)
+
+
+@triton.jit
+def gemv_q6_k(p8, p16, p32, row16, m, km, xr, k0, G: tl.constexpr):
+    # G groups = 128-element halves (2 per 210-byte super-block); unit u = one halfword of ql,
+    # holding elements (s, i): half*128 + s*64 + 2u + i, s = nibble, i = byte within the halfword
+    gh = tl.arange(0, G)[None, :, None]
+    u = tl.arange(0, 32)[None, None, :]
+    half = gh % 2
+    blk16 = row16 + (k0 // 256 + gh // 2) * 105
+    d = _f16(p16, blk16 + 104, m)
+    ql = tl.load(p16 + blk16 + half * 32 + u, mask=m, other=0).to(tl.int32)
+    qh = tl.load(p16 + blk16 + 64 + half * 16 + u % 16, mask=m, other=0).to(tl.int32)
+    si = tl.arange(0, 4)[None, None, None, :]
+    s = si // 2
+    i = si % 2
+    t = 2 * s + (u[:, :, :, None] // 16)
+    lo4 = (ql[:, :, :, None] >> (8 * i + 4 * s)) & 0xF
+    hi2 = (qh[:, :, :, None] >> (8 * i + 2 * t)) & 3
+    q = ((lo4 | (hi2 << 4)) - 32).to(tl.float32)  # [BO, G, 32, 4]
+    sc_idx = half[:, :, :, None] * 8 + s * 4 + u[:, :, :, None] // 8
+    sc = tl.load(p8 + blk16[:, :, :, None] * 2 + 192 + sc_idx, mask=m[:, :, :, None], other=0)
+    sc = sc.to(tl.int8, bitcast=True).to(tl.float32)
+    xo = xr + k0 + gh[:, :, :, None] * 128 + s * 64 + 2 * u[:, :, :, None] + i
+    xv = tl.load(xo, mask=km[:, :, :, None], other=0.0).to(tl.float32)
+    return d * tl.sum(sc * q * xv, axis=3)
+
+
+@triton.jit
+def gemv_tile(p8, p16, p32, row16, m, km, xr, k0, QT: tl.constexpr, G: tl.constexpr):
+    if QT == 8:
+        r = gemv_q8_0(p8, p16, p32, row16, m, km, xr, k0, G)
+    elif QT == 6:
+        r = gemv_q5_0(p8, p16, p32, row16, m, km, xr, k0, G)
+    elif QT == 12:
+        r = gemv_q4_k(p8, p16, p32, row16, m, km, xr, k0, G)
+    else:
+        r = gemv_q6_k(p8, p16, p32, row16, m, km, xr, k0, G)
+    return r
+
