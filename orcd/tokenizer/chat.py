@@ -60,12 +60,51 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
                       sort_keys=sort_keys)
 
 
-def _size(x: Any) -> int:
-    return len(x) if isinstance(x, (str, list, tuple)) else 1
+def _repeat_size(left: Any, right: Any) -> int:
+    """Length of `left * right` when it repeats a sequence, else 0."""
+    for seq, n in ((left, right), (right, left)):
+        if isinstance(seq, (str, list, tuple)) and isinstance(n, int):
+            return len(seq) * n
+    return 0
+
+
+def _check_size(n: int) -> None:
+    if n > MAX_OUTPUT_CHARS:
+        raise SecurityError("a string or list grew larger than 1 MiB")
+
+
+def _bounded_join(seq: Any) -> str:
+    """Jinja's `~` / string-concatenation helper, with the size bound."""
+    parts = [str(x) for x in seq]
+    _check_size(sum(map(len, parts)))
+    return "".join(parts)
+
+
+def _bounded_replace(s: Any, old: str, new: str, count: int | None = None) -> str:
+    s = str(s)
+    if old and new:
+        _check_size(len(s) + s.count(old) * max(0, len(new) - len(old)))
+    return s.replace(old, new, -1 if count is None else count)
+
+
+def _precheck_call(obj: Any, args: tuple) -> None:
+    """Bound the str methods that can multiply a string's size before they allocate."""
+    owner, name = getattr(obj, "__self__", None), getattr(obj, "__name__", "")
+    if not isinstance(owner, str):
+        return
+    if name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
+        _bounded_replace(owner, args[0], args[1], 0)  # size check only
+    elif name in ("center", "ljust", "rjust", "zfill") and args and isinstance(args[0], int):
+        _check_size(args[0])
+    elif name == "expandtabs":
+        _check_size(len(owner) * (args[0] if args and isinstance(args[0], int) else 8))
+    elif name == "join" and args:
+        items = list(args[0]) if isinstance(args[0], (list, tuple)) else []
+        _check_size(sum(len(x) for x in items if isinstance(x, str)) + len(owner) * len(items))
 
 
 class _Env(ImmutableSandboxedEnvironment):
-    intercepted_binops = frozenset({"*", "**"})
+    intercepted_binops = frozenset({"*", "**", "+"})
 
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
         raise SecurityError(f"access to {attribute!r} of a {type(obj).__name__} is not allowed")
@@ -73,9 +112,15 @@ class _Env(ImmutableSandboxedEnvironment):
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         if operator == "**" and isinstance(right, (int, float)) and abs(right) > 64:
             raise SecurityError("exponent too large")
-        if operator == "*" and _size(left) * _size(right) > MAX_OUTPUT_CHARS:
-            raise SecurityError("repetition too large")
+        if operator == "*":
+            _check_size(_repeat_size(left, right))
+        if operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
+            _check_size(len(left) + len(right))
         return super().call_binop(context, operator, left, right)
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        _precheck_call(__obj, args)
+        return super().call(__context, __obj, *args, **kwargs)
 
 
 class _Content(str):
@@ -166,11 +211,14 @@ class ChatTemplate:
             raise TemplateError("chat template is larger than 1 MiB")
         env = _Env(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
         env.filters["tojson"] = _tojson
+        env.filters["replace"] = _bounded_replace
         env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
         try:
             self._template = env.from_string(source)
         except jinja2.TemplateError as err:
             raise TemplateError(f"chat template does not compile: {err}") from None
+        # `~` concatenation compiles to the module-level helper str_join: swap in the bounded one
+        self._template.root_render_func.__globals__["str_join"] = _bounded_join
         self._vars = {"bos_token": bos_token, "eos_token": eos_token}
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **extra: Any) -> str:
