@@ -141,3 +141,40 @@ def test_validation_errors_name_the_numbers():
     with pytest.raises(RequestError, match="already"):
         engine.add_request(req("dup", [1], max_tokens=1))
     assert not engine.step() == []
+
+
+def test_stop_string_inside_one_piece_and_several_stops():
+    engine, _ = fake_engine(scripts={7: [1, 30, 2, 2], 8: [28, 28, 31, 1]})  # "a" "xyz" / "ab" "ab" "END"
+    engine.add_request(req("mid", [7], max_tokens=4, stop=("y", "zz")))
+    engine.add_request(req("two", [8], max_tokens=4, stop=("bE", "ba")))
+    events = run_all(engine)
+    assert text_of(events["mid"]) == "ax" and events["mid"][-1].finish_reason == "stop"
+    assert text_of(events["two"]) == "a" and events["two"][-1].generated_tokens == 2
+
+
+def test_random_adds_aborts_and_steps_keep_blocks_consistent():
+    rng = random.Random(1)
+    engine, _ = fake_engine(num_blocks=20, block_size=4, eos_every=30, max_num_batched_tokens=12,
+                            max_num_seqs=6)
+    reqs = {r.request_id: r for r in workload(40, seed=3)}
+    pending, aborted, events = list(reqs.values()), set(), {}
+    while pending or engine.has_work():
+        if pending and rng.random() < 0.3:
+            engine.add_request(pending.pop(0))
+        live = [rid for rid in reqs if rid not in events or not events[rid][-1].finished]
+        if live and rng.random() < 0.05:
+            rid = rng.choice(live)
+            if engine.abort(rid):
+                aborted.add(rid)
+        for ev in engine.step():
+            events.setdefault(ev.request_id, []).append(ev)
+        engine.block_manager.check_integrity(engine.scheduler.live_seqs())
+    assert engine.block_manager.num_used_blocks == 0 and aborted
+    for rid, r in reqs.items():
+        want = reference(r.prompt_token_ids, r.sampling, eos_every=30)
+        got = tokens_of(events[rid])
+        assert events[rid][-1].finished
+        if events[rid][-1].finish_reason == "cancelled":
+            assert rid in aborted and got == want[: len(got)]
+        else:
+            assert got == want
