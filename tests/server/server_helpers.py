@@ -112,3 +112,11 @@ def wait_idle(client: httpx.Client, timeout: float = 20.0) -> dict:
             return health
         time.sleep(0.05)
     raise AssertionError(f"server did not go idle: {health}")
+
+
+def metric(text: str, sample: str) -> float:
+    """Value of one Prometheus sample (`name{labels}` exactly as exposed), 0 when absent."""
+    for line in text.splitlines():
+        if line.startswith(sample + " "):
+            return float(line.split()[-1])
+    return 0.0

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import httpx
-from server_helpers import LONG, generate_events, wait_idle
+from server_helpers import LONG, generate_events, metric, wait_idle
 
 PROMPT = "The quick brown fox"
 
@@ -81,6 +81,7 @@ def test_first_token_arrives_while_running_then_cancel(client, server):
 
 
 def test_disconnect_cancels_and_frees(client, server):
+    before = client.get("/metrics").text
     with httpx.Client(base_url=server.url, headers=server.headers, timeout=30) as c:
         with c.stream("POST", "/v1/generate", json={"prompt": PROMPT, "max_tokens": LONG,
                                                     "ignore_eos": True}) as r:
@@ -90,8 +91,11 @@ def test_disconnect_cancels_and_frees(client, server):
             assert client.get("/health").json()["running"] == 1
         # leaving the block closes the connection mid-stream
     assert wait_idle(client)["active_requests"] == 0
-    metrics = client.get("/metrics").text
-    assert 'orcd_requests_total{outcome="cancelled",route="generate"}' in metrics
+    after = client.get("/metrics").text
+    disconnected = 'orcd_requests_total{outcome="disconnected",route="generate"}'
+    assert metric(after, disconnected) == metric(before, disconnected) + 1
+    generated = metric(after, "orcd_generation_tokens_total") - metric(before, "orcd_generation_tokens_total")
+    assert generated < LONG  # it stopped early, not at max_tokens
 
 
 def test_cancel_unknown_request_is_404(client):
