@@ -48,18 +48,25 @@ def tensor_shapes(arch: str, vocab_size: int, hidden: int, n_layers: int, ffn: i
     return shapes
 
 
+def _matches(name: str, pattern: str) -> bool:
+    """fnmatch when the pattern has * ? [; else the name without its "blk.N." prefix must be the pattern
+    or start with pattern + "." ("attn_v" matches blk.3.attn_v.weight; "output" not attn_output)."""
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(name, pattern)
+    parts = name.split(".")
+    base = ".".join(parts[2:]) if parts[0] == "blk" and len(parts) > 2 else name
+    return base == pattern or base.startswith(pattern + ".")
+
+
 def resolve_qtype(name: str, shape: tuple[int, ...], qtypes: Mapping[str, GGMLQuantizationType]) -> Q:
     """Type of one tensor: norms, biases and other 1-D tensors are F32; else the exact name, then the first
-    pattern (substring, or fnmatch when it has * ? [) that matches, then "default" (F32 if absent)."""
+    pattern that matches (see _matches), then "default" (F32 if absent)."""
     if len(shape) == 1:
         return Q.F32
     if name in qtypes:
         return Q(qtypes[name])
     for pattern, qtype in qtypes.items():
-        if pattern == "default":
-            continue
-        hit = fnmatch.fnmatchcase(name, pattern) if any(c in pattern for c in "*?[") else pattern in name
-        if hit:
+        if pattern != "default" and _matches(name, pattern):
             return Q(qtype)
     return Q(qtypes.get("default", Q.F32))
 
