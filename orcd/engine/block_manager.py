@@ -103,10 +103,6 @@ class BlockManager:
                 self.cached[h] = block.block_id
 
     # ---- allocation ----
-    def can_append(self, seq: Sequence, num_new_tokens: int) -> bool:
-        need = self.blocks_for(seq.num_computed + num_new_tokens) - len(seq.block_table)
-        return need <= len(self.free)
-
     def append_slots(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Grow seq's block table to hold num_computed + num_new_tokens positions; False if no room."""
         need = self.blocks_for(seq.num_computed + num_new_tokens) - len(seq.block_table)
