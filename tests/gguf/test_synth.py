@@ -30,7 +30,7 @@ def preset_plan(name: str) -> dict:
 
 
 def test_pattern_resolution() -> None:
-    assert resolve_qtype("blk.0.attn_output.weight", (4, 32), MIX) == Q.Q4_0  # "output" is not a substring match
+    assert resolve_qtype("blk.0.attn_output.weight", (4, 32), MIX) == Q.Q4_0  # not "output"
     assert resolve_qtype("output.weight", (4, 32), MIX) == Q.BF16
     assert resolve_qtype("blk.1.attn_norm.weight", (32,), MIX) == Q.F32
     assert resolve_qtype("blk.1.ffn_down.weight", (4, 32), {"blk.1.*": Q.Q8_0}) == Q.Q8_0

@@ -74,7 +74,8 @@ def test_inspect_prints_summary(tiny_qwen2_gguf: Path, capsys) -> None:
     s = json.loads(capsys.readouterr().out)
     f = open_gguf(tiny_qwen2_gguf)
     assert s["parameters"] == sum(int(np.prod(t.shape)) for t in f.tensors.values())
-    assert s["quant_types"] == {"Q8_0": 15, "F32": 11}  # 7 matrices + 5 norms/biases per layer and s["vocab_size"] == 320
+    assert s["quant_types"] == {"Q8_0": 15, "F32": 11}  # per layer: 7 matrices, 5 norms/biases
+    assert s["vocab_size"] == 320
 
 
 def test_inspect_bad_file_is_one_line(tmp_path: Path, capsys) -> None:
