@@ -60,18 +60,17 @@ def paged_attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
             continue
         n_blocks = (ctx + bs - 1) // bs
         blocks = meta.block_tables[b, :n_blocks].long()
-        k = k_cache[blocks].flatten(0, 1)[:ctx]  # [ctx, n_kv, D]
-        v = v_cache[blocks].flatten(0, 1)[:ctx]
+        k = k_cache[blocks].flatten(0, 1)[:ctx].transpose(0, 1)  # [n_kv, ctx, D]
+        v = v_cache[blocks].flatten(0, 1)[:ctx].transpose(0, 1)
         if group > 1:
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+            k, v = k.repeat_interleave(group, dim=0), v.repeat_interleave(group, dim=0)
         n_q = q1 - q0
-        # Query i sits at position ctx - n_q + i and sees keys 0 .. ctx - n_q + i.
-        qpos = torch.arange(ctx - n_q, ctx, device=q.device)[:, None]
-        mask = torch.arange(ctx, device=q.device)[None, :] <= qpos  # [n_q, ctx] bool
-        o = F.scaled_dot_product_attention(
-            q[q0:q1].transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, scale=scale
-        )  # [Hq, n_q, D]
-        out[q0:q1] = o.transpose(0, 1)
+        mask = None  # a single query (decode) sees the whole context
+        if n_q > 1:  # query i sits at position ctx - n_q + i and sees keys 0 .. ctx - n_q + i
+            qpos = torch.arange(ctx - n_q, ctx, device=q.device)[:, None]
+            mask = torch.arange(ctx, device=q.device)[None, :] <= qpos  # [n_q, ctx] bool
+        o = F.scaled_dot_product_attention(q[q0:q1].transpose(0, 1), k, v, attn_mask=mask, scale=scale)
+        out[q0:q1] = o.transpose(0, 1)  # o: [Hq, n_q, D]
     return out
 
 
