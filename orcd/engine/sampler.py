@@ -96,7 +96,8 @@ def _filter(scaled: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
         sorted_l = sorted_l.masked_fill(rank >= k, float("-inf"))
         probs = sorted_l.softmax(dim=-1)
         before = probs.cumsum(dim=-1) - probs  # mass strictly ahead: keep the smallest set reaching p
-        p = torch.tensor(top_p, device=dev, dtype=probs.dtype)[:, None]
+        # top_p == 1 rows must not lose rounding-error tails: their result cannot depend on the batch
+        p = torch.tensor([pp if pp < 1.0 else float("inf") for pp in top_p], device=dev)[:, None]
         sorted_l = sorted_l.masked_fill((before >= p) & (rank > 0), float("-inf"))
         scaled = torch.full_like(scaled, float("-inf")).scatter(1, order, sorted_l)
     if any(m > 0 for m in min_p):

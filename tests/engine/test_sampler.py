@@ -72,13 +72,14 @@ def test_penalty_changes_greedy_choice_only_for_its_row():
     assert sample(logits, rows).tolist() == [1, 0]
 
 
-def test_same_seed_same_token_alone_and_in_any_batch():
+@pytest.mark.parametrize("params", [SP(temperature=1.0, top_p=0.95, seed=1234), SP(temperature=0.9, seed=77)])
+def test_same_seed_same_token_alone_and_in_any_batch(params):
     torch.manual_seed(0)
     logits = torch.randn(16, 1000)  # flat enough that the noise decides
-    target = SampleRow(SP(temperature=1.0, top_p=0.95, seed=1234), [], 7)
+    target = SampleRow(params, [], 7)
     alone = sample(logits[3:4].clone(), [target]).item()
     others = [SampleRow(SP(temperature=t, top_k=k, seed=s), [], g)
-              for t, k, s, g in [(0.7, 0, 1, 0), (1.3, 50, None, 3), (0.0, 0, 9, 1)]]
+              for t, k, s, g in [(0.7, 0, 1, 0), (1.3, 50, None, 3), (0.0, 0, 9, 1)]]  # filters in the batch
     for pos in range(4):
         rows = others[:pos] + [target] + others[pos:]
         batch = torch.cat([logits[:pos], logits[3:4], logits[pos + 4 : pos + 4 + 3 - pos]])

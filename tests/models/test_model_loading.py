@@ -71,6 +71,11 @@ def test_loaded_model_reports_device_dtype_bytes(tmp_path):
     assert lm.load_seconds > 0
 
 
+def test_tokenizer_comes_from_the_file_metadata(tmp_path):
+    lm = load_model(write_case(tmp_path, "llama-tied-f32"), device="cpu")
+    assert lm.tokenizer is not None and lm.tokenizer.vocab_size == lm.cfg.vocab_size
+
+
 def test_shape_contradicting_config_is_rejected(tmp_path):
     from orcd.gguf.synth import write_model_gguf
 
