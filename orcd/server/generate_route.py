@@ -45,14 +45,10 @@ async def _sse_stream(hub: JobHub, job: Job, model: str) -> AsyncIterator[bytes]
                 yield sse_event(_end_fields(job), "end")
 
 
-async def _collect(hub: JobHub, job: Job, model: str) -> dict:
-    text, ids = [], []
-    async for ev in hub.events(job):
-        if ev is None:
-            continue
-        text.append(ev.text)
-        if ev.token_id is not None:
-            ids.append(ev.token_id)
+async def _collect(hub: JobHub, job: Job, model: str, request: Request) -> dict:
+    events = await hub.collect(job, request.receive)
+    text = [ev.text for ev in events]
+    ids = [ev.token_id for ev in events if ev.token_id is not None]
     if job.finish_reason == "error":
         raise APIError(500, job.error or "generation failed", code="generation_failed")
     return {"model": model, "text": "".join(text), "token_ids": ids, "prompt_tokens": len(job.prompt_ids),
@@ -72,10 +68,7 @@ async def generate(body: GenerateRequest, request: Request):
     max_tokens = hub.resolve_max_tokens(body.max_tokens, len(ids), DEFAULT_MAX_TOKENS, "prompt")
     job = hub.admit("generate", ids, build_sampling(body, max_tokens), body.request_id)
     if not body.stream:
-        try:
-            return await _collect(hub, job, model)
-        finally:
-            hub.release(job)
+        return await _collect(hub, job, model, request)
     return SSEResponse(_sse_stream(hub, job, model), on_close=lambda: hub.release(job))
 
 

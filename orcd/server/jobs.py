@@ -211,6 +211,21 @@ class JobHub:
                         await aclose()
             self.release(job)
 
+    async def collect(self, job: Job, receive) -> list[TokenEvent]:
+        """Every event of a non-streamed job. A client that disconnects meanwhile (seen through the ASGI
+        `receive`, the request body having been read already) cancels the job."""
+        async def watch_disconnect() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            self.cancel(job.request_id)
+
+        watcher = asyncio.ensure_future(watch_disconnect())
+        try:
+            return [ev async for ev in self.events(job) if ev is not None]
+        finally:
+            watcher.cancel()
+            self.release(job)
+
     def _record(self, job: Job, event: TokenEvent) -> None:
         now = time.perf_counter()
         if event.token_id is not None:

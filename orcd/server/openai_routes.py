@@ -123,20 +123,18 @@ async def _openai_stream(hub: JobHub, job: Job, chunk: Callable[[dict], dict], f
     yield sse_event("[DONE]")
 
 
-async def _collect_text(hub: JobHub, job: Job) -> str:
-    parts = [ev.text async for ev in hub.events(job) if ev is not None]
+async def _collect_text(hub: JobHub, job: Job, request: Request) -> str:
+    parts = [ev.text for ev in await hub.collect(job, request.receive)]
     if job.finish_reason == "error":
         raise APIError(500, job.error or "generation failed", code="generation_failed")
     return "".join(parts)
 
 
-async def _respond(hub: JobHub, job: Job, stream: AsyncIterator[bytes] | None, build: Callable):
+async def _respond(hub: JobHub, job: Job, stream: AsyncIterator[bytes] | None, build: Callable,
+                   request: Request):
     if stream is not None:
         return SSEResponse(stream, on_close=lambda: hub.release(job))
-    try:
-        return JSONResponse(build(await _collect_text(hub, job)))
-    finally:
-        hub.release(job)
+    return JSONResponse(build(await _collect_text(hub, job, request)))
 
 
 @router.post("/v1/completions", response_model=CompletionResponse, responses=_ERRORS)
@@ -165,7 +163,7 @@ async def completions(body: CompletionRequest, request: Request):
         include = bool(body.stream_options and body.stream_options.include_usage)
         first = {"text": echo} if echo else None
         stream = _openai_stream(hub, job, chunk, first, lambda t: {"text": t}, include)
-    return await _respond(hub, job, stream, build)
+    return await _respond(hub, job, stream, build, request)
 
 
 @router.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=_ERRORS)
@@ -195,7 +193,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         include = bool(body.stream_options and body.stream_options.include_usage)
         first = {"delta": {"role": "assistant", "content": ""}}
         stream = _openai_stream(hub, job, chunk, first, lambda t: {"delta": {"content": t}}, include)
-    return await _respond(hub, job, stream, build)
+    return await _respond(hub, job, stream, build, request)
 
 
 @router.get("/v1/models", response_model=ModelList, responses={401: {"model": ErrorBody}})

@@ -151,3 +151,19 @@ def test_stream_equals_orcd_generate(client, tiny_model):
     assert cli.returncode == 0, cli.stderr.decode()
     events = _stream(client, chat=True, **args)
     assert "".join(d["t"] for e, d in events if e == "token").encode() == cli.stdout
+
+
+def test_non_stream_client_gone_is_cancelled(client, server):
+    """stream:false too: a client that gives up while its request runs cancels it."""
+    before = client.get("/metrics").text
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=0.5) as impatient:
+        try:
+            impatient.post("/v1/generate", json={"prompt": PROMPT, "max_tokens": LONG, "ignore_eos": True,
+                                                 "stream": False})
+            raise AssertionError("a 1800-token request finished within the client's timeout")
+        except httpx.ReadTimeout:
+            pass
+    wait_idle(client)
+    after = client.get("/metrics").text
+    cancelled = 'orcd_requests_total{outcome="cancelled",route="generate"}'
+    assert metric(after, cancelled) == metric(before, cancelled) + 1
