@@ -29,6 +29,8 @@ from orcd.tokenizer.vocab import BYTE, CONTROL, NORMAL, UNKNOWN, USER_DEFINED, V
 _C_SPACE = " \t\n\v\f\r"  # C isspace(), which llama.cpp's rstrip uses
 # chars below U+0100 that byte-level BPE never uses for a byte; a token holding one takes the slow path
 _RAW_HIGH = re.compile("[\x7f-\xa0\xad]")
+_CHUNK = 16384  # chars per part when a long text is encoded in parallel
+_SAFE_CUT = re.compile(r"(?<=[^\s]) (?=[A-Za-z])")
 
 
 def _pieces(v: Vocab) -> list[bytes]:
@@ -129,11 +131,22 @@ class GGUFTokenizer:
         return frags
 
     def _encode_text(self, pieces: list[str]) -> list[list[int]]:
+        """ids per text piece. Long byte-level BPE pieces are cut where every supported split rule
+        starts a new word anyway (a space after a non-space, before an ASCII letter), and the parts
+        encoded in parallel by `tokenizers`."""
         if not pieces:
             return []
-        if len(pieces) == 1:
+        if len(pieces) == 1 and (self._spm or len(pieces[0]) <= _CHUNK):
             return [self._hf.encode(pieces[0], add_special_tokens=False).ids]
-        return [e.ids for e in self._hf.encode_batch(pieces, add_special_tokens=False)]
+        parts, owner = [], []
+        for k, piece in enumerate(pieces):
+            chunks = [piece] if self._spm else _chunks(piece)
+            parts.extend(chunks)
+            owner.extend([k] * len(chunks))
+        out: list[list[int]] = [[] for _ in pieces]
+        for k, enc in zip(owner, self._hf.encode_batch_fast(parts, add_special_tokens=False), strict=True):
+            out[k].extend(enc.ids)
+        return out
 
     def encode(self, text: str, add_special: bool = False, parse_special: bool = False,
                protected: Sequence[tuple[int, int]] = ()) -> list[int]:
@@ -213,6 +226,19 @@ class GGUFTokenizer:
         if self.add_bos and (not ids or ids[0] != self.bos_id):
             ids.insert(0, self.bos_id)  # type: ignore[arg-type]
         return ids
+
+
+def _chunks(text: str) -> list[str]:
+    """Cut text into ~_CHUNK-char parts at word starts that no split rule can join to what precedes."""
+    out, start = [], 0
+    while len(text) - start > _CHUNK:
+        m = _SAFE_CUT.search(text, start + _CHUNK)
+        if m is None:
+            break
+        out.append(text[start:m.start()])
+        start = m.start()
+    out.append(text[start:])
+    return out
 
 
 def _overlaps(spans: Sequence[tuple[int, int]], start: int, end: int) -> bool:
