@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,7 +98,34 @@ def model_config_from_gguf(f: GGUFFile) -> ModelConfig:
         rms_eps=get(K_RMS_EPS, float, 1e-6, required=False),
         tied_embeddings="output.weight" not in f.tensors,
     )
-    for name in ("context_length", "n_layers", "ffn_size"):
-        if getattr(cfg, name) <= 0:
-            raise GGUFError(f"metadata gives {name}={getattr(cfg, name)}, which must be positive")
+    _check_ranges(cfg, len(f.tensors))
     return cfg
+
+
+# Upper bounds far above any real model: they stop a crafted header from sizing loops and buffers.
+MAX_DIM = 1 << 20  # hidden, ffn
+MAX_VOCAB = 1 << 24
+MAX_CONTEXT = 1 << 27
+MAX_HEAD_DIM = 1 << 14
+
+
+def _check_ranges(cfg: ModelConfig, n_tensors: int) -> None:
+    limits = {"context_length": MAX_CONTEXT, "n_layers": 1 << 16, "ffn_size": MAX_DIM,
+              "hidden_size": MAX_DIM, "vocab_size": MAX_VOCAB, "head_dim": MAX_HEAD_DIM,
+              "n_heads": cfg.hidden_size, "rope_dim": cfg.head_dim}
+    for name, limit in limits.items():
+        value = getattr(cfg, name)
+        if not 0 < value <= limit:
+            raise GGUFError(f"metadata gives {name}={value}, outside 1..{limit}")
+    if cfg.n_layers > n_tensors:
+        raise GGUFError(f"metadata gives {cfg.n_layers} layers, but the file holds only {n_tensors} tensors")
+    if cfg.rope_dim % 2:
+        raise GGUFError(f"metadata gives rope_dim={cfg.rope_dim}, which must be even")
+    for name in ("rope_theta", "rope_scaling_factor"):
+        value = getattr(cfg, name)
+        if not (math.isfinite(value) and value > 0):
+            raise GGUFError(f"metadata gives {name}={value}, which must be a positive number")
+    if not (math.isfinite(cfg.rms_eps) and 0 < cfg.rms_eps < 1):
+        raise GGUFError(f"metadata gives rms_eps={cfg.rms_eps}, outside (0, 1)")
+    if cfg.rope_orig_context < 0:
+        raise GGUFError(f"metadata gives rope_orig_context={cfg.rope_orig_context}, which is negative")

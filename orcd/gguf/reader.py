@@ -120,6 +120,12 @@ def read_gguf(buf: mmap.mmap | bytes, path: Path) -> GGUFFile:
     return GGUFFile(path, size, header.version, header.metadata, tensors, align, data_offset)
 
 
+def one_line(msg: str, limit: int = 300) -> str:
+    """Names in messages come from the file: escape what is not printable, bound the length."""
+    msg = "".join(c if c.isprintable() else repr(c)[1:-1] for c in msg[: limit * 2])
+    return msg if len(msg) <= limit else msg[: limit - 3] + "..."
+
+
 def open_gguf(path: str | Path) -> GGUFFile:
     """Memory-map and check a GGUF file. Bad files raise GGUFError (one line, naming the file)."""
     path = Path(path)
@@ -134,6 +140,6 @@ def open_gguf(path: str | Path) -> GGUFFile:
     try:
         return read_gguf(buf, path)
     except GGUFError as err:
-        raise type(err)(f"{path.name}: {err}") from None
+        raise type(err)(one_line(f"{path.name}: {err}")) from None
     except (ValueError, OverflowError, IndexError, struct.error) as err:  # defence in depth: checks above
         raise GGUFError(f"{path.name}: malformed GGUF file ({type(err).__name__}: {err})") from None

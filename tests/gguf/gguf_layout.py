@@ -14,7 +14,7 @@ SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12
 @dataclass(frozen=True)
 class Field:
     kind: str  # version | n_tensors | n_kv | key_len | vtype | str_len | arr_type | arr_len | name_len |
-    #            n_dims | dim | ttype | toffset
+    #            n_dims | dim | ttype | toffset | value (a 4- or 8-byte scalar)
     offset: int
     size: int  # 4 or 8 (little-endian unsigned)
     label: str  # metadata key or tensor name it belongs to
@@ -50,6 +50,8 @@ def header_fields(b: bytes) -> list[Field]:
                 else:
                     pos += SCALAR_SIZES[etype]
         else:
+            if SCALAR_SIZES[vtype] >= 4:  # numbers a config is built from
+                out.append(Field("value", pos, SCALAR_SIZES[vtype], key))
             pos += SCALAR_SIZES[vtype]
     for _ in range(n_tensors):
         name, pos = string("name_len", "")

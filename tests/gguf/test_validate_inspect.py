@@ -84,3 +84,19 @@ def test_inspect_bad_file_is_one_line(tmp_path: Path, capsys) -> None:
     assert main(["inspect", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("orcd inspect: error: bad.gguf: ")
+
+
+@pytest.mark.parametrize("key,value,text", [
+    ("llama.block_count", 2**31, "n_layers=2147483648, outside"),
+    ("llama.block_count", 40, "40 layers, but the file holds only"),
+    ("llama.context_length", 0, "context_length=0"),
+    ("llama.attention.layer_norm_rms_epsilon", float("nan"), "rms_eps=nan"),
+    ("llama.rope.freq_base", -1.0, "rope_theta=-1.0"),
+    ("llama.rope.dimension_count", 15, "rope_dim=15, which must be even"),
+    ("llama.attention.head_count", 3, "does not divide"),
+])
+def test_config_values_out_of_range(tmp_path: Path, key: str, value, text: str) -> None:
+    p = write_model_gguf(tmp_path / "m.gguf", "llama", extra_metadata={key: value}, tokenizer_metadata={},
+                         **DIMS)
+    with pytest.raises(GGUFError, match=text):
+        model_config_from_gguf(open_gguf(p))
