@@ -22,7 +22,8 @@ from orcd.quant.kernels import get_fused_linear  # noqa: E402
 
 def linear_cases():
     for qt, in_f in [(T.Q8_0, 96), (T.Q5_0, 320), (T.Q4_K, 512), (T.Q6_K, 256)]:
-        for n, dtype, tol in [(1, torch.float32, 1e-5), (2, torch.bfloat16, 1e-2), (17, torch.float32, 1e-5)]:
+        for n, dtype, tol in [(1, torch.float32, 1e-5), (2, torch.bfloat16, 1e-2), (8, torch.float32, 1e-5),
+                              (17, torch.float32, 1e-5)]:
             raw = random_blocks(qt, 12, in_f, seed=n)
             x = torch.randn(n, in_f, generator=torch.Generator().manual_seed(n)).to(dtype)
             y = get_fused_linear(qt, "cpu")(x, raw, 12, in_f)

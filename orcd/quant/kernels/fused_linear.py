@@ -29,6 +29,7 @@ GEMV_GROUPS = {8: (32, 16), 6: (32, 8), 12: (64, 8), 14: (128, 32)}
 BLOCK_SIZE = {8: 32, 6: 32, 12: 256, 14: 256}
 TYPE_SIZE = {8: 34, 6: 22, 12: 144, 14: 210}
 GEMV_MAX_N = 4
+DOT_MAX_N = 16  # above: dequantize to x.dtype with a Triton kernel, then cuBLAS
 
 
 @triton.jit
@@ -77,15 +78,16 @@ def _dot_kernel(x_ptr, p8, p16, y_ptr, N, OUT, K, row_bytes, stride_xn, stride_y
     tl.store(y_ptr + ns[:, None] * stride_yn + rows[None, :], acc.to(y_ptr.dtype.element_ty), mask=ym)
 
 
+# GEMV launch shapes per type: (max groups per pass, rows per program, warps). Picked from a sweep on
+# an H100 (bench/bench_kernels.py; results in docs/performance.md): small tiles of 4 rows beat whole-K
+# passes because more programs are in flight; x is loaded once per program and reused by its 4 rows.
+GEMV_LAUNCH = {8: (8, 4, 1), 6: (8, 4, 1), 12: (32, 4, 4), 14: (16, 4, 4)}
+
+
 def gemv_config(qt: int, out_features: int, in_features: int) -> tuple[int, int, int]:
-    """(G groups per iteration, BO rows per program, num_warps): all of K in one pass when it fits
-    in 8192 inputs, rows per program so that there are >= ~1024 programs, ~16 inputs per thread."""
-    epg = GEMV_GROUPS[qt][0]
-    g = min(triton.next_power_of_2(triton.cdiv(in_features, epg)), max(1, 8192 // epg))
-    bo = 1
-    while bo < 4 and out_features // (2 * bo) >= 1024:
-        bo *= 2
-    warps = max(1, min(8, bo * g * epg // 512))
+    """(G groups per pass, BO rows per program, num_warps) for the GEMV kernel."""
+    g_max, bo, warps = GEMV_LAUNCH[qt]
+    g = min(g_max, triton.next_power_of_2(triton.cdiv(in_features, GEMV_GROUPS[qt][0])))
     return g, bo, warps
 
 
@@ -112,6 +114,11 @@ def fused_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_featu
         grid = (triton.cdiv(out_features, bo), n)
         _gemv_kernel[grid](x, raw, p16, p32, y, out_features, in_features, row_bytes, x.stride(0),
                            y.stride(0), QT=qt, EPG=epg, U=u, G=g, BO=bo, num_warps=warps)
+    elif n > DOT_MAX_N:
+        from orcd.quant.kernels.dequant_kernel import dequantize_raw
+
+        w = dequantize_raw(raw, qt, out_features, in_features, x.dtype)
+        torch.matmul(x, w.t(), out=y)
     else:
         s, g_dot = TILE_SHAPES[qt]
         bn = 16 if n <= 16 else (32 if n <= 32 else 64)

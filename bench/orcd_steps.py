@@ -1,0 +1,84 @@
+"""One orcd sequence driven directly (no scheduler): prefill, eager decode, CUDA-graph decode.
+
+The sequence owns blocks 0..W-1 in order (slot of position p = p); the last block is the scratch block
+that padded graph rows write to.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from orcd.engine.cuda_graphs import DecodeGraphs
+from orcd.engine.kv_cache import KVCache
+from orcd.engine.loader import load_model
+from orcd.models.layers.attention import AttnMetadata
+
+
+class OrcdSession:
+    def __init__(self, path: str, num_blocks: int, page: int, device: str = "cuda"):
+        self.dev = device
+        self.loaded = load_model(path, device)
+        self.model, self.page = self.loaded.model, page
+        self.kv = KVCache.allocate(self.loaded.cfg, num_blocks, page, device, self.loaded.dtype)
+        self.width = num_blocks - 1
+        self.tables = torch.arange(self.width, dtype=torch.int32, device=self.dev)[None, :]
+        self.vocab = self.loaded.cfg.vocab_size
+        self.graphs: DecodeGraphs | None = None
+
+    def _sync(self) -> None:
+        if self.dev != "cpu":
+            torch.cuda.synchronize()
+
+    def _meta(self, start: int, n: int) -> tuple[AttnMetadata, torch.Tensor]:
+        pos = torch.arange(start, start + n, device=self.dev)
+        meta = AttnMetadata(
+            cu_seqlens_q=torch.tensor([0, n], dtype=torch.int32, device=self.dev),
+            seq_lens=torch.tensor([start + n], dtype=torch.int32, device=self.dev),
+            block_tables=self.tables, slot_mapping=pos, max_query_len=n, max_seq_len=start + n,
+            cu_seqlens_q_host=[0, n], seq_lens_host=[start + n])
+        return meta, pos
+
+    @torch.inference_mode()
+    def prefill(self, n: int) -> torch.Tensor:
+        """A fresh n-token prompt at positions 0..n-1 -> greedy next token (device tensor)."""
+        ids = torch.randint(0, self.vocab, (n,), device=self.dev)
+        meta, pos = self._meta(0, n)
+        hidden = self.model(ids, pos, meta, self.kv)
+        return self.model.compute_logits(hidden[-1:]).argmax(-1)
+
+    def first_token(self, n: int) -> int:
+        return int(self.prefill(n).item())
+
+    @torch.inference_mode()
+    def decode_eager(self, depth: int, steps: int) -> float:
+        """tok/s of `steps` greedy decode steps after `depth` tokens of context (eager launches)."""
+        tok = self.prefill(depth) if depth else torch.zeros(1, dtype=torch.int64, device=self.dev)
+        metas = [self._meta(depth + i, 1) for i in range(steps)]
+        self._sync()
+        t0 = time.perf_counter()
+        for meta, pos in metas:
+            hidden = self.model(tok, pos, meta, self.kv)
+            tok = self.model.compute_logits(hidden).argmax(-1)
+        self._sync()
+        return steps / (time.perf_counter() - t0)
+
+    @torch.inference_mode()
+    def decode_graph(self, depth: int, steps: int) -> float:
+        """tok/s of `steps` greedy decode steps replayed from the batch-1 CUDA graph."""
+        if self.graphs is None:
+            self.graphs = DecodeGraphs(self.model, self.kv, self.width, self.page, scratch_block=self.width,
+                                       buckets=(1,))
+            self.graphs.capture()
+        tok = self.prefill(depth) if depth else torch.zeros(1, dtype=torch.int64, device=self.dev)
+        pos = torch.arange(depth, depth + steps, device=self.dev)
+        lens = (pos + 1).to(torch.int32)
+        for i in range(3):  # warm-up replays (overwritten below)
+            self.graphs.run(tok, pos[i:i + 1], pos[i:i + 1], lens[i:i + 1], self.tables)
+        self._sync()
+        t0 = time.perf_counter()
+        for i in range(steps):
+            _, tok = self.graphs.run(tok, pos[i:i + 1], pos[i:i + 1], lens[i:i + 1], self.tables)
+        self._sync()
+        return steps / (time.perf_counter() - t0)

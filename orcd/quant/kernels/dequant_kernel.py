@@ -1,0 +1,40 @@
+"""Triton dequantize of raw GGUF blocks to a dense [out, in] matrix (for prefill: then cuBLAS)."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from orcd.quant.kernels.tiles import dequant_tile
+
+# type id -> (elements per scale group S, groups per tile G)
+DEQUANT_TILES = {8: (32, 8), 6: (32, 8), 12: (32, 8), 14: (16, 16)}
+
+
+@triton.jit
+def _dequant_kernel(p8, p16, w_ptr, OUT, K, row_bytes,
+                    QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr, BO: tl.constexpr):
+    rows = tl.program_id(0) * BO + tl.arange(0, BO)
+    k0 = tl.program_id(1) * (G * S)
+    gg = tl.arange(0, G)[None, :, None]
+    m = (rows < OUT)[:, None, None] & ((k0 + gg * S) < K)
+    w = dequant_tile(p8, p16, rows.to(tl.int64)[:, None, None] * row_bytes, m, k0, QT, G)  # [BO, G, S]
+    w2 = tl.reshape(w, [BO, G * S])
+    kk = k0 + tl.arange(0, G * S)
+    ptrs = w_ptr + rows.to(tl.int64)[:, None] * K + kk[None, :]
+    tl.store(ptrs, w2.to(w_ptr.dtype.element_ty), mask=(rows[:, None] < OUT) & (kk[None, :] < K))
+
+
+def dequantize_raw(raw: torch.Tensor, qtype: int, out_features: int, in_features: int,
+                   dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
+    """raw uint8 [out, row_bytes] -> [out, in] in dtype (written into `out` when given)."""
+    qt = int(qtype)
+    s, g = DEQUANT_TILES[qt]
+    row_bytes = raw.numel() // out_features
+    w = out if out is not None else torch.empty((out_features, in_features), dtype=dtype, device=raw.device)
+    bo = 16
+    grid = (triton.cdiv(out_features, bo), triton.cdiv(in_features, g * s))
+    _dequant_kernel[grid](raw, raw.view(-1).view(torch.int16), w, out_features, in_features, row_bytes,
+                          QT=qt, S=s, G=g, BO=bo, num_warps=4)
+    return w
