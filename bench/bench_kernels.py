@@ -94,9 +94,9 @@ def sweep(rows: list[dict]) -> None:
         row_bytes = in_f // BLOCK_SIZE[qi] * TYPE_SIZE[qi]
         epg, u = GEMV_GROUPS[qi]
         g0, bo0, w0 = gemv_config(qi, out_f, in_f)
-        for g in (g0, max(1, g0 // 4)):
-            for bo in (1, 2, 4):
-                for nw in (1, 2, 4, 8):
+        for g in (max(1, g0 // 2), g0, 2 * g0):
+            for bo in (4, 8, 16):
+                for nw in (1, 2, 4):
                     kern = _gemv_kernel[(triton.cdiv(out_f, bo), 1)]
                     args = [(x, r, r.view(-1).view(torch.int16), r.view(-1).view(torch.int32) if qi == 12
                              else r.view(-1).view(torch.int16), y, out_f, in_f, row_bytes, in_f, out_f,
@@ -148,11 +148,13 @@ def attention(rows: list[dict], depth: int, batch: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--sweep", action="store_true", help="also sweep GEMV launch shapes")
     args = ap.parse_args()
     rows: list[dict] = []
     per_shape(rows)
-    sweep(rows)
-    for n, gmax in ((1, 4), (4, 4), (8, 4), (8, 8), (32, 4)):
+    if args.sweep:
+        sweep(rows)
+    for n, gmax in ((1, 4), (4, 4), (8, 4), (16, 4), (32, 4), (64, 4)):
         whole_token(rows, n, gmax)
     for depth, batch in ((4096, 1), (512, 1), (1024, 32)):
         attention(rows, depth, batch)
