@@ -1,7 +1,7 @@
 """The decoder-only transformer shared by qwen2 and llama: pre-norm blocks of GQA attention + SwiGLU.
 
 Architecture files subclass `DecoderModel` and set two class attributes:
-- `qkv_bias`: the file has attn_{q,k,v}.bias (qwen2);
+- `qkv_bias`: attn_{q,k,v}.bias are required (qwen2); otherwise they are loaded only when present;
 - `qk_rows_permuted`: attn_q/attn_k rows are stored permuted for interleaved RoPE (llama).
 """
 
@@ -33,7 +33,7 @@ def unpermute_qk_rows(t: GGUFTensor, n_heads: int) -> GGUFTensor:
     rows = t.shape[0]
     dim = rows // n_heads // 2
     order = np.arange(rows).reshape(n_heads, dim, 2).swapaxes(1, 2).reshape(-1)
-    data = t.data.reshape(rows, -1)[order]
+    data = t.data.reshape(rows, -1)[order].reshape(t.data.shape)  # same layout as the file's
     return dataclasses.replace(t, data=np.ascontiguousarray(data))
 
 
@@ -58,6 +58,9 @@ class DecoderModel(nn.Module):
         h, d, f = cfg.hidden_size, cfg.head_dim, cfg.ffn_size
         q, kv = cfg.n_heads * d, cfg.n_kv_heads * d
         req: dict[str, Shape] = {"token_embd.weight": (cfg.vocab_size, h), "output_norm.weight": (h,)}
+        opt: dict[str, Shape] = {
+            "output.weight": (cfg.vocab_size, h), "rope_freqs.weight": (cfg.rope_dim // 2,),
+        }
         for i in range(cfg.n_layers):
             p = f"blk.{i}."
             req |= {
@@ -65,9 +68,9 @@ class DecoderModel(nn.Module):
                 p + "attn_v.weight": (kv, h), p + "attn_output.weight": (h, q), p + "ffn_norm.weight": (h,),
                 p + "ffn_gate.weight": (f, h), p + "ffn_up.weight": (f, h), p + "ffn_down.weight": (h, f),
             }
-            if cls.qkv_bias:
-                req |= {p + "attn_q.bias": (q,), p + "attn_k.bias": (kv,), p + "attn_v.bias": (kv,)}
-        return req, {"output.weight": (cfg.vocab_size, h), "rope_freqs.weight": (cfg.rope_dim // 2,)}
+            biases = {p + "attn_q.bias": (q,), p + "attn_k.bias": (kv,), p + "attn_v.bias": (kv,)}
+            (req if cls.qkv_bias else opt).update(biases)  # loaded whenever present
+        return req, opt
 
     def __init__(self, cfg: ModelConfig, embed: nn.Module, blocks: list[Block], norm: RMSNorm,
                  lm_head: nn.Module, rotary: RotaryEmbedding):
@@ -84,8 +87,8 @@ class DecoderModel(nn.Module):
         rotary = RotaryEmbedding(cfg.rope_dim, cfg.rope_theta, cfg.rope_scaling_type,  # fails before weights
                                  cfg.rope_scaling_factor, device, factors)
 
-        def lin(name: str, bias: bool = False, permute_heads: int = 0) -> nn.Module:
-            w, b = t[name + ".weight"], t.get(name + ".bias") if bias else None
+        def lin(name: str, permute_heads: int = 0) -> nn.Module:
+            w, b = t[name + ".weight"], t.get(name + ".bias")
             if permute_heads:
                 w = unpermute_qk_rows(w, permute_heads)
                 b = unpermute_qk_rows(b, permute_heads) if b is not None else None
@@ -99,9 +102,8 @@ class DecoderModel(nn.Module):
         blocks = []
         for i in range(cfg.n_layers):
             p = f"blk.{i}."
-            attn = Attention(lin(p + "attn_q", cls.qkv_bias, qh), lin(p + "attn_k", cls.qkv_bias, kh),
-                             lin(p + "attn_v", cls.qkv_bias), lin(p + "attn_output"),
-                             cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)
+            attn = Attention(lin(p + "attn_q", qh), lin(p + "attn_k", kh), lin(p + "attn_v"),
+                             lin(p + "attn_output"), cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)
             mlp = SwiGLU(lin(p + "ffn_gate"), lin(p + "ffn_up"), lin(p + "ffn_down"))
             blocks.append(Block(norm(p + "attn_norm.weight"), attn, norm(p + "ffn_norm.weight"), mlp))
         embed = embedding(t["token_embd.weight"], device, dtype, keep_quantized)

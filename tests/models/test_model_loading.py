@@ -84,3 +84,21 @@ def test_shape_contradicting_config_is_rejected(tmp_path):
                      extra_metadata={"qwen2.feed_forward_length": 96})
     with pytest.raises(GGUFError, match="ffn"):
         load_model(bad, device="cpu", tokenizer=False)
+
+
+@pytest.mark.parametrize("n_heads", [1, 2, 4])
+def test_unpermute_inverts_llama_cpp_convert_permutation(n_heads):
+    from gguf import GGMLQuantizationType as Q
+
+    from orcd.gguf.reader import GGUFTensor
+    from orcd.models.decoder import unpermute_qk_rows
+
+    rows, cols = n_heads * 8, 3
+    hf = np.arange(rows * cols, dtype=np.float32).reshape(rows, cols)
+    # convert_hf_to_gguf.py's LlamaModel.permute, applied to HF q/k rows when writing the file
+    stored = hf.reshape(n_heads, 2, rows // n_heads // 2, cols).swapaxes(1, 2).reshape(rows, cols)
+    weight = GGUFTensor("w", Q.F32, (rows, cols), stored.view(np.uint8).reshape(rows, -1))
+    back = unpermute_qk_rows(weight, n_heads).data.view(np.float32).reshape(rows, cols)
+    assert np.array_equal(back, hf)
+    bias = GGUFTensor("b", Q.F32, (rows,), stored[:, 0].copy().view(np.uint8).reshape(1, -1))
+    assert np.array_equal(unpermute_qk_rows(bias, n_heads).data.view(np.float32).reshape(-1), hf[:, 0])
