@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from models_helpers import CASES, PROMPTS, hf_greedy, hf_last_logits, hf_model, orcd_last_logits, paged_greedy
-from models_helpers import write_case as write
+from models_helpers import (
+    CASES,
+    PROMPTS,
+    hf_greedy,
+    hf_last_logits,
+    hf_model,
+    orcd_last_logits,
+    paged_greedy,
+    write_case,
+)
 
 from orcd.engine.loader import load_model
 from orcd.engine.model_runner import ModelRunner
@@ -19,7 +27,7 @@ N_NEW = 32
 
 @pytest.fixture(scope="module", params=sorted(CASES))
 def case(request, tmp_path_factory):
-    path = write(tmp_path_factory.mktemp(request.param), request.param)
+    path = write_case(tmp_path_factory.mktemp(request.param), request.param)
     return path, hf_model(path)
 
 
