@@ -18,7 +18,9 @@ JSON = st.recursive(
     max_leaves=8,
 )
 ROLES = st.sampled_from(["user", "system", "assistant", "tool", "x"])
-MESSAGES = st.lists(st.fixed_dictionaries({"role": ROLES, "content": st.text(max_size=12) | JSON}), max_size=3)
+MESSAGE = st.fixed_dictionaries({"role": ROLES, "content": st.text(max_size=12) | JSON})
+MESSAGES = st.lists(MESSAGE, max_size=3)
+EXAMPLES = int(os.environ.get("ORCD_FUZZ_EXAMPLES", "60"))
 ROUTES = {"/v1/generate": {"prompt": "fuzz", "stream": False},
           "/v1/completions": {"model": "tiny-qwen2", "prompt": "fuzz"},
           "/v1/chat/completions": {"model": "tiny-qwen2", "messages": [{"role": "user", "content": "fuzz"}]},
@@ -52,7 +54,7 @@ def bodies(draw, fields: dict[str, list[str]]):
 
 
 def test_random_bodies_never_5xx(server, client, fields):
-    @settings(max_examples=int(os.environ.get("ORCD_FUZZ_EXAMPLES", "60")), deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(bodies(fields))
     def check(case):
         path, body = case
