@@ -71,7 +71,10 @@ class ModelRunner:
     @torch.inference_mode()
     def forward(self, sched: SchedulerOutput) -> torch.Tensor:
         """Run the model on one step; returns logits [N, V] float32 of the rows with sample=True."""
-        inp = prepare_inputs(sched, self.block_size, self.device)
+        return self.run(prepare_inputs(sched, self.block_size, self.device))
+
+    def run(self, inp: StepInputs) -> torch.Tensor:
+        """Device work only (no host syncs on the decode path): the hook a CUDA-graph runner replaces."""
         hidden = self.model(inp.input_ids, inp.positions, inp.attn, self.kv)
         return self.model.compute_logits(hidden[inp.sample_rows])
 
