@@ -134,17 +134,35 @@ _WORD_LINES = [
 ]
 
 
+# Never requested in training: the script's check of copying words it has not seen.
+UNSEEN_WORDS = """
+keyboard violin pizza teapot umbrella saxophone glimmer tornado pumpkin lighthouse cathedral octopus
+blizzard mercury sandstone penguin harmonica biscuit carousel dandelion elephant flamingo gondola
+hurricane igloo jellyfish kangaroo limestone mushroom nightingale orchestra parrot quicksand
+raspberry scarecrow trombone unicorn vineyard waterfall xylophone yogurt zucchini
+""".split()
+
+_CONSONANTS = "b c d f g h j k l m n p r s t v w z st tr br ch sh th pl gr cl".split()
+_VOWELS = "a e i o u ai ea oo ou y".split()
+
+
 def pseudo_word(rng: random.Random) -> str:
-    """A fresh word made of 2-3 syllables, e.g. "kazumo"."""
-    return "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3)))
+    """A fresh made-up word: syllables from the list, consonant-vowel patterns, or random letters."""
+    kind = rng.random()
+    if kind < 0.3:
+        return "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3)))
+    if kind < 0.7:
+        parts = [rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(rng.randint(1, 3))]
+        return "".join(parts) + (rng.choice(_CONSONANTS) if rng.random() < 0.6 else "")
+    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9)))
 
 
 def requested_word(rng: random.Random) -> str:
-    """45% minute words, 30% English words, 25% fresh pseudo-words."""
+    """45% minute words, 20% English words, 35% fresh made-up words."""
     r = rng.random()
     if r < 0.45:
         return rng.choice(MINUTE_WORDS)
-    return rng.choice(OTHER_WORDS) if r < 0.75 else pseudo_word(rng)
+    return rng.choice(OTHER_WORDS) if r < 0.65 else pseudo_word(rng)
 
 
 def nonce(rng: random.Random) -> str:

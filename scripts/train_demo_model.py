@@ -36,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import demo_corpus as corpus  # noqa: E402
 
-FULL = dict(hidden=256, layers=4, heads=4, kv_heads=2, ffn=768, vocab=3000, steps=4000, batch=256,
+FULL = dict(hidden=256, layers=4, heads=4, kv_heads=2, ffn=768, vocab=3000, steps=8000, batch=256,
             examples=200_000, lr=3e-3, eval_samples=100)
 TINY = dict(hidden=64, layers=2, heads=2, kv_heads=1, ffn=128, vocab=600, steps=30, batch=16,
             examples=3000, lr=3e-3, eval_samples=8)
@@ -239,15 +239,16 @@ def check_gguf(model, tok, path: Path, seed: int, logf):
     return loaded
 
 
-def evaluate(model, tok, n: int, seed: int, logf) -> float:
-    """n haikus at temperature 0.8 for random minute words + nonces; whole-word presence rate."""
+def evaluate(model, tok, words: list[str], seed: int, logf, what: str) -> float:
+    """One haiku at temperature 0.8 per word (prompt with a nonce); whole-word presence rate."""
     rng = random.Random(seed + 2)
-    words = [rng.choice(corpus.MINUTE_WORDS) for _ in range(n)]
+    n = len(words)
     prompts = [corpus.PROMPT.format(word=w) + f"\n(request {rng.getrandbits(24):06x})" for w in words]
     haikus = sample(model, tok, prompts, 0.8, seed)
     hits = [whole_word(w, h) for w, h in zip(words, haikus, strict=True)]
     rate = sum(hits) / n
-    log(f"eval: word present as a whole word in {sum(hits)}/{n} = {rate:.1%} (temperature 0.8)", logf)
+    log(f"eval ({what}): word present as a whole word in {sum(hits)}/{n} = {rate:.1%} "
+        f"(temperature 0.8)", logf)
     for w, h in list(zip(words, haikus, strict=True))[:3]:
         log(f"--- word {w!r}\n{h}", logf)
     for w, h, ok in zip(words, haikus, hits, strict=True):
@@ -300,7 +301,11 @@ def main(argv=None) -> int:
     except Exception as err:  # keep the file and still evaluate the trained model
         log(f"GGUF check failed: {type(err).__name__}: {err}; evaluating the trained model instead", logf)
         judged = model.float()
-    evaluate(judged.to(args.device), tok, hp["eval_samples"], args.seed, logf)
+    judged = judged.to(args.device)
+    rng = random.Random(args.seed + 3)
+    minute_words = [rng.choice(corpus.MINUTE_WORDS) for _ in range(hp["eval_samples"])]
+    evaluate(judged, tok, minute_words, args.seed, logf, "random minute words")
+    evaluate(judged, tok, corpus.UNSEEN_WORDS, args.seed, logf, "English words never requested in training")
     log(f"total: {time.perf_counter() - t0:.1f}s", logf)
     return 0
 
