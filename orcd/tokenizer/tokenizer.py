@@ -77,6 +77,7 @@ class GGUFTokenizer:
                        key=lambda i: -len(vocab.tokens[i]))
         self._split_all = [(vocab.tokens[i], i) for i in order]
         self._split_user = [(vocab.tokens[i], i) for i in order if vocab.types[i] == USER_DEFINED]
+        self._token_chars = {i: frozenset(vocab.tokens[i]) for i in order}
         self.bos_id: int | None = vocab.special.get("bos")
         self.eos_id: int | None = vocab.special.get("eos")
         self.eot_id: int | None = vocab.special.get("eot")
@@ -102,8 +103,9 @@ class GGUFTokenizer:
         split every raw fragment at its occurrences. Fragments are (start, end) spans of `text`; ints
         are token ids. Control tokens overlapping a `protected` span (message content) are not matched."""
         frags: list[tuple[int, int] | int] = [(0, len(text))]
+        chars = set(text)  # cheap filter before a substring scan per candidate (thousands in some vocabs)
         for tok, tid in self._split_all if parse_special else self._split_user:
-            if tok not in text:
+            if not self._token_chars[tid] <= chars or tok not in text:
                 continue
             guard = protected if self.vocab.types[tid] != USER_DEFINED else ()
             rstrip = tid in self.vocab.rstrip_ids

@@ -1,14 +1,19 @@
-"""`orcd tokenize` through a real subprocess on a shared vocabulary."""
+"""`orcd tokenize`: twice through a real subprocess, the other modes through `orcd.cli.main` in-process."""
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
 
+import pytest
 from tokenizer_testdata import tokenizer_for, vocab_path
 
+from orcd.cli import main
+
 MODEL = str(vocab_path("phi-3"))
+TEXTS = ["Hello", "naïve 🦙\nline <|end|>", ""]
 
 
 def orcd(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -16,29 +21,44 @@ def orcd(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
                           input=stdin, capture_output=True, text=True, timeout=120)
 
 
-def test_text_argument_and_flags() -> None:
+def in_process(capsys, monkeypatch, *args: str, stdin: str = "") -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    rc = main(["tokenize", "--model", MODEL, *args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_subprocess_text_with_flags() -> None:
+    res = orcd("--add-special", "--parse-special", "Hello world<|end|>")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["1", "15043", "3186", "32007"]
+
+
+def test_subprocess_stdin_json_lines() -> None:
+    res = orcd(stdin="".join(json.dumps(t) + "\n" for t in TEXTS))
+    assert res.returncode == 0, res.stderr
+    assert [json.loads(line) for line in res.stdout.splitlines()] == [tokenizer_for("phi-3").encode(t)
+                                                                       for t in TEXTS]
+
+
+def test_text_and_decode_modes(capsys, monkeypatch) -> None:
     tok = tokenizer_for("phi-3")
-    plain = orcd("Hello world<|end|>")
-    assert plain.returncode == 0
-    assert plain.stdout.split() == [str(i) for i in tok.encode("Hello world<|end|>")]
-    special = orcd("--add-special", "--parse-special", "Hello world<|end|>")
-    assert special.stdout.split() == ["1", "15043", "3186", "32007"]
+    rc, out, _ = in_process(capsys, monkeypatch, "Hello world<|end|>")
+    assert rc == 0 and out.split() == [str(i) for i in tok.encode("Hello world<|end|>")]
+    rows = [tok.encode(t) for t in TEXTS]
+    stdin = "".join(json.dumps(r) + "\n" for r in rows)
+    rc, out, _ = in_process(capsys, monkeypatch, "--decode", stdin=stdin)
+    assert rc == 0 and [json.loads(line) for line in out.splitlines()] == TEXTS
+    rc, out, _ = in_process(capsys, monkeypatch, "--decode", " ".join(map(str, rows[1])))
+    assert rc == 0 and out == TEXTS[1] + "\n"
 
 
-def test_stdin_json_lines_and_decode() -> None:
-    texts = ["Hello", "naïve 🦙\nline", ""]
-    res = orcd(stdin="".join(json.dumps(t) + "\n" for t in texts))
-    assert res.returncode == 0
-    rows = [json.loads(line) for line in res.stdout.splitlines()]
-    assert rows == [tokenizer_for("phi-3").encode(t) for t in texts]
-    back = orcd("--decode", stdin="".join(json.dumps(r) + "\n" for r in rows))
-    assert [json.loads(line) for line in back.stdout.splitlines()] == texts
-    one = orcd("--decode", " ".join(map(str, rows[1])))
-    assert one.stdout == texts[1] + "\n"
-
-
-def test_bad_input_is_one_line_error() -> None:
-    res = orcd(stdin="not json\n")
-    assert res.returncode == 2 and "line 1" in res.stderr and "Traceback" not in res.stderr
-    res = orcd("--decode", "1 99999999")
-    assert res.returncode == 2 and "outside the vocabulary" in res.stderr
+@pytest.mark.parametrize(("args", "stdin", "message"), [
+    ((), "not json\n", "line 1"),
+    (("--decode",), '["a"]\n', "line 1"),
+    (("--decode", "1 99999999"), "", "outside the vocabulary"),
+    (("--decode", "1 x"), "", "integer token ids"),
+])
+def test_bad_input_is_one_line_error(capsys, monkeypatch, args, stdin, message) -> None:
+    rc, _, err = in_process(capsys, monkeypatch, *args, stdin=stdin)
+    assert rc == 2 and message in err and err.count("\n") == 1
