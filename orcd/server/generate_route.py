@@ -7,6 +7,7 @@ is produced; then `end` {request_id, tokens_out, stop_reason, ttft_ms, tokens_pe
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
@@ -30,18 +31,18 @@ def _end_fields(job: Job) -> dict:
 async def _sse_stream(hub: JobHub, job: Job, model: str) -> AsyncIterator[bytes]:
     yield sse_event({"request_id": job.request_id, "model": model, "prompt_tokens": len(job.prompt_ids)},
                     "started")
-    async for ev in hub.events(job):
-        if ev is None:
-            yield PING
-            continue
-        if ev.token_id is not None or ev.text:
-            # A final event may carry held-back text without a new token: id is then null.
-            yield sse_event({"i": ev.index, "id": ev.token_id, "t": ev.text}, "token")
-        if ev.finished:
-            if job.finish_reason == "error":
-                yield sse_event({"code": "generation_failed", "message": job.error or "generation failed"},
-                                "error")
-            else:
+    async with contextlib.aclosing(hub.events(job)) as events:
+        async for ev in events:
+            if ev is None:
+                yield PING
+                continue
+            if ev.token_id is not None or ev.text:
+                # A final event may carry held-back text without a new token: id is then null.
+                yield sse_event({"i": ev.index, "id": ev.token_id, "t": ev.text}, "token")
+            if ev.finished and job.finish_reason == "error":
+                message = job.error or "generation failed"
+                yield sse_event({"code": "generation_failed", "message": message}, "error")
+            elif ev.finished:
                 yield sse_event(_end_fields(job), "end")
 
 

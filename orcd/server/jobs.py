@@ -221,7 +221,8 @@ class JobHub:
 
         watcher = asyncio.ensure_future(watch_disconnect())
         try:
-            return [ev async for ev in self.events(job) if ev is not None]
+            async with contextlib.aclosing(self.events(job)) as events:
+                return [ev async for ev in events if ev is not None]
         finally:
             watcher.cancel()
             self.release(job)

@@ -7,6 +7,7 @@ orcd does not implement are refused with 400 naming them.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -105,16 +106,16 @@ async def _openai_stream(hub: JobHub, job: Job, chunk: Callable[[dict], dict], f
 
     if first is not None:
         yield emit({"index": 0, **first, "logprobs": None, "finish_reason": None})
-    async for ev in hub.events(job):
-        if ev is None:
-            yield PING
-            continue
-        if ev.text:
-            yield emit({"index": 0, **text_field(ev.text), "logprobs": None, "finish_reason": None})
-        if ev.finished:
-            if job.finish_reason == "error":
+    async with contextlib.aclosing(hub.events(job)) as events:
+        async for ev in events:
+            if ev is None:
+                yield PING
+                continue
+            if ev.text:
+                yield emit({"index": 0, **text_field(ev.text), "logprobs": None, "finish_reason": None})
+            if ev.finished and job.finish_reason == "error":
                 yield _stream_error(job)
-            else:
+            elif ev.finished:
                 empty = text_field("") if first is None else {"delta": {}}
                 reason = _FINISH[job.finish_reason]
                 yield emit({"index": 0, **empty, "logprobs": None, "finish_reason": reason})
