@@ -81,6 +81,9 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
             yield
         finally:
             app.state.ready = False
+            drain = getattr(app.state, "drain_task", None)
+            if drain is not None:
+                drain.cancel()
             await asyncio.to_thread(engine.shutdown)
 
     app = FastAPI(title="orcd", version="0.1.0", lifespan=lifespan,

@@ -118,3 +118,18 @@ def test_health_is_503_loading_before_startup():
 
     r = asyncio.run(probe())
     assert r.status_code == 503 and r.json()["status"] == "loading"
+
+
+def test_cors_allowlist_only():
+    app = create_app(FailingEngine(), ServerSettings(warmup=False, api_key="k",
+                                                     cors_origins=("https://ok.example",)))
+    preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"}
+
+    async def probe(origin: str):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+            return await c.options("/v1/generate", headers={"Origin": origin, **preflight})
+
+    ok, evil = asyncio.run(probe("https://ok.example")), asyncio.run(probe("https://evil.example"))
+    assert ok.headers["access-control-allow-origin"] == "https://ok.example"
+    assert "access-control-allow-origin" not in evil.headers
