@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from orcd.errors import GGUFError
 from orcd.gguf import GGUFFile, open_gguf
 from orcd.gguf.config import ModelConfig, model_config_from_gguf
+from orcd.gguf.validate import validate_tensors
 from orcd.models.registry import get_model_class
 
 log = logging.getLogger(__name__)
@@ -34,23 +34,6 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
-
-
-def _validate(f: GGUFFile, cfg: ModelConfig, required: dict, optional: dict) -> None:
-    try:
-        from orcd.gguf.validate import validate_tensors
-    except ImportError:  # INTERIM until orcd.gguf.validate lands: presence and shape only
-        validate_tensors = _check_shapes
-    validate_tensors(f, cfg, required, optional)
-
-
-def _check_shapes(f: GGUFFile, cfg: ModelConfig, required: dict, optional: dict) -> None:
-    for name, shape in {**required, **{k: s for k, s in optional.items() if k in f.tensors}}.items():
-        t = f.tensors.get(name)
-        if t is None:
-            raise GGUFError(f"{f.path.name}: missing tensor {name}")
-        if tuple(t.shape) != tuple(shape):
-            raise GGUFError(f"{f.path.name}: tensor {name} has shape {t.shape}, config says {shape}")
 
 
 def weights_nbytes(model: torch.nn.Module) -> int:
@@ -75,7 +58,7 @@ def load_model(path: str | Path, device: str | torch.device = "auto", dtype: tor
     cls = get_model_class(f.architecture)  # an unknown architecture is named before any key is read
     cfg = model_config_from_gguf(f)
     required, optional = cls.expected_tensors(cfg)
-    _validate(f, cfg, required, optional)
+    validate_tensors(f, cfg, required, optional)  # presence, type and shape, before any allocation
     tok = None
     if tokenizer:
         from orcd.tokenizer import load_tokenizer
