@@ -7,6 +7,8 @@ import sys
 import time
 from collections import Counter
 
+from gguf import LlamaFileType
+
 from orcd.gguf.presets import PRESETS, plan_qtypes
 from orcd.gguf.synth import tensor_shapes, write_model_gguf
 
@@ -33,8 +35,11 @@ def synth_like(out: str, like: str, quant: str | None = None, seed: int = 0,
                            preset["ffn"], preset["n_heads"], preset["n_kv_heads"], preset["tied"])
     qtypes = plan_qtypes(shapes, quant, preset["n_layers"])
     arch = preset.pop("arch")
-    path = write_model_gguf(out, arch, qtypes=qtypes, seed=seed,
-                            extra_metadata={"general.name": f"orcd-synth-{like}-{quant}"}, **preset)
+    md = {"general.name": f"orcd-synth-{like}-{quant}"}
+    ftype = {"F32": "ALL_F32"}.get(quant.upper(), f"MOSTLY_{quant.upper()}")
+    if ftype in LlamaFileType.__members__:  # what llama.cpp's quantize would record
+        md["general.file_type"] = int(LlamaFileType[ftype])
+    path = write_model_gguf(out, arch, qtypes=qtypes, seed=seed, extra_metadata=md, **preset)
     return path, Counter(q.name for q in qtypes.values())
 
 
@@ -42,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         path, counts = synth_like(args.out, args.like, args.quant, args.seed, args.context_length)
-    except ValueError as err:
+    except (ValueError, OSError) as err:
         print(f"orcd synth: error: {err}", file=sys.stderr)
         return 2
     size = path.stat().st_size
