@@ -102,3 +102,18 @@ def test_unpermute_inverts_llama_cpp_convert_permutation(n_heads):
     assert np.array_equal(back, hf)
     bias = GGUFTensor("b", Q.F32, (rows,), stored[:, 0].copy().view(np.uint8).reshape(1, -1))
     assert np.array_equal(unpermute_qk_rows(bias, n_heads).data.view(np.float32).reshape(-1), hf[:, 0])
+
+
+def test_rope_scaling_linear_loads_and_unknown_scaling_is_refused(tmp_path):
+    from orcd.gguf.synth import write_model_gguf
+
+    dims = dict(vocab_size=320, hidden=64, n_layers=1, ffn=128, n_heads=4, n_kv_heads=2)
+    lin = write_model_gguf(tmp_path / "lin.gguf", "llama", **dims, extra_metadata={
+        "llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 2.0})
+    plain = write_model_gguf(tmp_path / "plain.gguf", "llama", **dims)
+    a, b = orcd_last_logits(_runner(lin), PROMPTS[0]), orcd_last_logits(_runner(plain), PROMPTS[0])
+    assert not torch.allclose(a, b)  # same weights (same seed), positions rotated at half speed
+    yarn = write_model_gguf(tmp_path / "yarn.gguf", "llama", **dims, extra_metadata={
+        "llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0})
+    with pytest.raises(GGUFError, match="yarn"):
+        load_model(yarn, device="cpu", tokenizer=False)
