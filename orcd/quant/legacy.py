@@ -19,7 +19,7 @@ def _nibbles(qs: torch.Tensor) -> torch.Tensor:
 def _high_bits(blocks: torch.Tensor, offset: int) -> torch.Tensor:
     """The 32-bit little-endian qh at `offset` -> uint8 [n, 32] of bit j << 4."""
     qh = blocks[:, offset : offset + 4].contiguous().view(torch.int32)  # [n, 1]
-    bits = torch.arange(32, dtype=torch.int32, device=blocks.device).reshape(1, 32)
+    bits = torch.arange(32, dtype=torch.int32, device=blocks.device).reshape(1, 32)  # a kernel, no copy
     return (((qh >> bits) & 1) << 4).to(torch.uint8)
 
 

@@ -3,6 +3,7 @@ with torch ops only (CPU or CUDA, no Python loop over blocks), bit-exact to gguf
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -68,4 +69,11 @@ def f16(blocks: torch.Tensor, offset: int) -> torch.Tensor:
 
 
 def shifts(values: list[int], shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """A small constant uint8 tensor, made once per device (so dequantizing inside a CUDA graph capture
+    does no host-to-device copy)."""
+    return _const(tuple(values), shape, str(device))
+
+
+@functools.lru_cache(maxsize=256)
+def _const(values: tuple[int, ...], shape: tuple[int, ...], device: str) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.uint8, device=device).reshape(shape)

@@ -79,3 +79,21 @@ def test_unsupported_type_names_it(qtype) -> None:
 def test_size_mismatch_is_a_gguf_error() -> None:
     with pytest.raises(GGUFError, match="does not hold shape"):
         dequantize(torch.zeros(33, dtype=torch.uint8), Q.Q8_0, (64,))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda q: q.name)
+def test_dequantize_in_cuda_graph(qtype: Q) -> None:
+    """The fallback path of kept-quantized layers runs inside captured decode steps."""
+    raw = torch.from_numpy(random_raw(qtype, 8, 256, seed=7)).cuda()
+    eager = dequantize(raw, qtype, (8, 256))
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        dequantize(raw, qtype, (8, 256))  # warm-up outside capture
+        with torch.cuda.graph(graph, stream=stream):
+            out = dequantize(raw, qtype, (8, 256))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
