@@ -31,6 +31,7 @@ _C_SPACE = " \t\n\v\f\r"  # C isspace(), which llama.cpp's rstrip uses
 _RAW_HIGH = re.compile("[\x7f-\xa0\xad]")
 _CHUNK = 16384  # chars per part when a long text is encoded in parallel
 _SAFE_CUT = re.compile(r"(?<=[^\s]) (?=[A-Za-z])")
+_SPM_CUT = re.compile("(?<=[^▁])▁(?=[A-Za-z])")
 
 
 def _pieces(v: Vocab) -> list[bytes]:
@@ -70,6 +71,7 @@ class GGUFTokenizer:
         self.vocab = vocab
         self._hf = build(vocab)
         self._spm = vocab.model == "llama"
+        self._spm_cuttable = self._spm and not any(re.search("[^▁]▁", t) for t in vocab.tokens)
         self.pieces = _pieces(vocab)
         self.is_special = [t in (CONTROL, UNKNOWN) for t in vocab.types]  # hidden when skip_special
         # special-token partition candidates, longest text first (llama.cpp cache_special_tokens)
@@ -133,16 +135,20 @@ class GGUFTokenizer:
         return frags
 
     def _encode_text(self, pieces: list[str]) -> list[list[int]]:
-        """ids per text piece. Long byte-level BPE pieces are cut where every supported split rule
-        starts a new word anyway (a space after a non-space, before an ASCII letter), and the parts
+        """ids per text piece. Long pieces are cut where no merge can reach across (byte-level BPE:
+        a space after a non-space, before an ASCII letter, where every split rule starts a word;
+        SentencePiece: the same '▁' when no token holds '▁' after another char), and the parts are
         encoded in parallel by `tokenizers`."""
         if not pieces:
             return []
-        if len(pieces) == 1 and (self._spm or len(pieces[0]) <= _CHUNK):
+        cut = _SPM_CUT if self._spm else _SAFE_CUT
+        if self._spm and not self._spm_cuttable:
+            cut = None
+        if len(pieces) == 1 and (cut is None or len(pieces[0]) <= _CHUNK):
             return [self._hf.encode(pieces[0], add_special_tokens=False).ids]
         parts, owner = [], []
         for k, piece in enumerate(pieces):
-            chunks = [piece] if self._spm else _chunks(piece)
+            chunks = [piece] if cut is None else _chunks(piece, cut)
             parts.extend(chunks)
             owner.extend([k] * len(chunks))
         out: list[list[int]] = [[] for _ in pieces]
@@ -230,11 +236,11 @@ class GGUFTokenizer:
         return ids
 
 
-def _chunks(text: str) -> list[str]:
-    """Cut text into ~_CHUNK-char parts at word starts that no split rule can join to what precedes."""
+def _chunks(text: str, cut: re.Pattern) -> list[str]:
+    """Cut text into ~_CHUNK-char parts at matches of `cut` (places no merge can reach across)."""
     out, start = [], 0
     while len(text) - start > _CHUNK:
-        m = _SAFE_CUT.search(text, start + _CHUNK)
+        m = cut.search(text, start + _CHUNK)
         if m is None:
             break
         out.append(text[start:m.start()])
