@@ -14,7 +14,8 @@ def _long_text(name: str) -> str:
     cases = [t for t, _ in read_cases(name)]
     words = ["the", "quick", "brown  ", "fox", "said:", "'hello'", "\n\n", "  world!", "\n\t", "x = 42",
              "naïve", "東京", "🦙", "   ", "\n    "]
-    parts = [rng.choice(cases) if rng.random() < 0.2 else " ".join(rng.choices(words, k=8)) for _ in range(1000)]
+    parts = [rng.choice(cases) if rng.random() < 0.2 else " ".join(rng.choices(words, k=8))
+             for _ in range(1000)]
     return " ".join(parts)
 
 
