@@ -47,8 +47,9 @@ def _list(md: dict[str, Any], key: str, n: int | None = None) -> list | None:
 
 
 def _special_ids(md: dict[str, Any], model: str, n: int) -> dict[str, int]:
-    # llama.cpp defaults when the file names none: SPM bos=1 eos=2 unk=0; BPE bos=eos=11
-    special = {"bos": 1, "eos": 2, "unknown": 0} if model == "llama" else {"bos": 11, "eos": 11}
+    # SentencePiece defaults when the file names none: bos=1 eos=2 unk=0 (as llama.cpp). llama.cpp also
+    # defaults BPE bos=eos=11, an arbitrary token that would end generation: orcd leaves those unset.
+    special = {"bos": 1, "eos": 2, "unknown": 0} if model == "llama" else {}
     for name in _SPECIAL_ID_KEYS:
         value = md.get(f"tokenizer.ggml.{name}_token_id")
         if isinstance(value, int) and 0 <= value < n:
@@ -88,14 +89,15 @@ def read_vocab(md: dict[str, Any]) -> Vocab:
     pre = md.get("tokenizer.ggml.pre", "default") if model == "gpt2" else "default"
     special = _special_ids(md, model, n)
     index = {t: i for i, t in enumerate(tokens)}
+    by_text = {index[t] for t in EOG_TEXTS if t in index}
     if "eot" not in special:
         eot = next((index[t] for t in _EOT_TEXTS if t in index), None)
         if eot is not None:
             special["eot"] = eot
-    eog = {index[t] for t in EOG_TEXTS if t in index}
-    eog |= {special[k] for k in ("eos", "eot", "eom") if k in special}
-    for i in eog | ({special["eot"]} if "eot" in special else set()):
-        types[i] = CONTROL  # llama.cpp overrides end-of-generation tokens to control type
+            by_text.add(eot)
+    for i in by_text:
+        types[i] = CONTROL  # llama.cpp forces end-of-generation-looking tokens to control type
+    eog = by_text | {special[k] for k in ("eos", "eot", "eom") if k in special}
     add_bos = model == "llama" or pre in ("llama-bpe", "llama3", "llama-v3")
     add_bos = bool(md.get("tokenizer.ggml.add_bos_token", add_bos))
     add_eos = bool(md.get("tokenizer.ggml.add_eos_token", False))

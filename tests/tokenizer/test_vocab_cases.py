@@ -27,3 +27,20 @@ def test_decode_round_trips(name: str, index: int) -> None:
     if unk is not None and unk in expected and tok.vocab.model == "llama":
         pytest.skip("text holds characters the vocabulary maps to <unk>")
     assert tok.decode(expected) == text
+
+
+def test_special_ids_and_end_of_generation() -> None:
+    phi3 = tokenizer_for("phi-3")  # EOS from metadata, <|end|> found by its text as EOT
+    assert (phi3.bos_id, phi3.eos_id, phi3.eot_id, phi3.add_bos) == (1, 32000, 32007, True)
+    assert phi3.eog_ids == {32000, 32007}
+    assert phi3.encode_prompt("Hi") == [1, *phi3.encode("Hi")]
+    assert phi3.decode([1, 32007, 15043], skip_special=True) == " Hello"  # rstrip/space as llama.cpp
+    gpt2 = tokenizer_for("gpt-2")
+    assert gpt2.eog_ids == {50256} and not gpt2.add_bos and gpt2.vocab_size == 50257
+    assert gpt2.encode("<|endoftext|>") != [50256] and gpt2.encode("<|endoftext|>", parse_special=True) == [50256]
+
+
+def test_user_defined_tokens_match_without_parse_special() -> None:
+    mpt = tokenizer_for("mpt")  # runs of spaces are user-defined tokens, matched like llama.cpp does
+    ids = mpt.encode("a    b")
+    assert any(mpt.vocab.types[i] == 4 for i in ids) and mpt.decode(ids) == "a    b"
