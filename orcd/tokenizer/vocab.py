@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftex
 _EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
               "<｜end▁of▁sentence｜>")
 _SPECIAL_ID_KEYS = ("bos", "eos", "eot", "eom", "unknown", "seperator", "padding")
+log = logging.getLogger("orcd.tokenizer")
 _MAX_TOKENS = 1 << 22  # 4M tokens: far above any real vocabulary, bounds what a hostile file can ask
 
 
@@ -86,7 +88,11 @@ def read_vocab(md: dict[str, Any]) -> Vocab:
     scores = _list(md, "tokenizer.ggml.scores", n)
     if model == "llama" and scores is None:
         raise TokenizerError("llama tokenizer without tokenizer.ggml.scores")
-    pre = md.get("tokenizer.ggml.pre", "default") if model == "gpt2" else "default"
+    pre = md.get("tokenizer.ggml.pre") if model == "gpt2" else "default"
+    if pre is None:
+        log.warning("GGUF has no tokenizer.ggml.pre: using llama.cpp's 'default' split rules; ids may "
+                    "differ from the model's training tokenizer (regenerate the GGUF to fix)")
+        pre = "default"
     special = _special_ids(md, model, n)
     index = {t: i for i, t in enumerate(tokens)}
     by_text = {index[t] for t in EOG_TEXTS if t in index}

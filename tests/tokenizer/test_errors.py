@@ -43,3 +43,10 @@ def test_supported_pre_tokenizers_build(pre: str) -> None:
     tok = load_tokenizer(md)
     text = "Hello, world!  123 ... naïve 東京\n\tx"
     assert tok.decode(tok.encode(text)) == text
+
+
+def test_missing_pre_tokenizer_warns_loudly(gpt2_md: dict, caplog: pytest.LogCaptureFixture) -> None:
+    md = {k: v for k, v in gpt2_md.items() if k != "tokenizer.ggml.pre"}
+    with caplog.at_level("WARNING", logger="orcd.tokenizer"):
+        tok = load_tokenizer(md)
+    assert "tokenizer.ggml.pre" in caplog.text and tok.vocab.pre == "default"
