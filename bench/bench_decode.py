@@ -50,13 +50,21 @@ def bench_orcd(path: str) -> dict:
     s = OrcdSession(path, num_blocks=(DEPTH + 512) // PAGE + 8, page=PAGE)
     res["weights_MiB"] = s.loaded.weights_bytes / 2**20
     res["file_tensor_MiB"] = sum(t.data.nbytes for t in s.loaded.gguf.tensors.values()) / 2**20
-    res["prefill_512_tok_s"] = PREFILL / timed(lambda: s.prefill(PREFILL))
-    res["prefill_4096_tok_s"] = DEPTH / timed(lambda: s.prefill(DEPTH), reps=3)
-    for depth in (0, DEPTH):
-        res[f"decode_eager_d{depth}_tok_s"] = s.decode_eager(depth, steps=32)
-        res[f"decode_graph_d{depth}_tok_s"] = s.decode_graph(depth, steps=256)
+    measures = [("prefill_512_tok_s", lambda: PREFILL / timed(lambda: s.prefill(PREFILL))),
+                ("prefill_4096_tok_s", lambda: DEPTH / timed(lambda: s.prefill(DEPTH), reps=3))]
+    for d in (0, DEPTH):
+        measures += [(f"decode_eager_d{d}_tok_s", lambda d=d: s.decode_eager(d, steps=32)),
+                     (f"decode_graph_d{d}_tok_s", lambda d=d: s.decode_graph(d, steps=256)),
+                     (f"decode_fused_graph_d{d}_tok_s", lambda d=d: s.decode_graph(d, steps=256, fused=True))]
+    measures.append(("fused_vs_eager_logits_rel_err_d100", lambda: s.check_fused(100)[0]))
+    for key, fn in measures:  # one failure is recorded, not fatal
+        try:
+            res[key] = fn()
+        except Exception as err:  # noqa: BLE001
+            res[key + "_error"] = f"{type(err).__name__}: {err}"[:300]
+        print(key, res.get(key, res.get(key + "_error")), flush=True)
     res["peak_device_MiB"] = torch.cuda.max_memory_allocated() / 2**20
-    res["kv_cache_MiB"] = s.kv.nbytes() / 2**20
+    res["kv_cache_MiB"] = s.kv.nbytes / 2**20
     return res
 
 

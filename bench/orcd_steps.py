@@ -11,6 +11,7 @@ import time
 import torch
 
 from orcd.engine.cuda_graphs import DecodeGraphs
+from orcd.engine.fused_decode import FusedDecoder
 from orcd.engine.kv_cache import KVCache
 from orcd.engine.loader import load_model
 from orcd.models.layers.attention import AttnMetadata
@@ -25,7 +26,17 @@ class OrcdSession:
         self.width = num_blocks - 1
         self.tables = torch.arange(self.width, dtype=torch.int32, device=self.dev)[None, :]
         self.vocab = self.loaded.cfg.vocab_size
-        self.graphs: DecodeGraphs | None = None
+        self.graphs: dict[bool, DecodeGraphs] = {}  # fused? -> batch-1 graphs
+
+    @torch.inference_mode()
+    def check_fused(self, depth: int) -> tuple[float, bool]:
+        """One decode step after `depth` tokens: (|fused - eager| / |eager| of the logits, same argmax)."""
+        tok = self.prefill(depth)
+        meta, pos = self._meta(depth, 1)
+        eager = self.model.compute_logits(self.model(tok, pos, meta, self.kv))
+        fused = FusedDecoder(self.model)(tok, pos, meta, self.kv)
+        err = float((fused - eager).norm() / eager.norm())
+        return err, bool((fused.argmax(-1) == eager.argmax(-1)).all())
 
     def _sync(self) -> None:
         if self.dev != "cpu":
@@ -65,20 +76,23 @@ class OrcdSession:
         return steps / (time.perf_counter() - t0)
 
     @torch.inference_mode()
-    def decode_graph(self, depth: int, steps: int) -> float:
-        """tok/s of `steps` greedy decode steps replayed from the batch-1 CUDA graph."""
-        if self.graphs is None:
-            self.graphs = DecodeGraphs(self.model, self.kv, self.width, self.page, scratch_block=self.width,
-                                       buckets=(1,))
-            self.graphs.capture()
+    def decode_graph(self, depth: int, steps: int, fused: bool = False) -> float:
+        """tok/s of `steps` greedy decode steps replayed from the batch-1 CUDA graph (model forward,
+        or FusedDecoder's kernels when fused)."""
+        if fused not in self.graphs:
+            graphs = DecodeGraphs(self.model, self.kv, self.width, self.page, scratch_block=self.width,
+                                  buckets=(1,), step_fn=FusedDecoder(self.model) if fused else None)
+            graphs.capture()
+            self.graphs[fused] = graphs
+        graphs = self.graphs[fused]
         tok = self.prefill(depth) if depth else torch.zeros(1, dtype=torch.int64, device=self.dev)
         pos = torch.arange(depth, depth + steps, device=self.dev)
         lens = (pos + 1).to(torch.int32)
         for i in range(3):  # warm-up replays (overwritten below)
-            self.graphs.run(tok, pos[i:i + 1], pos[i:i + 1], lens[i:i + 1], self.tables)
+            graphs.run(tok, pos[i:i + 1], pos[i:i + 1], lens[i:i + 1], self.tables)
         self._sync()
         t0 = time.perf_counter()
         for i in range(steps):
-            _, tok = self.graphs.run(tok, pos[i:i + 1], pos[i:i + 1], lens[i:i + 1], self.tables)
+            _, tok = graphs.run(tok, pos[i:i + 1], pos[i:i + 1], lens[i:i + 1], self.tables)
         self._sync()
         return steps / (time.perf_counter() - t0)

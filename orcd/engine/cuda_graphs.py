@@ -21,8 +21,10 @@ DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 
 class DecodeGraphs:
     def __init__(self, model: torch.nn.Module, kv, max_blocks_per_seq: int, block_size: int,
-                 scratch_block: int, buckets: tuple[int, ...] = DEFAULT_BUCKETS):
-        self.model, self.kv, self.block_size = model, kv, block_size
+                 scratch_block: int, buckets: tuple[int, ...] = DEFAULT_BUCKETS, step_fn=None):
+        """step_fn(ids, pos, meta, kv) -> logits [b, V] float32 replaces model forward + compute_logits
+        (e.g. orcd.engine.fused_decode.FusedDecoder(model))."""
+        self.model, self.kv, self.block_size, self.step_fn = model, kv, block_size, step_fn
         self.buckets = tuple(sorted(buckets))
         self.scratch_block = scratch_block
         dev = kv.k[0].device
@@ -46,8 +48,11 @@ class DecodeGraphs:
                             max_query_len=1, max_seq_len=w * self.block_size)
 
     def _step(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
-        hidden = self.model(self.ids[:b], self.pos[:b], self._meta(b), self.kv)
-        logits = self.model.compute_logits(hidden)
+        if self.step_fn is not None:
+            logits = self.step_fn(self.ids[:b], self.pos[:b], self._meta(b), self.kv)
+        else:
+            hidden = self.model(self.ids[:b], self.pos[:b], self._meta(b), self.kv)
+            logits = self.model.compute_logits(hidden)
         return logits, logits.argmax(dim=-1)
 
     @torch.inference_mode()

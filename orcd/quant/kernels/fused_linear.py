@@ -2,10 +2,10 @@
 
 `raw` is uint8 [out, row_bytes] exactly as the GGUF file stores the tensor (each output row's blocks
 contiguous). The weights are read once per call and never written back dequantized.
-Two kernels:
-  - `_gemv_kernel` for N <= GEMV_MAX_N (decode): one program per BO output rows (and per token),
-    fp32 multiply-reduce on the CUDA cores; the weight tile stays in L1/L2 across the N tokens.
-  - `_dot_kernel` for larger N: the tile is dequantized to x.dtype and fed to tl.dot (tensor cores).
+  - N <= GEMV_MAX_N (decode): `_gemv_kernel`, one program per BO output rows and token, fp32
+    multiply-reduce on the CUDA cores (+ bias); `_gemv_glu_kernel` fuses SwiGLU's gate, up and product.
+  - larger N (prefill, big batches): Triton dequantize to x.dtype, then one cuBLAS GEMM. (A tl.dot
+    kernel over raw tiles measured 2-3x slower than this on an H100 for N = 8..64.)
 """
 
 from __future__ import annotations
@@ -14,27 +14,20 @@ import torch
 import triton
 import triton.language as tl
 
+from orcd.quant.kernels.dequant_kernel import dequantize_raw
 from orcd.quant.kernels.gemv_tiles import gemv_tile
-from orcd.quant.kernels.tiles import dequant_tile
 
-# GGML type id -> (elements per scale group S, groups per K-iteration G) for the dot kernel's tiles
-TILE_SHAPES = {
-    8: (32, 4),  # Q8_0
-    6: (32, 4),  # Q5_0
-    12: (32, 8),  # Q4_K: 8 sub-blocks of 32 = one 256-block per iteration
-    14: (16, 16),  # Q6_K: 16 scale groups of 16 = one 256-block per iteration
-}
 # GEMV: type id -> (inputs per group EPG, load units per group U); see gemv_tiles.py
 GEMV_GROUPS = {8: (32, 16), 6: (32, 8), 12: (64, 8), 14: (128, 32)}
 BLOCK_SIZE = {8: 32, 6: 32, 12: 256, 14: 256}
 TYPE_SIZE = {8: 34, 6: 22, 12: 144, 14: 210}
-GEMV_MAX_N = 4
-DOT_MAX_N = 16  # above: dequantize to x.dtype with a Triton kernel, then cuBLAS
+GEMV_MAX_N = 4  # above: dequantize to x.dtype with a Triton kernel, then cuBLAS
 
 
 @triton.jit
 def _gemv_kernel(x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_xn, stride_yn,
-                 QT: tl.constexpr, EPG: tl.constexpr, U: tl.constexpr, G: tl.constexpr, BO: tl.constexpr):
+                 QT: tl.constexpr, EPG: tl.constexpr, U: tl.constexpr, G: tl.constexpr, BO: tl.constexpr,
+                 b_ptr=None, HAS_BIAS: tl.constexpr = False):
     # one program: BO rows x all of K for token n; products accumulate elementwise, reduced once
     pid_o = tl.program_id(0)
     n = tl.program_id(1)
@@ -48,40 +41,38 @@ def _gemv_kernel(x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_xn, strid
         km = (k0 + gg * EPG) < K  # whole groups: K is a multiple of the block size
         acc += gemv_tile(p8, p16, p32, row16, rmask & km, km, xr, k0, QT, G)
     out = tl.sum(tl.sum(acc, axis=2), axis=1)
+    if HAS_BIAS:
+        out += tl.load(b_ptr + rows, mask=rows < OUT, other=0.0).to(tl.float32)
     tl.store(y_ptr + n * stride_yn + rows, out.to(y_ptr.dtype.element_ty), mask=rows < OUT)
 
 
 @triton.jit
-def _dot_kernel(x_ptr, p8, p16, y_ptr, N, OUT, K, row_bytes, stride_xn, stride_yn,
-                QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr, BO: tl.constexpr,
-                BN: tl.constexpr, IEEE: tl.constexpr):
+def _gemv_glu_kernel(x_ptr, g8, g16, g32, u8, u16, u32, y_ptr, OUT, K, row_bytes, stride_xn, stride_yn,
+                     QT: tl.constexpr, EPG: tl.constexpr, U: tl.constexpr, G: tl.constexpr, BO: tl.constexpr):
+    # y = silu(x @ Wg.T) * (x @ Wu.T): the SwiGLU gate and up products and their product in one pass
     pid_o = tl.program_id(0)
-    pid_n = tl.program_id(1)
+    n = tl.program_id(1)
     rows = pid_o * BO + tl.arange(0, BO)
     rmask = (rows < OUT)[:, None, None]
-    row_off = rows.to(tl.int64)[:, None, None] * row_bytes
-    ns = pid_n * BN + tl.arange(0, BN)
+    row16 = rows.to(tl.int64)[:, None, None] * (row_bytes // 2)
     gg = tl.arange(0, G)[None, :, None]
-    kk = tl.arange(0, G * S)
-    acc = tl.zeros([BN, BO], dtype=tl.float32)
-    for k0 in range(0, K, G * S):
-        kmask = (k0 + gg * S) < K
-        w = dequant_tile(p8, p16, row_off, rmask & kmask, k0, QT, G)
-        w2 = tl.reshape(w, [BO, G * S]).to(x_ptr.dtype.element_ty)
-        xm = (ns[:, None] < N) & ((k0 + kk)[None, :] < K)
-        xv = tl.load(x_ptr + ns[:, None] * stride_xn + k0 + kk[None, :], mask=xm, other=0.0)
-        if IEEE:
-            acc += tl.dot(xv, tl.trans(w2), input_precision="ieee")
-        else:
-            acc += tl.dot(xv, tl.trans(w2))
-    ym = (ns[:, None] < N) & (rows[None, :] < OUT)
-    tl.store(y_ptr + ns[:, None] * stride_yn + rows[None, :], acc.to(y_ptr.dtype.element_ty), mask=ym)
+    xr = x_ptr + n * stride_xn
+    acc_g = tl.zeros([BO, G, U], dtype=tl.float32)
+    acc_u = tl.zeros([BO, G, U], dtype=tl.float32)
+    for k0 in range(0, K, G * EPG):
+        km = (k0 + gg * EPG) < K
+        acc_g += gemv_tile(g8, g16, g32, row16, rmask & km, km, xr, k0, QT, G)
+        acc_u += gemv_tile(u8, u16, u32, row16, rmask & km, km, xr, k0, QT, G)
+    a = tl.sum(tl.sum(acc_g, axis=2), axis=1)
+    b = tl.sum(tl.sum(acc_u, axis=2), axis=1)
+    out = a / (1.0 + tl.exp(-a)) * b
+    tl.store(y_ptr + n * stride_yn + rows, out.to(y_ptr.dtype.element_ty), mask=rows < OUT)
 
 
 # GEMV launch shapes per type: (max groups per pass, rows per program, warps). Picked from a sweep on
 # an H100 (bench/bench_kernels.py; results in docs/performance.md): small tiles of 4 rows beat whole-K
 # passes because more programs are in flight; x is loaded once per program and reused by its 4 rows.
-GEMV_LAUNCH = {8: (8, 4, 1), 6: (8, 4, 1), 12: (32, 4, 4), 14: (16, 4, 4)}
+GEMV_LAUNCH = {8: (8, 4, 1), 6: (16, 4, 2), 12: (32, 4, 4), 14: (16, 4, 4)}
 
 
 def gemv_config(qt: int, out_features: int, in_features: int) -> tuple[int, int, int]:
@@ -91,9 +82,30 @@ def gemv_config(qt: int, out_features: int, in_features: int) -> tuple[int, int,
     return g, bo, warps
 
 
+def _views(raw: torch.Tensor, qt: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    p16 = raw.view(-1).view(torch.int16)
+    return raw, p16, raw.view(-1).view(torch.int32) if qt == 12 else p16  # Q4_K rows are 4-byte aligned
+
+
+def fused_glu(x: torch.Tensor, raw_gate: torch.Tensor, raw_up: torch.Tensor, out_features: int,
+              in_features: int, qtype: int) -> torch.Tensor:
+    """silu(x @ Wg.T) * (x @ Wu.T) for x [N <= GEMV_MAX_N, in]; both weights raw, same type and shape."""
+    qt = int(qtype)
+    x = x.contiguous()
+    n = x.shape[0]
+    y = torch.empty((n, out_features), dtype=x.dtype, device=x.device)
+    row_bytes = in_features // BLOCK_SIZE[qt] * TYPE_SIZE[qt]
+    g, bo, warps = gemv_config(qt, out_features, in_features)
+    epg, u = GEMV_GROUPS[qt]
+    _gemv_glu_kernel[(triton.cdiv(out_features, bo), n)](
+        x, *_views(raw_gate, qt), *_views(raw_up, qt), y, out_features, in_features, row_bytes, x.stride(0),
+        y.stride(0), QT=qt, EPG=epg, U=u, G=g, BO=bo, num_warps=warps)
+    return y
+
+
 def fused_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int,
-                 qtype: int) -> torch.Tensor:
-    """x [N, in] (bf16/fp16/fp32), raw uint8 [out, row_bytes] -> [N, out] in x.dtype."""
+                 qtype: int, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [N, in] (bf16/fp16/fp32), raw uint8 [out, row_bytes] -> [N, out] in x.dtype (+ bias [out])."""
     qt = int(qtype)
     if x.dim() != 2 or x.shape[1] != in_features:
         raise ValueError(f"x must be [N, {in_features}], got {tuple(x.shape)}")
@@ -106,24 +118,14 @@ def fused_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_featu
     y = torch.empty((n, out_features), dtype=x.dtype, device=x.device)
     if n == 0:
         return y
-    p16 = raw.view(-1).view(torch.int16)
     if n <= GEMV_MAX_N:
-        p32 = raw.view(-1).view(torch.int32) if qt == 12 else p16  # Q4_K rows are 4-byte aligned
         g, bo, warps = gemv_config(qt, out_features, in_features)
         epg, u = GEMV_GROUPS[qt]
         grid = (triton.cdiv(out_features, bo), n)
-        _gemv_kernel[grid](x, raw, p16, p32, y, out_features, in_features, row_bytes, x.stride(0),
-                           y.stride(0), QT=qt, EPG=epg, U=u, G=g, BO=bo, num_warps=warps)
-    elif n > DOT_MAX_N:
-        from orcd.quant.kernels.dequant_kernel import dequantize_raw
-
-        w = dequantize_raw(raw, qt, out_features, in_features, x.dtype)
-        torch.matmul(x, w.t(), out=y)
-    else:
-        s, g_dot = TILE_SHAPES[qt]
-        bn = 16 if n <= 16 else (32 if n <= 32 else 64)
-        bo = 32
-        grid = (triton.cdiv(out_features, bo), triton.cdiv(n, bn))
-        _dot_kernel[grid](x, raw, p16, y, n, out_features, in_features, row_bytes, x.stride(0), y.stride(0),
-                          QT=qt, S=s, G=g_dot, BO=bo, BN=bn, IEEE=x.dtype == torch.float32, num_warps=4)
-    return y
+        _gemv_kernel[grid](x, *_views(raw, qt), y, out_features, in_features, row_bytes, x.stride(0),
+                           y.stride(0), QT=qt, EPG=epg, U=u, G=g, BO=bo, b_ptr=bias,
+                           HAS_BIAS=bias is not None, num_warps=warps)
+        return y
+    # more tokens: dequantize to x.dtype (Triton), then one cuBLAS GEMM
+    w = dequantize_raw(raw, qt, out_features, in_features, x.dtype)
+    return torch.addmm(bias, x, w.t()) if bias is not None else torch.matmul(x, w.t())

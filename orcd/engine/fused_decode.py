@@ -1,0 +1,69 @@
+"""A decode-only forward over the model's own weights with fused kernels (one token per sequence).
+
+Same function as `model.forward` + `compute_logits` for steps where every sequence has one new token,
+in ~11 kernels per layer instead of ~40: add+RMSNorm, q/k/v GEMV with bias, RoPE + KV write, split-K
+attention (2), o GEMV, add+RMSNorm, gate/up/SiLU GEMV, down GEMV. Meant to be captured by
+`DecodeGraphs(step_fn=FusedDecoder(model))`. Models it cannot run raise ValueError at construction.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from orcd.models.layers.attention import AttnMetadata
+from orcd.models.layers.attention_triton import paged_decode_attention
+from orcd.quant.kernels import get_fused_linear
+from orcd.quant.kernels.decode_ops import add_rmsnorm, rope_and_write_kv
+from orcd.quant.kernels.fused_linear import GEMV_MAX_N, fused_glu, fused_linear
+
+
+def _linear(m, x: torch.Tensor) -> torch.Tensor:
+    """QuantLinear m applied to x [N, in]: fused GEMV over raw blocks (+ bias), else dense."""
+    if m.raw is not None:
+        return fused_linear(x, m.raw, m.out_features, m.in_features, m.qtype, m.bias)
+    return F.linear(x, m.weight, m.bias)
+
+
+class FusedDecoder:
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        rot = model.rotary
+        a0 = model.blocks[0].attn
+        if rot.rope_dim != a0.head_dim or a0.head_dim & (a0.head_dim - 1):
+            raise ValueError("fused decode needs full-width rotary and a power-of-two head_dim")
+        for blk in model.blocks:
+            for m in (blk.attn.q_proj, blk.attn.k_proj, blk.attn.v_proj, blk.attn.o_proj, blk.mlp.gate,
+                      blk.mlp.up, blk.mlp.down):
+                if m.raw is not None and get_fused_linear(m.qtype, m.raw.device) is None:
+                    raise ValueError(f"no fused kernel for {m.qtype.name}")
+        self.inv_freq = rot.inv_freq.float().contiguous()
+
+    def _mlp(self, mlp, h: torch.Tensor) -> torch.Tensor:
+        g, u = mlp.gate, mlp.up
+        glu_ok = g.raw is not None and u.raw is not None and g.qtype == u.qtype and h.shape[0] <= GEMV_MAX_N
+        if glu_ok and g.bias is None and u.bias is None:
+            act = fused_glu(h, g.raw, u.raw, g.out_features, g.in_features, g.qtype)
+        else:
+            act = F.silu(_linear(g, h)) * _linear(u, h)
+        return _linear(mlp.down, act)
+
+    def __call__(self, ids: torch.Tensor, pos: torch.Tensor, meta: AttnMetadata, kv) -> torch.Tensor:
+        """ids, pos [B] -> logits [B, V] float32; writes each token's K/V at meta.slot_mapping."""
+        model = self.model
+        res = model.embed(ids).contiguous()  # residual stream [B, H], updated in place
+        delta = None
+        b = ids.shape[0]
+        for i, blk in enumerate(model.blocks):
+            a = blk.attn
+            h = add_rmsnorm(delta, res, blk.attn_norm.weight, blk.attn_norm.eps)
+            q = _linear(a.q_proj, h).view(b, a.n_heads, a.head_dim)
+            k = _linear(a.k_proj, h).view(b, a.n_kv_heads, a.head_dim)
+            v = _linear(a.v_proj, h).view(b, a.n_kv_heads, a.head_dim)
+            rope_and_write_kv(q, k, v, pos, self.inv_freq, kv.k[i], kv.v[i], meta.slot_mapping)
+            o = paged_decode_attention(q, kv.k[i], kv.v[i], meta.block_tables, meta.seq_lens, a.scale)
+            delta = _linear(a.o_proj, o.view(b, a.n_heads * a.head_dim))
+            h = add_rmsnorm(delta, res, blk.ffn_norm.weight, blk.ffn_norm.eps)
+            delta = self._mlp(blk.mlp, h)
+        h = add_rmsnorm(delta, res, model.norm.weight, model.norm.eps)
+        return _linear(model.lm_head, h).float()

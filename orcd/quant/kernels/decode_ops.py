@@ -1,0 +1,78 @@
+"""Small fused Triton kernels for the decode step: residual add + RMSNorm, RoPE + KV-cache write.
+
+Each replaces several eager PyTorch kernels (a decode step is launch-bound: ~3 us per kernel in a
+CUDA graph on an H100). Rounding follows the eager layers: the residual sum and the normalized value
+are rounded to the model dtype before the weight multiply; cos/sin are rounded to the model dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add_rmsnorm_kernel(d_ptr, r_ptr, w_ptr, y_ptr, H, eps, HAS_ADD: tl.constexpr, BH: tl.constexpr):
+    t = tl.program_id(0)
+    offs = tl.arange(0, BH)
+    m = offs < H
+    r = tl.load(r_ptr + t * H + offs, mask=m, other=0.0)
+    if HAS_ADD:  # residual += delta, rounded to the residual's dtype (as `x = x + f(x)` does)
+        r = (r.to(tl.float32) + tl.load(d_ptr + t * H + offs, mask=m, other=0.0).to(tl.float32)).to(r.dtype)
+        tl.store(r_ptr + t * H + offs, r, mask=m)
+    xf = r.to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / H + eps)
+    xn = (xf * rstd).to(r.dtype).to(tl.float32)
+    w = tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)
+    tl.store(y_ptr + t * H + offs, (xn * w).to(y_ptr.dtype.element_ty), mask=m)
+
+
+def add_rmsnorm(delta: torch.Tensor | None, residual: torch.Tensor, weight: torch.Tensor,
+                eps: float) -> torch.Tensor:
+    """residual [T, H] += delta (in place, when given); returns RMSNorm(residual) * weight [T, H]."""
+    t, h = residual.shape
+    y = torch.empty_like(residual)
+    _add_rmsnorm_kernel[(t,)](delta if delta is not None else residual, residual, weight, y, h, float(eps),
+                              HAS_ADD=delta is not None, BH=triton.next_power_of_2(h), num_warps=4)
+    return y
+
+
+@triton.jit
+def _rope_kv_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, inv_ptr, kc_ptr, vc_ptr, slot_ptr, HQ, HKV, s_slot,
+                    D: tl.constexpr, HALF: tl.constexpr):
+    # program (t, h): h < HQ rotates query head h in place; else KV head h - HQ: rotate K, write K and V
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    i = tl.arange(0, HALF)
+    f = tl.load(pos_ptr + t).to(tl.float32) * tl.load(inv_ptr + i)
+    c = tl.cos(f).to(q_ptr.dtype.element_ty).to(tl.float32)
+    s = tl.sin(f).to(q_ptr.dtype.element_ty).to(tl.float32)
+    if h < HQ:
+        base = q_ptr + (t * HQ + h) * D
+        x1 = tl.load(base + i).to(tl.float32)
+        x2 = tl.load(base + HALF + i).to(tl.float32)
+        tl.store(base + i, (x1 * c - x2 * s).to(q_ptr.dtype.element_ty))
+        tl.store(base + HALF + i, (x2 * c + x1 * s).to(q_ptr.dtype.element_ty))
+    else:
+        kh = h - HQ
+        slot = tl.load(slot_ptr + t).to(tl.int64)
+        src = (t * HKV + kh) * D
+        dst = slot * s_slot + kh * D
+        x1 = tl.load(k_ptr + src + i).to(tl.float32)
+        x2 = tl.load(k_ptr + src + HALF + i).to(tl.float32)
+        tl.store(kc_ptr + dst + i, (x1 * c - x2 * s).to(kc_ptr.dtype.element_ty))
+        tl.store(kc_ptr + dst + HALF + i, (x2 * c + x1 * s).to(kc_ptr.dtype.element_ty))
+        d = tl.arange(0, D)
+        tl.store(vc_ptr + dst + d, tl.load(v_ptr + src + d).to(vc_ptr.dtype.element_ty))
+
+
+def rope_and_write_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
+                      inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                      slot_mapping: torch.Tensor) -> None:
+    """q [T, Hq, D] rotated in place (NeoX halves, full head_dim); rotated k and v [T, Hkv, D] written to
+    the caches [num_blocks, page, Hkv, D] at slot_mapping [T]."""
+    t, hq, d = q.shape
+    hkv = k.shape[1]
+    _rope_kv_kernel[(t, hq + hkv)](q, k, v, positions, inv_freq, k_cache, v_cache, slot_mapping, hq, hkv,
+                                   k_cache.stride(1), D=d, HALF=d // 2, num_warps=1)
