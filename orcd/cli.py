@@ -24,10 +24,14 @@ SUBCOMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Import only the chosen subcommand's module (torch & co. make each import take seconds)."""
     parser = argparse.ArgumentParser(prog="orcd", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module_name, help_text) in SUBCOMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name, help=help_text)
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as err:
@@ -41,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    args = build_parser(chosen).parse_args(argv)
     try:
         return int(args._run(args) or 0)
     except OrcdError as err:
