@@ -45,18 +45,23 @@ def bench_orcd(path: str) -> dict:
     for attempt in ("cold", "warm"):  # a fresh process each: cold = Triton compiles, warm = its disk cache
         out = subprocess.run([sys.executable, __file__, "--phase", "load", "--file", path],
                              capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-        res[f"load_to_first_token_s_{attempt}"] = json.loads(out)["load_to_first_token_s"]
+        for k, v in json.loads(out).items():
+            if k != "token":
+                res[f"{k}_{attempt}"] = v
     torch.cuda.reset_peak_memory_stats()
     s = OrcdSession(path, num_blocks=(DEPTH + 512) // PAGE + 8, page=PAGE)
     res["weights_MiB"] = s.loaded.weights_bytes / 2**20
     res["file_tensor_MiB"] = sum(t.data.nbytes for t in s.loaded.gguf.tensors.values()) / 2**20
-    measures = [("prefill_512_tok_s", lambda: PREFILL / timed(lambda: s.prefill(PREFILL))),
-                ("prefill_4096_tok_s", lambda: DEPTH / timed(lambda: s.prefill(DEPTH), reps=3))]
+    measures = [("prefill_eager_512_tok_s", lambda: PREFILL / timed(lambda: s.prefill(PREFILL))),
+                ("prefill_eager_4096_tok_s", lambda: DEPTH / timed(lambda: s.prefill(DEPTH), reps=3)),
+                ("prefill_graph_512_tok_s", lambda: s.prefill_graph(PREFILL)),
+                ("prefill_graph_4096_tok_s", lambda: s.prefill_graph(DEPTH, reps=3))]
     for d in (0, DEPTH):
-        measures += [(f"decode_eager_d{d}_tok_s", lambda d=d: s.decode_eager(d, steps=32)),
-                     (f"decode_graph_d{d}_tok_s", lambda d=d: s.decode_graph(d, steps=256)),
-                     (f"decode_fused_graph_d{d}_tok_s", lambda d=d: s.decode_graph(d, steps=256, fused=True))]
-    measures.append(("fused_vs_eager_logits_rel_err_d100", lambda: s.check_fused(100)[0]))
+        measures += [(f"decode_eager_d{d}_tok_s", lambda d=d: s.decode_eager(d, steps=32))]
+        measures += [(f"decode_{mode}_graph_d{d}_tok_s", lambda d=d, mode=mode: s.decode_graph(d, 256, mode))
+                     for mode in ("model", "fused", "fused_norm")]
+    for fn in (False, True):  # [logits rel err, same argmax] of one step after 100 tokens
+        measures.append((f"fused{'_norm' * fn}_vs_eager_d100", lambda fn=fn: list(s.check_fused(100, fn))))
     for key, fn in measures:  # one failure is recorded, not fatal
         try:
             res[key] = fn()
@@ -108,8 +113,10 @@ def load_phase(path: str) -> None:
     """Subprocess: file -> loaded model -> first token of an 8-token prompt; prints one JSON line."""
     t0 = time.perf_counter()
     s = OrcdSession(path, num_blocks=64, page=PAGE)
+    t1 = time.perf_counter()
     tok = s.first_token(8)
-    print(json.dumps({"load_to_first_token_s": time.perf_counter() - t0, "token": tok}))
+    print(json.dumps({"load_to_first_token_s": time.perf_counter() - t0, "token": tok,
+                      "load_model_s": s.loaded.load_seconds, "session_s": t1 - t0}))
 
 
 def main() -> None:

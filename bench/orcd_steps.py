@@ -26,17 +26,43 @@ class OrcdSession:
         self.width = num_blocks - 1
         self.tables = torch.arange(self.width, dtype=torch.int32, device=self.dev)[None, :]
         self.vocab = self.loaded.cfg.vocab_size
-        self.graphs: dict[bool, DecodeGraphs] = {}  # fused? -> batch-1 graphs
+        self.graphs: dict[str, DecodeGraphs] = {}  # mode -> batch-1 graphs
+        self.prefill_graphs: dict[int, tuple] = {}
 
     @torch.inference_mode()
-    def check_fused(self, depth: int) -> tuple[float, bool]:
+    def check_fused(self, depth: int, fuse_norm: bool) -> tuple[float, bool]:
         """One decode step after `depth` tokens: (|fused - eager| / |eager| of the logits, same argmax)."""
         tok = self.prefill(depth)
         meta, pos = self._meta(depth, 1)
         eager = self.model.compute_logits(self.model(tok, pos, meta, self.kv))
-        fused = FusedDecoder(self.model)(tok, pos, meta, self.kv)
+        fused = FusedDecoder(self.model, fuse_norm=fuse_norm)(tok, pos, meta, self.kv)
         err = float((fused - eager).norm() / eager.norm())
         return err, bool((fused.argmax(-1) == eager.argmax(-1)).all())
+
+    @torch.inference_mode()
+    def prefill_graph(self, n: int, reps: int = 10) -> float:
+        """tok/s of an n-token prompt whose whole forward (model.forward: dequantize + cuBLAS GEMMs, flash
+        attention) is replayed from a CUDA graph captured for that length."""
+        if n not in self.prefill_graphs:
+            ids = torch.randint(0, self.vocab, (n,), device=self.dev)
+            meta, pos = self._meta(0, n)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self.model(ids, pos, meta, self.kv)
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                out = self.model.compute_logits(self.model(ids, pos, meta, self.kv)[-1:]).argmax(-1)
+            self.prefill_graphs[n] = (g, out)
+        g, _ = self.prefill_graphs[n]
+        g.replay()
+        self._sync()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            g.replay()
+        self._sync()
+        return n * reps / (time.perf_counter() - t0)
 
     def _sync(self) -> None:
         if self.dev != "cpu":
@@ -76,15 +102,16 @@ class OrcdSession:
         return steps / (time.perf_counter() - t0)
 
     @torch.inference_mode()
-    def decode_graph(self, depth: int, steps: int, fused: bool = False) -> float:
-        """tok/s of `steps` greedy decode steps replayed from the batch-1 CUDA graph (model forward,
-        or FusedDecoder's kernels when fused)."""
-        if fused not in self.graphs:
+    def decode_graph(self, depth: int, steps: int, mode: str = "model") -> float:
+        """tok/s of `steps` greedy decode steps replayed from the batch-1 CUDA graph of `mode`: "model"
+        (model.forward), "fused" (FusedDecoder, separate norm kernels), "fused_norm" (norms in GEMVs)."""
+        if mode not in self.graphs:
+            step_fn = None if mode == "model" else FusedDecoder(self.model, fuse_norm=mode == "fused_norm")
             graphs = DecodeGraphs(self.model, self.kv, self.width, self.page, scratch_block=self.width,
-                                  buckets=(1,), step_fn=FusedDecoder(self.model) if fused else None)
+                                  buckets=(1,), step_fn=step_fn)
             graphs.capture()
-            self.graphs[fused] = graphs
-        graphs = self.graphs[fused]
+            self.graphs[mode] = graphs
+        graphs = self.graphs[mode]
         tok = self.prefill(depth) if depth else torch.zeros(1, dtype=torch.int64, device=self.dev)
         pos = torch.arange(depth, depth + steps, device=self.dev)
         lens = (pos + 1).to(torch.int32)

@@ -1,8 +1,9 @@
 """A decode-only forward over the model's own weights with fused kernels (one token per sequence).
 
 Same function as `model.forward` + `compute_logits` for steps where every sequence has one new token,
-in ~11 kernels per layer instead of ~40: add+RMSNorm, q/k/v GEMV with bias, RoPE + KV write, split-K
-attention (2), o GEMV, add+RMSNorm, gate/up/SiLU GEMV, down GEMV. Meant to be captured by
+in 8 kernels per layer instead of ~40 (fuse_norm, batches <= 4): q, k, v GEMVs (RMSNorm and bias
+fused), RoPE + KV write, split-K attention (2), o GEMV (+ residual), gate/up/SiLU GEMV (RMSNorm fused),
+down GEMV (+ residual). Otherwise 11: add+RMSNorm kernels stand alone. Meant to be captured by
 `DecodeGraphs(step_fn=FusedDecoder(model))`. Models it cannot run raise ValueError at construction.
 """
 
@@ -15,7 +16,7 @@ from orcd.models.layers.attention import AttnMetadata
 from orcd.models.layers.attention_triton import paged_decode_attention
 from orcd.quant.kernels import get_fused_linear
 from orcd.quant.kernels.decode_ops import add_rmsnorm, rope_and_write_kv
-from orcd.quant.kernels.fused_linear import GEMV_MAX_N, fused_glu, fused_linear
+from orcd.quant.kernels.fused_linear import GEMV_MAX_N, fused_gemv, fused_glu, fused_linear
 
 
 def _linear(m, x: torch.Tensor) -> torch.Tensor:
@@ -26,7 +27,9 @@ def _linear(m, x: torch.Tensor) -> torch.Tensor:
 
 
 class FusedDecoder:
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, fuse_norm: bool = True):
+        """fuse_norm: also fold each RMSNorm into the GEMVs that read it and each residual add into the
+        GEMV that writes it (~7 kernels per layer), for batches of <= GEMV_MAX_N raw-weight models."""
         self.model = model
         rot = model.rotary
         a0 = model.blocks[0].attn
@@ -38,6 +41,11 @@ class FusedDecoder:
                 if m.raw is not None and get_fused_linear(m.qtype, m.raw.device) is None:
                     raise ValueError(f"no fused kernel for {m.qtype.name}")
         self.inv_freq = rot.inv_freq.float().contiguous()
+        mods = [m for blk in model.blocks for m in (blk.attn.q_proj, blk.attn.k_proj, blk.attn.v_proj,
+                                                     blk.attn.o_proj, blk.mlp.gate, blk.mlp.up, blk.mlp.down)]
+        self.fuse_norm = fuse_norm and all(m.raw is not None for m in mods + [model.lm_head]) and all(
+            blk.mlp.gate.qtype == blk.mlp.up.qtype and blk.mlp.gate.bias is None and blk.mlp.up.bias is None
+            and blk.attn.o_proj.bias is None and blk.mlp.down.bias is None for blk in model.blocks)
 
     def _mlp(self, mlp, h: torch.Tensor) -> torch.Tensor:
         g, u = mlp.gate, mlp.up
@@ -54,6 +62,8 @@ class FusedDecoder:
         res = model.embed(ids).contiguous()  # residual stream [B, H], updated in place
         delta = None
         b = ids.shape[0]
+        if self.fuse_norm and b <= GEMV_MAX_N:
+            return self._forward_norm_fused(res, pos, meta, kv)
         for i, blk in enumerate(model.blocks):
             a = blk.attn
             h = add_rmsnorm(delta, res, blk.attn_norm.weight, blk.attn_norm.eps)
@@ -67,3 +77,27 @@ class FusedDecoder:
             delta = self._mlp(blk.mlp, h)
         h = add_rmsnorm(delta, res, model.norm.weight, model.norm.eps)
         return _linear(model.lm_head, h).float()
+
+    def _forward_norm_fused(self, res: torch.Tensor, pos: torch.Tensor, meta: AttnMetadata, kv):
+        """Norms computed inside the GEMVs that consume them, residual adds inside the GEMVs that
+        produce them: per layer q, k, v, RoPE+KV, attention (2), o(+res), gate/up/SiLU, down(+res)."""
+        model, b = self.model, res.shape[0]
+        for i, blk in enumerate(model.blocks):
+            a, mlp = blk.attn, blk.mlp
+            nrm = (blk.attn_norm.weight, blk.attn_norm.eps)
+            q, k, v = (fused_gemv(res, m.raw, m.out_features, m.in_features, m.qtype, m.bias, norm=nrm)
+                       for m in (a.q_proj, a.k_proj, a.v_proj))
+            q = q.view(b, a.n_heads, a.head_dim)
+            k, v = k.view(b, a.n_kv_heads, a.head_dim), v.view(b, a.n_kv_heads, a.head_dim)
+            rope_and_write_kv(q, k, v, pos, self.inv_freq, kv.k[i], kv.v[i], meta.slot_mapping)
+            o = paged_decode_attention(q, kv.k[i], kv.v[i], meta.block_tables, meta.seq_lens, a.scale)
+            m = a.o_proj
+            fused_gemv(o.view(b, -1), m.raw, m.out_features, m.in_features, m.qtype, residual=res)
+            g, u = mlp.gate, mlp.up
+            act = fused_glu(res, g.raw, u.raw, g.out_features, g.in_features, g.qtype,
+                            norm=(blk.ffn_norm.weight, blk.ffn_norm.eps))
+            m = mlp.down
+            fused_gemv(act, m.raw, m.out_features, m.in_features, m.qtype, residual=res)
+        m = model.lm_head
+        return fused_gemv(res, m.raw, m.out_features, m.in_features, m.qtype, m.bias,
+                          norm=(model.norm.weight, model.norm.eps)).float()

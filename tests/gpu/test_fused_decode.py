@@ -11,9 +11,10 @@ pytestmark = [
 ]
 
 
+@pytest.mark.parametrize("fuse_norm", [False, True])
 @pytest.mark.parametrize("quant", ["Q8_0", "Q4_K_M"])
 @torch.inference_mode()
-def test_fused_decode_matches_model(tmp_path, quant):
+def test_fused_decode_matches_model(tmp_path, quant, fuse_norm):
     from orcd.engine.fused_decode import FusedDecoder
     from orcd.engine.kv_cache import KVCache
     from orcd.engine.loader import load_model
@@ -26,7 +27,8 @@ def test_fused_decode_matches_model(tmp_path, quant):
     model, page = loaded.model, 16
     kv = KVCache.allocate(loaded.cfg, 16, page, "cuda", loaded.dtype)
     tables = torch.arange(16, dtype=torch.int32, device="cuda").view(2, 8)
-    fused = FusedDecoder(model)
+    fused = FusedDecoder(model, fuse_norm=fuse_norm)
+    assert fused.fuse_norm == fuse_norm
     pos = torch.tensor([30, 77], device="cuda")
     for _ in range(4):  # two sequences, four steps; the cache holds whatever earlier steps wrote
         slots = tables.gather(1, (pos // page)[:, None].int()).view(-1).long() * page + pos % page

@@ -37,3 +37,26 @@ def test_fused_linear_matches_dequantize(qtype, out_f, in_f, n, dtype):
     assert y.dtype == dtype and y.shape == (n, out_f)
     assert rel_err(y, reference(x, raw, qtype, out_f, in_f)) < TOL[dtype]
 
+
+
+@pytest.mark.parametrize("qtype", [T.Q8_0, T.Q5_0, T.Q4_K, T.Q6_K])
+def test_gemv_norm_residual_bias_and_glu(qtype):
+    """fused_gemv's RMSNorm prologue, bias and residual epilogue; fused_glu; vs torch in float32."""
+    from orcd.quant.kernels.fused_linear import fused_gemv, fused_glu
+
+    out_f, in_f, n = 256, 512, 2
+    g = torch.Generator().manual_seed(5)
+    raw, raw2 = random_blocks(qtype, out_f, in_f, 1), random_blocks(qtype, out_f, in_f, 2)
+    x = torch.randn(n, in_f, generator=g) * 3
+    nw, bias, res = torch.randn(in_f, generator=g), torch.randn(out_f, generator=g), torch.randn(n, out_f)
+    xn = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * nw
+    ref = reference(xn, raw, qtype, out_f, in_f) + bias.double()
+    y = fused_gemv(x.cuda(), raw.cuda(), out_f, in_f, qtype, bias.cuda(), norm=(nw.cuda(), 1e-6))
+    assert rel_err(y, ref) < 1e-5
+    r = res.cuda()
+    out = fused_gemv(x.cuda(), raw.cuda(), out_f, in_f, qtype, residual=r)
+    assert out.data_ptr() == r.data_ptr()
+    assert rel_err(r, reference(x, raw, qtype, out_f, in_f) + res.double()) < 1e-5
+    glu = fused_glu(x.cuda(), raw.cuda(), raw2.cuda(), out_f, in_f, qtype, norm=(nw.cuda(), 1e-6))
+    a, b = reference(xn, raw, qtype, out_f, in_f), reference(xn, raw2, qtype, out_f, in_f)
+    assert rel_err(glu, torch.nn.functional.silu(a) * b) < 1e-5

@@ -25,9 +25,23 @@ GEMV_MAX_N = 4  # above: dequantize to x.dtype with a Triton kernel, then cuBLAS
 
 
 @triton.jit
+def _rstd(xr, K, eps, NORM: tl.constexpr):
+    """1 / sqrt(mean(x^2) + eps) over x's row (read once more, from L2) when NORM, else 1."""
+    r = 1.0
+    if NORM:
+        ss = tl.zeros([1024], dtype=tl.float32)
+        for k in range(0, K, 1024):
+            xv = tl.load(xr + k + tl.arange(0, 1024), mask=k + tl.arange(0, 1024) < K, other=0.0)
+            ss += xv.to(tl.float32) * xv.to(tl.float32)
+        r = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / K + eps)
+    return r
+
+
+@triton.jit
 def _gemv_kernel(x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_xn, stride_yn,
                  QT: tl.constexpr, EPG: tl.constexpr, U: tl.constexpr, G: tl.constexpr, BO: tl.constexpr,
-                 b_ptr=None, HAS_BIAS: tl.constexpr = False):
+                 b_ptr=None, HAS_BIAS: tl.constexpr = False, nw_ptr=None, eps=0.0,
+                 NORM: tl.constexpr = False, RES: tl.constexpr = False):
     # one program: BO rows x all of K for token n; products accumulate elementwise, reduced once
     pid_o = tl.program_id(0)
     n = tl.program_id(1)
@@ -36,19 +50,23 @@ def _gemv_kernel(x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_xn, strid
     row16 = rows.to(tl.int64)[:, None, None] * (row_bytes // 2)
     gg = tl.arange(0, G)[None, :, None]
     xr = x_ptr + n * stride_xn
+    rstd = _rstd(xr, K, eps, NORM)
     acc = tl.zeros([BO, G, U], dtype=tl.float32)
     for k0 in range(0, K, G * EPG):
         km = (k0 + gg * EPG) < K  # whole groups: K is a multiple of the block size
-        acc += gemv_tile(p8, p16, p32, row16, rmask & km, km, xr, k0, QT, G)
+        acc += gemv_tile(p8, p16, p32, row16, rmask & km, km, xr, k0, QT, G, nw_ptr, rstd, NORM)
     out = tl.sum(tl.sum(acc, axis=2), axis=1)
     if HAS_BIAS:
         out += tl.load(b_ptr + rows, mask=rows < OUT, other=0.0).to(tl.float32)
+    if RES:  # y is the residual stream: y[rows] += x @ W.T (in place)
+        out += tl.load(y_ptr + n * stride_yn + rows, mask=rows < OUT, other=0.0).to(tl.float32)
     tl.store(y_ptr + n * stride_yn + rows, out.to(y_ptr.dtype.element_ty), mask=rows < OUT)
 
 
 @triton.jit
 def _gemv_glu_kernel(x_ptr, g8, g16, g32, u8, u16, u32, y_ptr, OUT, K, row_bytes, stride_xn, stride_yn,
-                     QT: tl.constexpr, EPG: tl.constexpr, U: tl.constexpr, G: tl.constexpr, BO: tl.constexpr):
+                     QT: tl.constexpr, EPG: tl.constexpr, U: tl.constexpr, G: tl.constexpr, BO: tl.constexpr,
+                     nw_ptr=None, eps=0.0, NORM: tl.constexpr = False):
     # y = silu(x @ Wg.T) * (x @ Wu.T): the SwiGLU gate and up products and their product in one pass
     pid_o = tl.program_id(0)
     n = tl.program_id(1)
@@ -57,12 +75,13 @@ def _gemv_glu_kernel(x_ptr, g8, g16, g32, u8, u16, u32, y_ptr, OUT, K, row_bytes
     row16 = rows.to(tl.int64)[:, None, None] * (row_bytes // 2)
     gg = tl.arange(0, G)[None, :, None]
     xr = x_ptr + n * stride_xn
+    rstd = _rstd(xr, K, eps, NORM)
     acc_g = tl.zeros([BO, G, U], dtype=tl.float32)
     acc_u = tl.zeros([BO, G, U], dtype=tl.float32)
     for k0 in range(0, K, G * EPG):
         km = (k0 + gg * EPG) < K
-        acc_g += gemv_tile(g8, g16, g32, row16, rmask & km, km, xr, k0, QT, G)
-        acc_u += gemv_tile(u8, u16, u32, row16, rmask & km, km, xr, k0, QT, G)
+        acc_g += gemv_tile(g8, g16, g32, row16, rmask & km, km, xr, k0, QT, G, nw_ptr, rstd, NORM)
+        acc_u += gemv_tile(u8, u16, u32, row16, rmask & km, km, xr, k0, QT, G, nw_ptr, rstd, NORM)
     a = tl.sum(tl.sum(acc_g, axis=2), axis=1)
     b = tl.sum(tl.sum(acc_u, axis=2), axis=1)
     out = a / (1.0 + tl.exp(-a)) * b
@@ -88,8 +107,9 @@ def _views(raw: torch.Tensor, qt: int) -> tuple[torch.Tensor, torch.Tensor, torc
 
 
 def fused_glu(x: torch.Tensor, raw_gate: torch.Tensor, raw_up: torch.Tensor, out_features: int,
-              in_features: int, qtype: int) -> torch.Tensor:
-    """silu(x @ Wg.T) * (x @ Wu.T) for x [N <= GEMV_MAX_N, in]; both weights raw, same type and shape."""
+              in_features: int, qtype: int, norm: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:
+    """silu(x' @ Wg.T) * (x' @ Wu.T) for x [N <= GEMV_MAX_N, in]; both weights raw, same type and shape.
+    x' = x, or RMSNorm(x) * weight for norm = (weight [in], eps)."""
     qt = int(qtype)
     x = x.contiguous()
     n = x.shape[0]
@@ -99,13 +119,23 @@ def fused_glu(x: torch.Tensor, raw_gate: torch.Tensor, raw_up: torch.Tensor, out
     epg, u = GEMV_GROUPS[qt]
     _gemv_glu_kernel[(triton.cdiv(out_features, bo), n)](
         x, *_views(raw_gate, qt), *_views(raw_up, qt), y, out_features, in_features, row_bytes, x.stride(0),
-        y.stride(0), QT=qt, EPG=epg, U=u, G=g, BO=bo, num_warps=warps)
+        y.stride(0), QT=qt, EPG=epg, U=u, G=g, BO=bo, nw_ptr=norm[0] if norm else None,
+        eps=float(norm[1]) if norm else 0.0, NORM=norm is not None, num_warps=warps)
     return y
 
 
 def fused_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int,
                  qtype: int, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x [N, in] (bf16/fp16/fp32), raw uint8 [out, row_bytes] -> [N, out] in x.dtype (+ bias [out])."""
+    return fused_gemv(x, raw, out_features, in_features, qtype, bias)
+
+
+def fused_gemv(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int, qtype: int,
+               bias: torch.Tensor | None = None, norm: tuple[torch.Tensor, float] | None = None,
+               residual: torch.Tensor | None = None) -> torch.Tensor:
+    """fused_linear with decode-step fusions (GEMV path, N <= GEMV_MAX_N, x contiguous, only):
+    norm = (weight [in], eps): multiply RMSNorm(x) * weight instead of x;
+    residual [N, out]: add the product into it in place and return it."""
     qt = int(qtype)
     if x.dim() != 2 or x.shape[1] != in_features:
         raise ValueError(f"x must be [N, {in_features}], got {tuple(x.shape)}")
@@ -115,16 +145,20 @@ def fused_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_featu
     x = x.contiguous()
     raw = raw.contiguous()
     n = x.shape[0]
-    y = torch.empty((n, out_features), dtype=x.dtype, device=x.device)
+    y = residual if residual is not None else torch.empty((n, out_features), dtype=x.dtype, device=x.device)
     if n == 0:
         return y
+    if (norm is not None or residual is not None) and n > GEMV_MAX_N:
+        raise ValueError("norm/residual fusion is for the GEMV path (N <= GEMV_MAX_N)")
     if n <= GEMV_MAX_N:
         g, bo, warps = gemv_config(qt, out_features, in_features)
         epg, u = GEMV_GROUPS[qt]
         grid = (triton.cdiv(out_features, bo), n)
         _gemv_kernel[grid](x, *_views(raw, qt), y, out_features, in_features, row_bytes, x.stride(0),
                            y.stride(0), QT=qt, EPG=epg, U=u, G=g, BO=bo, b_ptr=bias,
-                           HAS_BIAS=bias is not None, num_warps=warps)
+                           HAS_BIAS=bias is not None, nw_ptr=norm[0] if norm else None,
+                           eps=float(norm[1]) if norm else 0.0, NORM=norm is not None,
+                           RES=residual is not None, num_warps=warps)
         return y
     # more tokens: dequantize to x.dtype (Triton), then one cuBLAS GEMM
     w = dequantize_raw(raw, qt, out_features, in_features, x.dtype)

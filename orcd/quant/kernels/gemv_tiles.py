@@ -6,7 +6,7 @@ w[r, k] * x[k], scales applied. Loading whole halfwords/words (not bytes) and fo
 unit keeps the load count per weight low; scales are read once per group, not per element.
 `p8`/`p16`/`p32`: the raw bytes as uint8 / int16 / int32; `row16` [BO, 1, 1] is each row's offset in int16
 units (row * row_bytes / 2); `m` [BO, G, 1] masks invalid rows and groups, `km` [1, G, 1] groups past K;
-`xr` points at x's row.
+`xr` points at x's row. With NORM, x is RMSNorm(x) * nw (rstd given) as it is read.
 """
 
 from __future__ import annotations
@@ -21,7 +21,17 @@ def _f16(p16, off16, m):
 
 
 @triton.jit
-def gemv_q8_0(p8, p16, p32, row16, m, km, xr, k0, G: tl.constexpr):
+def _ldx(xr, nw, k, mask, rstd, NORM: tl.constexpr):
+    """x[k] as float32; with NORM, RMSNorm'd on the fly: bf16-round(round(x * rstd) * nw[k])."""
+    x = tl.load(xr + k, mask=mask, other=0.0)
+    if NORM:
+        xn = (x.to(tl.float32) * rstd).to(x.dtype).to(tl.float32)
+        x = (xn * tl.load(nw + k, mask=mask, other=0.0).to(tl.float32)).to(x.dtype)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def gemv_q8_0(p8, p16, p32, row16, m, km, xr, k0, G: tl.constexpr, nw, rstd, NORM: tl.constexpr):
     # block: 17 halfwords = d | 16 x (two int8)
     g = tl.arange(0, G)[None, :, None]
     h = tl.arange(0, 16)[None, None, :]
@@ -30,14 +40,14 @@ def gemv_q8_0(p8, p16, p32, row16, m, km, xr, k0, G: tl.constexpr):
     v = tl.load(p16 + blk16 + 1 + h, mask=m, other=0).to(tl.int32)  # sign-extended
     lo = ((v << 24) >> 24).to(tl.float32)
     hi = (v >> 8).to(tl.float32)
-    xo = xr + k0 + g * 32 + 2 * h
-    x0 = tl.load(xo, mask=km, other=0.0).to(tl.float32)
-    x1 = tl.load(xo + 1, mask=km, other=0.0).to(tl.float32)
+    kx = k0 + g * 32 + 2 * h
+    x0 = _ldx(xr, nw, kx, km, rstd, NORM)
+    x1 = _ldx(xr, nw, kx + 1, km, rstd, NORM)
     return d * (lo * x0 + hi * x1)
 
 
 @triton.jit
-def gemv_q5_0(p8, p16, p32, row16, m, km, xr, k0, G: tl.constexpr):
+def gemv_q5_0(p8, p16, p32, row16, m, km, xr, k0, G: tl.constexpr, nw, rstd, NORM: tl.constexpr):
     # block: 11 halfwords = d | qh (u32 as 2 halfwords) | 8 x (two bytes of nibbles)
     g = tl.arange(0, G)[None, :, None]
     h = tl.arange(0, 8)[None, None, :]
@@ -51,16 +61,16 @@ def gemv_q5_0(p8, p16, p32, row16, m, km, xr, k0, G: tl.constexpr):
     q1 = ((v >> 8) & 0xF) | (((qh >> (e + 1)) & 1) << 4)
     q2 = ((v >> 4) & 0xF) | (((qh >> (e + 16)) & 1) << 4)
     q3 = ((v >> 12) & 0xF) | (((qh >> (e + 17)) & 1) << 4)
-    xo = xr + k0 + g * 32 + e
-    acc = (q0 - 16).to(tl.float32) * tl.load(xo, mask=km, other=0.0).to(tl.float32)
-    acc += (q1 - 16).to(tl.float32) * tl.load(xo + 1, mask=km, other=0.0).to(tl.float32)
-    acc += (q2 - 16).to(tl.float32) * tl.load(xo + 16, mask=km, other=0.0).to(tl.float32)
-    acc += (q3 - 16).to(tl.float32) * tl.load(xo + 17, mask=km, other=0.0).to(tl.float32)
+    kx = k0 + g * 32 + e
+    acc = (q0 - 16).to(tl.float32) * _ldx(xr, nw, kx, km, rstd, NORM)
+    acc += (q1 - 16).to(tl.float32) * _ldx(xr, nw, kx + 1, km, rstd, NORM)
+    acc += (q2 - 16).to(tl.float32) * _ldx(xr, nw, kx + 16, km, rstd, NORM)
+    acc += (q3 - 16).to(tl.float32) * _ldx(xr, nw, kx + 17, km, rstd, NORM)
     return d * acc
 
 
 @triton.jit
-def gemv_q4_k(p8, p16, p32, row16, m, km, xr, k0, G: tl.constexpr):
+def gemv_q4_k(p8, p16, p32, row16, m, km, xr, k0, G: tl.constexpr, nw, rstd, NORM: tl.constexpr):
     # G groups = 64-element chunks (4 per 144-byte super-block); unit = one int32 of qs (8 nibbles)
     gc = tl.arange(0, G)[None, :, None]
     w = tl.arange(0, 8)[None, None, :]
@@ -74,9 +84,9 @@ def gemv_q4_k(p8, p16, p32, row16, m, km, xr, k0, G: tl.constexpr):
     sc_hi, m_hi = _k4_scale_min(p8, blk16, 2 * c + 1, m)
     q = tl.load(p32 + blk16 // 2 + 4 + c * 8 + w, mask=m, other=0)  # [BO, G, 8] int32
     i = tl.arange(0, 4)[None, None, None, :]
-    xo = xr + k0 + gc * 64 + w * 4
-    x_lo = tl.load(xo[:, :, :, None] + i, mask=km[:, :, :, None], other=0.0).to(tl.float32)  # [1, G, 8, 4]
-    x_hi = tl.load(xo[:, :, :, None] + 32 + i, mask=km[:, :, :, None], other=0.0).to(tl.float32)
+    kx = (k0 + gc * 64 + w * 4)[:, :, :, None] + i
+    x_lo = _ldx(xr, nw, kx, km[:, :, :, None], rstd, NORM)  # [1, G, 8, 4]
+    x_hi = _ldx(xr, nw, kx + 32, km[:, :, :, None], rstd, NORM)
     n_lo = ((q[:, :, :, None] >> (8 * i)) & 0xF).to(tl.float32)
     n_hi = ((q[:, :, :, None] >> (8 * i + 4)) & 0xF).to(tl.float32)
     dot = d * (sc_lo * tl.sum(n_lo * x_lo, axis=3) + sc_hi * tl.sum(n_hi * x_hi, axis=3))
@@ -97,7 +107,7 @@ def _k4_scale_min(p8, blk16, j, m):
 
 
 @triton.jit
-def gemv_q6_k(p8, p16, p32, row16, m, km, xr, k0, G: tl.constexpr):
+def gemv_q6_k(p8, p16, p32, row16, m, km, xr, k0, G: tl.constexpr, nw, rstd, NORM: tl.constexpr):
     # G groups = 128-element halves (2 per 210-byte super-block); unit u = one halfword of ql,
     # holding elements (s, i): half*128 + s*64 + 2u + i, s = nibble, i = byte within the halfword
     gh = tl.arange(0, G)[None, :, None]
@@ -117,20 +127,21 @@ def gemv_q6_k(p8, p16, p32, row16, m, km, xr, k0, G: tl.constexpr):
     sc_idx = half[:, :, :, None] * 8 + s * 4 + u[:, :, :, None] // 8
     sc = tl.load(p8 + blk16[:, :, :, None] * 2 + 192 + sc_idx, mask=m[:, :, :, None], other=0)
     sc = sc.to(tl.int8, bitcast=True).to(tl.float32)
-    xo = xr + k0 + gh[:, :, :, None] * 128 + s * 64 + 2 * u[:, :, :, None] + i
-    xv = tl.load(xo, mask=km[:, :, :, None], other=0.0).to(tl.float32)
+    kx = k0 + gh[:, :, :, None] * 128 + s * 64 + 2 * u[:, :, :, None] + i
+    xv = _ldx(xr, nw, kx, km[:, :, :, None], rstd, NORM)
     return d * tl.sum(sc * q * xv, axis=3)
 
 
 @triton.jit
-def gemv_tile(p8, p16, p32, row16, m, km, xr, k0, QT: tl.constexpr, G: tl.constexpr):
+def gemv_tile(p8, p16, p32, row16, m, km, xr, k0, QT: tl.constexpr, G: tl.constexpr,
+              nw=None, rstd=1.0, NORM: tl.constexpr = False):
     if QT == 8:
-        r = gemv_q8_0(p8, p16, p32, row16, m, km, xr, k0, G)
+        r = gemv_q8_0(p8, p16, p32, row16, m, km, xr, k0, G, nw, rstd, NORM)
     elif QT == 6:
-        r = gemv_q5_0(p8, p16, p32, row16, m, km, xr, k0, G)
+        r = gemv_q5_0(p8, p16, p32, row16, m, km, xr, k0, G, nw, rstd, NORM)
     elif QT == 12:
-        r = gemv_q4_k(p8, p16, p32, row16, m, km, xr, k0, G)
+        r = gemv_q4_k(p8, p16, p32, row16, m, km, xr, k0, G, nw, rstd, NORM)
     else:
-        r = gemv_q6_k(p8, p16, p32, row16, m, km, xr, k0, G)
+        r = gemv_q6_k(p8, p16, p32, row16, m, km, xr, k0, G, nw, rstd, NORM)
     return r
 
