@@ -1,10 +1,11 @@
 """A decode-only forward over the model's own weights with fused kernels (one token per sequence).
 
 Same function as `model.forward` + `compute_logits` for steps where every sequence has one new token,
-in 8 kernels per layer instead of ~40 (fuse_norm, batches <= 4): q, k, v GEMVs (RMSNorm and bias
-fused), RoPE + KV write, split-K attention (2), o GEMV (+ residual), gate/up/SiLU GEMV (RMSNorm fused),
-down GEMV (+ residual). Otherwise 11: add+RMSNorm kernels stand alone. Meant to be captured by
-`DecodeGraphs(step_fn=FusedDecoder(model))`. Models it cannot run raise ValueError at construction.
+in 7 kernels per layer instead of ~40 (fuse_norm, batches <= 4): one launch for the q, k, v GEMVs
+(RMSNorm and bias fused), RoPE + KV write, split-K attention (2), o GEMV (+ residual), gate/up/SiLU
+GEMV (RMSNorm fused), down GEMV (+ residual). Otherwise 11: add+RMSNorm kernels stand alone.
+Meant to be captured by `DecodeGraphs(step_fn=FusedDecoder(model))`. Models it cannot run raise
+ValueError at construction.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from orcd.models.layers.attention_triton import paged_decode_attention
 from orcd.quant.kernels import get_fused_linear
 from orcd.quant.kernels.decode_ops import add_rmsnorm, rope_and_write_kv
 from orcd.quant.kernels.fused_linear import GEMV_MAX_N, fused_gemv, fused_glu, fused_linear
+from orcd.quant.kernels.gemv_multi import fused_gemv3
 
 
 def _linear(m, x: torch.Tensor) -> torch.Tensor:
@@ -80,13 +82,18 @@ class FusedDecoder:
 
     def _forward_norm_fused(self, res: torch.Tensor, pos: torch.Tensor, meta: AttnMetadata, kv):
         """Norms computed inside the GEMVs that consume them, residual adds inside the GEMVs that
-        produce them: per layer q, k, v, RoPE+KV, attention (2), o(+res), gate/up/SiLU, down(+res)."""
+        produce them: per layer qkv, RoPE+KV, attention (2), o(+res), gate/up/SiLU, down(+res)."""
         model, b = self.model, res.shape[0]
         for i, blk in enumerate(model.blocks):
             a, mlp = blk.attn, blk.mlp
             nrm = (blk.attn_norm.weight, blk.attn_norm.eps)
-            q, k, v = (fused_gemv(res, m.raw, m.out_features, m.in_features, m.qtype, m.bias, norm=nrm)
-                       for m in (a.q_proj, a.k_proj, a.v_proj))
+            qkv = (a.q_proj, a.k_proj, a.v_proj)
+            if len({m.bias is None for m in qkv}) == 1:  # one launch for the three products
+                q, k, v = fused_gemv3(res, [(m.raw, m.out_features, m.qtype, m.bias) for m in qkv],
+                                      a.q_proj.in_features, norm=nrm)
+            else:
+                q, k, v = (fused_gemv(res, m.raw, m.out_features, m.in_features, m.qtype, m.bias, norm=nrm)
+                           for m in qkv)
             q = q.view(b, a.n_heads, a.head_dim)
             k, v = k.view(b, a.n_kv_heads, a.head_dim), v.view(b, a.n_kv_heads, a.head_dim)
             rope_and_write_kv(q, k, v, pos, self.inv_freq, kv.k[i], kv.v[i], meta.slot_mapping)

@@ -42,9 +42,15 @@ def _gemv_kernel(x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_xn, strid
                  QT: tl.constexpr, EPG: tl.constexpr, U: tl.constexpr, G: tl.constexpr, BO: tl.constexpr,
                  b_ptr=None, HAS_BIAS: tl.constexpr = False, nw_ptr=None, eps=0.0,
                  NORM: tl.constexpr = False, RES: tl.constexpr = False):
+    gemv_program(tl.program_id(0), tl.program_id(1), x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_xn,
+                 stride_yn, b_ptr, nw_ptr, eps, QT, EPG, U, G, BO, HAS_BIAS, NORM, RES)
+
+
+@triton.jit
+def gemv_program(pid_o, n, x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_xn, stride_yn, b_ptr, nw_ptr,
+                 eps, QT: tl.constexpr, EPG: tl.constexpr, U: tl.constexpr, G: tl.constexpr,
+                 BO: tl.constexpr, HAS_BIAS: tl.constexpr, NORM: tl.constexpr, RES: tl.constexpr):
     # one program: BO rows x all of K for token n; products accumulate elementwise, reduced once
-    pid_o = tl.program_id(0)
-    n = tl.program_id(1)
     rows = pid_o * BO + tl.arange(0, BO)
     rmask = (rows < OUT)[:, None, None]
     row16 = rows.to(tl.int64)[:, None, None] * (row_bytes // 2)
