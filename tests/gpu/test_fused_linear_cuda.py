@@ -60,3 +60,23 @@ def test_gemv_norm_residual_bias_and_glu(qtype):
     glu = fused_glu(x.cuda(), raw.cuda(), raw2.cuda(), out_f, in_f, qtype, norm=(nw.cuda(), 1e-6))
     a, b = reference(xn, raw, qtype, out_f, in_f), reference(xn, raw2, qtype, out_f, in_f)
     assert rel_err(glu, torch.nn.functional.silu(a) * b) < 1e-5
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_gemv3_mixed_types(with_bias):
+    """q, k, v in one launch with different types (as in Q4_K_M files), norm prologue, biases."""
+    from orcd.quant.kernels.gemv_multi import fused_gemv3
+
+    in_f, n = 512, 3
+    g = torch.Generator().manual_seed(9)
+    specs = [(T.Q5_0, 512), (T.Q4_K, 64), (T.Q8_0, 100)]
+    raws = [random_blocks(qt, o, in_f, i) for i, (qt, o) in enumerate(specs)]
+    biases = [torch.randn(o, generator=g) if with_bias else None for _, o in specs]
+    x, nw = torch.randn(n, in_f, generator=g), torch.randn(in_f, generator=g)
+    xn = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * nw
+    ys = fused_gemv3(x.cuda().bfloat16(), [(r.cuda(), o, qt, b.cuda().bfloat16() if b is not None else None)
+                                           for r, (qt, o), b in zip(raws, specs, biases, strict=True)],
+                     in_f, norm=(nw.cuda().bfloat16(), 1e-5))
+    for y, r, (qt, o), b in zip(ys, raws, specs, biases, strict=True):
+        ref = reference(xn, r, qt, o, in_f) + (b.double() if b is not None else 0)
+        assert y.shape == (n, o) and rel_err(y, ref) < 2e-2
