@@ -14,9 +14,11 @@ from pathlib import Path
 
 import httpx
 
-TINY = dict(vocab_size=320, hidden=64, n_layers=2, ffn=128, n_heads=4, n_kv_heads=2, context_length=2048)
+CONTEXT = 32768
+TINY = dict(vocab_size=320, hidden=64, n_layers=2, ffn=128, n_heads=4, n_kv_heads=2, context_length=CONTEXT)
+KV_BLOCKS = 4096  # x 16 tokens: every test's streams fit without preemption (tiny model: 32 MiB)
 API_KEY = "sk-orcd-test-7f3a9c"
-LONG = 1800  # max_tokens for "still running" streams: far more than a test needs before it cancels
+LONG = 30000  # max_tokens for "still running" streams: minutes of decoding, far more than a test waits
 
 
 def free_port() -> int:
@@ -32,7 +34,7 @@ class ServerProc:
         self.api_key = api_key
         self.log_path = log_path
         cmd = [sys.executable, "-m", "orcd.cli", "serve", "--model", str(model), "--port", str(self.port),
-               "--device", "cpu", "--num-kv-blocks", "512", *extra]
+               "--device", "cpu", "--num-kv-blocks", str(KV_BLOCKS), *extra]
         env = {**os.environ, "ORCD_API_KEY": api_key or ""}
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)

@@ -21,7 +21,7 @@ GOOD = {"prompt": "hello", "max_tokens": 3, "stream": False}
     ({**GOOD, "unknown_knob": 1}, 400, "unknown_knob", "unrecognized"),
     ({**GOOD, "request_id": "bad id!"}, 400, "request_id", "pattern"),
     ({"max_tokens": 3}, 400, "prompt", "required"),
-    ({**GOOD, "max_tokens": 4000}, 400, "max_tokens", "exceeds the context of 2048"),
+    ({**GOOD, "max_tokens": 40000}, 400, "max_tokens", "exceeds the context of 32768"),
     ({**GOOD, "model": "other-model"}, 404, "model", "does not exist"),
 ])
 def test_generate_bad_input(client, body, status, param, words):
@@ -32,9 +32,9 @@ def test_generate_bad_input(client, body, status, param, words):
 
 
 def test_context_overflow_says_the_numbers(client):
-    err = client.post("/v1/generate", json={**GOOD, "max_tokens": 2047}).json()["error"]
+    err = client.post("/v1/generate", json={**GOOD, "max_tokens": 32767}).json()["error"]
     assert err["code"] == "context_length_exceeded"
-    assert "2047" in err["message"] and "2048" in err["message"]
+    assert "32767" in err["message"] and "32768" in err["message"]
 
 
 def test_malformed_json(client):

@@ -4,8 +4,10 @@ equality with `orcd generate`, cancellation both ways freeing the KV cache, ping
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import subprocess
 import sys
+import time
 
 import httpx
 from server_helpers import LONG, generate_events, metric, wait_idle
@@ -111,11 +113,22 @@ def _long_stream(server, rid: str, pings: list | None = None) -> dict:
             return list(generate_events(r, pings))[-1][1]
 
 
+@contextlib.contextmanager
+def _pool(client: httpx.Client, ids: list[str]):
+    """Threads for long streams; whatever happens, the streams named in `ids` are cancelled at exit."""
+    with cf.ThreadPoolExecutor(len(ids)) as pool:
+        try:
+            yield pool
+        finally:
+            for rid in ids:
+                client.post("/v1/cancel", json={"request_id": rid})
+
+
 def test_queue_pings_and_overload(client, server):
     """Two running slots + a queue of one: the third stream waits (and gets `: ping` comments before its
     first token), the fourth request is refused with 503 + Retry-After. All end cancelled."""
     pings: list[str] = []
-    with cf.ThreadPoolExecutor(3) as pool:
+    with _pool(client, ["busy-0", "busy-1", "queued"]) as pool:
         running = [pool.submit(_long_stream, server, f"busy-{i}") for i in range(2)]
         _wait(lambda: client.get("/health").json()["running"] == 2)
         queued = pool.submit(_long_stream, server, "queued", pings)
@@ -133,8 +146,6 @@ def test_queue_pings_and_overload(client, server):
 
 
 def _wait(cond, timeout: float = 20.0) -> None:
-    import time
-
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, "condition not reached"
@@ -167,3 +178,25 @@ def test_non_stream_client_gone_is_cancelled(client, server):
     after = client.get("/metrics").text
     cancelled = 'orcd_requests_total{outcome="cancelled",route="generate"}'
     assert metric(after, cancelled) == metric(before, cancelled) + 1
+
+
+def test_disconnect_while_queued_frees_the_slot(client, server):
+    before = client.get("/metrics").text
+    with _pool(client, ["hold-0", "hold-1"]) as pool:
+        running = [pool.submit(_long_stream, server, f"hold-{i}") for i in range(2)]
+        _wait(lambda: client.get("/health").json()["running"] == 2)
+        with httpx.Client(base_url=server.url, headers=server.headers, timeout=30) as c:
+            with c.stream("POST", "/v1/generate", json={"prompt": PROMPT, "max_tokens": 4}) as r:
+                events = generate_events(r)  # (a discarded generator would close the response at once)
+                assert next(events)[0] == "started"
+                _wait(lambda: client.get("/health").json()["waiting"] == 1)
+            # connection closed while the request waits for a slot
+        _wait(lambda: client.get("/health").json()["active_requests"] == 2)
+        _wait(lambda: client.get("/health").json()["waiting"] == 0)
+        for i in range(2):
+            client.post("/v1/cancel", json={"request_id": f"hold-{i}"})
+        assert all(f.result(timeout=60)["stop_reason"] == "cancelled" for f in running)
+    wait_idle(client)
+    after = client.get("/metrics").text
+    disconnected = 'orcd_requests_total{outcome="disconnected",route="generate"}'
+    assert metric(after, disconnected) == metric(before, disconnected) + 1

@@ -96,10 +96,10 @@ def test_unsupported_or_bad_fields_are_400_naming_them(oai, kwargs, param):
 
 def test_context_overflow_names_the_numbers(oai):
     with pytest.raises(openai.BadRequestError) as exc:
-        oai.completions.create(model=MODEL, prompt="hello", max_tokens=5000)
+        oai.completions.create(model=MODEL, prompt="hello", max_tokens=50000)
     err = exc.value.body
     assert err["code"] == "context_length_exceeded"
-    assert "5000" in err["message"] and "2048" in err["message"]
+    assert "50000" in err["message"] and "32768" in err["message"]
 
 
 def test_unknown_model_is_404(oai):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 import httpx
+from server_helpers import KV_BLOCKS
 
 from orcd.server import serve_cli
 
@@ -13,7 +14,7 @@ def test_health_fields(server):
     h = httpx.get(server.url + "/health").json()
     assert h["status"] == "ok" and h["model"] == "tiny-qwen2" and h["architecture"] == "qwen2"
     assert h["device"] == "cpu" and h["weights_bytes"] > 0 and h["kv_cache_bytes"] > 0
-    assert h["kv_capacity_tokens"] == 512 * 16 and h["active_requests"] == 0
+    assert h["kv_capacity_tokens"] == KV_BLOCKS * 16 and h["active_requests"] == 0
 
 
 def test_metrics_after_requests(client):
