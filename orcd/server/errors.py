@@ -43,8 +43,14 @@ class APIError(Exception):
         self.headers = headers or {}
 
 
+MAX_MESSAGE = 300  # characters; messages may quote user values, which must not be echoed at length
+
+
 def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
     err_type = _TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
+    message = " ".join(message.split())
+    if len(message) > MAX_MESSAGE:
+        message = message[: MAX_MESSAGE - 1] + "…"
     return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
 
 
@@ -73,6 +79,10 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
         return "invalid request body", None
     first = errors[0]
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    if not loc and first.get("type") == "missing":
+        return "the request body is missing: send a JSON object", None
+    if not loc and first.get("type") in ("model_attributes_type", "dict_type"):
+        return "the request body must be a JSON object", None
     if first.get("type") == "json_invalid":
         return f"request body is not valid JSON: {first.get('ctx', {}).get('error', 'parse error')}", None
     if first.get("type") == "extra_forbidden":

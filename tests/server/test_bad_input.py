@@ -42,6 +42,19 @@ def test_malformed_json(client):
     assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("content, words", [(b"", "missing"), (b"null", "JSON object"),
+                                            (b"[1, 2]", "JSON object")])
+def test_body_must_be_an_object(client, content, words):
+    r = client.post("/v1/generate", content=content, headers={"content-type": "application/json"})
+    assert r.status_code == 400 and words in r.json()["error"]["message"]
+
+
+def test_long_values_are_not_echoed_at_length(client):
+    r = client.post("/v1/generate", json={**GOOD, "stop": ["s" * 300]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stop"
+    assert len(r.json()["error"]["message"]) <= 300
+
+
 def test_deeply_nested_json_is_400(client):
     r = client.post("/v1/chat/completions", content=b'{"model": ' + b"[" * 50000,
                     headers={"content-type": "application/json"})
