@@ -30,14 +30,17 @@ def test_fused_decode_matches_model(tmp_path, quant, fuse_norm):
     fused = FusedDecoder(model, fuse_norm=fuse_norm)
     assert fused.fuse_norm == fuse_norm
     pos = torch.tensor([30, 77], device="cuda")
+    gen = torch.Generator(device="cuda").manual_seed(0)
     for _ in range(4):  # two sequences, four steps; the cache holds whatever earlier steps wrote
         slots = tables.gather(1, (pos // page)[:, None].int()).view(-1).long() * page + pos % page
         meta = AttnMetadata(cu_seqlens_q=torch.arange(3, dtype=torch.int32, device="cuda"),
                             seq_lens=(pos + 1).int(), block_tables=tables, slot_mapping=slots,
                             max_query_len=1, max_seq_len=int(pos.max()) + 1)
-        ids = torch.randint(0, loaded.cfg.vocab_size, (2,), device="cuda")
+        ids = torch.randint(0, loaded.cfg.vocab_size, (2,), device="cuda", generator=gen)
         out = fused(ids, pos, meta, kv)
         ref = model.compute_logits(model(ids, pos, meta, kv))
         assert out.shape == ref.shape and torch.isfinite(out).all()
-        assert float((out - ref).norm() / ref.norm()) < 2e-2
+        # bf16 rounding happens at different points (fp32 residual sums, fused epilogues): on random
+        # weights the logits differ by 0.5-2% (0.020 seen once on an H100); a wrong kernel gives O(1)
+        assert float((out - ref).norm() / ref.norm()) < 5e-2
         pos = pos + 1
