@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from orcd_steps import OrcdSession  # noqa: E402
+from orcd.bench_session import OrcdSession  # noqa: E402
 
 PAGE = 16
 DEPTH = 4096
