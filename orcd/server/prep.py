@@ -48,8 +48,7 @@ async def encode_text(tokenizer, text: str, chat: bool) -> list[int]:
 
 
 async def encode_chat(tokenizer, messages: list[dict]) -> list[int]:
-    if not getattr(tokenizer, "has_chat_template", True):
-        raise RequestError("this model has no chat template; send a raw prompt instead", param="messages")
+    """A file without a chat template gets the tokenizer's documented default (ChatML)."""
     return await to_thread.run_sync(tokenizer.encode_chat, messages)
 
 
