@@ -1,0 +1,96 @@
+"""Process groups and the launcher: one process per rank (torch.multiprocessing spawn).
+
+CUDA: rank r drives cuda:r over NCCL; the control messages (pickled step plans) go over a gloo group so
+they never touch the GPU. CPU: gloo for both. NVLink multicast (NVLS) stays off in every rank.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from orcd.distributed.partition import TensorParallelError
+from orcd.errors import OrcdError
+
+RANK_ENV = {"NCCL_NVLS_ENABLE": "0"}
+# Followers wait in a broadcast while the leader idles (a server with no traffic): the control group's
+# timeout must outlast any idle spell. A dead peer still fails fast (its socket closes).
+CONTROL_TIMEOUT = timedelta(days=30)
+COLLECTIVE_TIMEOUT = timedelta(minutes=10)
+
+
+@dataclass
+class TPContext:
+    rank: int
+    world: int
+    device: torch.device
+    group: object  # tensor collectives (NCCL on CUDA, gloo on CPU); None = the default group
+    control: object  # gloo group for pickled control messages
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def resolve_tp_device(device: str, world: int) -> str:
+    """'cpu' or 'cuda' for a run over `world` ranks; 'auto' picks CUDA when it has enough GPUs."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= world else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise TensorParallelError(f"--device {device}: with --tensor-parallel use cpu, cuda or auto "
+                                  "(rank r runs on cuda:r)")
+    if device == "cuda" and torch.cuda.device_count() < world:
+        raise TensorParallelError(f"--tensor-parallel {world} needs {world} GPUs, "
+                                  f"{torch.cuda.device_count()} visible")
+    return device
+
+
+def init_rank(rank: int, world: int, device_kind: str, port: int) -> TPContext:
+    os.environ.update(RANK_ENV)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if device_kind == "cuda":
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", rank=rank, world_size=world, timeout=COLLECTIVE_TIMEOUT,
+                                device_id=device)
+        control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
+        return TPContext(rank, world, device, None, control)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=CONTROL_TIMEOUT)
+    return TPContext(rank, world, torch.device("cpu"), None, None)
+
+
+def _entry(rank: int, world: int, device_kind: str, port: int, threads: int, fn, fn_args: tuple) -> None:
+    if threads:
+        torch.set_num_threads(threads)
+    ctx = init_rank(rank, world, device_kind, port)
+    code = 0
+    try:
+        code = int(fn(ctx, *fn_args) or 0)
+    except OrcdError as err:  # a user error: one line, no traceback (the CLI's convention)
+        print(f"orcd: error: {err}", file=sys.stderr, flush=True)
+        code = 2
+    finally:
+        dist.destroy_process_group()
+    if code:
+        sys.exit(code)
+
+
+def launch(world: int, device_kind: str, fn, fn_args: tuple = (), threads: int = 0) -> int:
+    """Run fn(ctx, *fn_args) on `world` spawned ranks (fn must be a module-level function); returns the
+    first non-zero exit status, else 0. A rank that raises ends the others (spawn terminates them)."""
+    os.environ.update(RANK_ENV)  # inherited by every rank, before CUDA/NCCL is touched there
+    port = free_port()
+    try:
+        mp.spawn(_entry, args=(world, device_kind, port, threads, fn, fn_args), nprocs=world, join=True)
+    except mp.ProcessExitedException as err:
+        return err.exit_code or 1
+    return 0

@@ -1,0 +1,54 @@
+"""Tensor parallelism on the CPU: 2 gloo ranks give exactly the greedy tokens of 1 rank."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from gguf import GGMLQuantizationType as Q
+from tp_workers import ENGINE_KW, greedy_rank, greedy_tokens
+
+from orcd.distributed.runtime import launch
+from orcd.engine.llm_engine import LLMEngine
+from orcd.engine.loader import load_model
+from orcd.gguf.synth import write_model_gguf
+
+N_TOKENS = 32
+PROMPTS = [[1, 17, 42, 99, 7, 3, 250, 61, 8, 12, 5, 77, 300, 2, 90, 44, 19, 23, 31], [5, 6, 7, 8, 9, 10, 11]]
+DIMS = dict(vocab_size=320, hidden=64, n_layers=2, ffn=128, n_heads=4, context_length=256)
+# name -> (arch, n_kv_heads, default type, tied)
+CASES = {
+    "qwen2-kv2-f32": ("qwen2", 2, Q.F32, True),
+    "qwen2-kv2-q8_0": ("qwen2", 2, Q.Q8_0, False),
+    "qwen2-kv1-f32": ("qwen2", 1, Q.F32, False),  # one KV head, replicated on both ranks
+    "qwen2-kv1-q8_0": ("qwen2", 1, Q.Q8_0, True),
+    "llama-kv2-q8_0": ("llama", 2, Q.Q8_0, False),  # Q/K rows un-permuted before the head split
+}
+
+
+@pytest.fixture(scope="module")
+def model_paths(tmp_path_factory) -> dict[str, str]:
+    d = tmp_path_factory.mktemp("tp")
+    return {name: str(write_model_gguf(d / f"{name}.gguf", arch, n_kv_heads=kv, qtypes={"default": q},
+                                       tied=tied, seed=3, **DIMS))
+            for name, (arch, kv, q, tied) in CASES.items()}
+
+
+def one_rank_tokens(path: str) -> list[list[int]]:
+    return greedy_tokens(LLMEngine(load_model(path, "cpu"), **ENGINE_KW), PROMPTS, N_TOKENS)
+
+
+def test_two_gloo_ranks_match_one_rank(model_paths, tmp_path):
+    out = tmp_path / "tp.json"
+    assert launch(2, "cpu", greedy_rank, (model_paths, PROMPTS, N_TOKENS, str(out)), threads=1) == 0
+    got = json.loads(out.read_text())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for name, path in model_paths.items():
+            want = one_rank_tokens(path)
+            assert [len(t) for t in want] == [N_TOKENS] * len(PROMPTS)
+            assert got[name] == want, name
+    finally:
+        torch.set_num_threads(threads)
