@@ -42,8 +42,9 @@ def load_sharded(path, ctx: TPContext, dtype: torch.dtype | None = None,
         _densify(full.model)
     if on_cuda:
         torch.cuda.synchronize(ctx.device)
-    return dataclasses.replace(full, cfg=local_cfg, device=ctx.device, weights_bytes=weights_nbytes(full.model),
-                               load_seconds=time.perf_counter() - t0)
+    nbytes, secs = weights_nbytes(full.model), time.perf_counter() - t0
+    return dataclasses.replace(full, cfg=local_cfg, device=ctx.device, weights_bytes=nbytes,
+                               load_seconds=secs)
 
 
 def _densify(model: torch.nn.Module) -> None:
@@ -82,7 +83,8 @@ def _agree_blocks(ctx: TPContext, loaded, num_kv_blocks, kv_fraction: float, blo
 class TPRunner:
     """Rank 0's runner: sends each step to the followers, then runs its own shard (and samples)."""
 
-    def __init__(self, ctx: TPContext, loaded, num_kv_blocks: int | None, kv_fraction: float, block_size: int):
+    def __init__(self, ctx: TPContext, loaded, num_kv_blocks: int | None, kv_fraction: float,
+                 block_size: int):
         self.ctx = ctx
         _send(ctx, ("init", num_kv_blocks, kv_fraction, block_size))
         self.num_kv_blocks = _agree_blocks(ctx, loaded, num_kv_blocks, kv_fraction, block_size)

@@ -46,7 +46,7 @@ def slice_cols(m: QuantLinear, c0: int, c1: int, name: str, keep_bias: bool,
             f"(block size {bs}); use fewer ranks or a file with another type for this tensor")
     w = _own(m.weight[:, c0:c1], device) if m.weight is not None else None
     raw = None
-    if m.raw is not None:  # raw [out, row_bytes]: block j of a row is bytes [j * type_size, (j+1) * type_size)
+    if m.raw is not None:  # raw [out, row_bytes]: block j is bytes [j * type_size, (j + 1) * type_size)
         raw = _own(m.raw[:, c0 // bs * fmt.type_size : c1 // bs * fmt.type_size], device)
     bias = _own(m.bias, device) if keep_bias and m.bias is not None else None
     return QuantLinear(m.out_features, c1 - c0, m.qtype, m.dtype, weight=w, raw=raw, bias=bias)

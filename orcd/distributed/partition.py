@@ -5,6 +5,7 @@ Pure arithmetic on ints, no torch. Ranges are half-open [start, stop).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from orcd.errors import OrcdError
@@ -58,3 +59,39 @@ def split_units(n: int, unit: int, world: int, rank: int, what: str) -> tuple[in
 
 def all_splits(n: int, unit: int, world: int, what: str) -> list[tuple[int, int]]:
     return [split_units(n, unit, world, r, what) for r in range(world)]
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    heads: HeadSplit
+    ffn: tuple[int, int]  # FFN columns (gate/up rows, down columns)
+    vocab: list[tuple[int, int]]  # every rank's vocabulary rows (the head all-gathers them in order)
+
+
+def plan_rank(cfg, o_blocks: list[int], down_blocks: list[int], world: int, rank: int) -> RankPlan:
+    """This rank's slices. o_blocks / down_blocks: block size of each layer's attn_output / ffn_down type.
+
+    Raises TensorParallelError (naming the tensor) when this rank's attn_output input columns are not
+    whole blocks; FFN columns are cut in whole blocks of every layer's ffn_down type."""
+    heads = split_heads(cfg.n_heads, cfg.n_kv_heads, world, rank)
+    c0, c1 = heads.q[0] * cfg.head_dim, heads.q[1] * cfg.head_dim
+    for i, bs in enumerate(o_blocks):
+        if c0 % bs or c1 % bs:
+            raise TensorParallelError(
+                f"blk.{i}.attn_output.weight: input columns [{c0}, {c1}) of rank {rank} are not whole blocks "
+                f"of {bs}; use fewer ranks, or a file with another type for this tensor")
+    unit = math.lcm(1, *down_blocks)
+    ffn = split_units(cfg.ffn_size, unit, world, rank, "feed_forward_length (ffn_down.weight columns)")
+    return RankPlan(heads, ffn, all_splits(cfg.vocab_size, 1, world, "vocab_size"))
+
+
+def check_file_shardable(f, cfg, world: int) -> None:
+    """Every rank's plan for a GGUF file (before any process starts); raises TensorParallelError."""
+    from orcd.quant.registry import get_format
+
+    def blocks(name: str) -> list[int]:
+        return [get_format(f.tensors[f"blk.{i}.{name}.weight"].qtype).block_size for i in range(cfg.n_layers)]
+
+    o, down = blocks("attn_output"), blocks("ffn_down")
+    for rank in range(world):
+        plan_rank(cfg, o, down, world, rank)

@@ -10,29 +10,26 @@ the KV cache is sized from the returned (local) config, so each rank's cache hol
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import torch
 
 from orcd.distributed.layers import (
-    RowParallelLinear, VocabParallelEmbedding, VocabParallelHead, slice_cols, slice_rows,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    VocabParallelHead,
+    slice_cols,
+    slice_rows,
 )
-from orcd.distributed.partition import TensorParallelError, all_splits, split_heads
+from orcd.distributed.partition import RankPlan, TensorParallelError, plan_rank
 from orcd.gguf.config import ModelConfig
 from orcd.quant import QuantEmbedding, QuantLinear
 from orcd.quant.registry import get_format
 
 
-def _ffn_unit(model) -> int:
-    """FFN columns are cut in units every layer's ffn_down type can be cut at (its block size)."""
-    return math.lcm(*(get_format(b.mlp.down.qtype).block_size for b in model.blocks))
-
-
-def _shard_block(i: int, blk, cfg: ModelConfig, rank: int, world: int, group, ffn: tuple[int, int],
+def _shard_block(i: int, blk, cfg: ModelConfig, plan: RankPlan, rank: int, group,
                  device: torch.device | None) -> None:
-    a, d = blk.attn, cfg.head_dim
-    hs = split_heads(cfg.n_heads, cfg.n_kv_heads, world, rank)
-    (q0, q1), (k0, k1) = hs.q, hs.kv
+    a, d, ffn = blk.attn, cfg.head_dim, plan.ffn
+    (q0, q1), (k0, k1) = plan.heads.q, plan.heads.kv
     a.q_proj = slice_rows(a.q_proj, q0 * d, q1 * d, device)
     a.k_proj = slice_rows(a.k_proj, k0 * d, k1 * d, device)
     a.v_proj = slice_rows(a.v_proj, k0 * d, k1 * d, device)
@@ -55,17 +52,17 @@ def shard_model(model, cfg: ModelConfig, rank: int, world_size: int, group=None,
     if world_size == 1:
         return cfg
     dev = torch.device(device) if device is not None else None
-    split_heads(cfg.n_heads, cfg.n_kv_heads, world_size, rank)  # fail before anything is rewritten
-    ffn_splits = all_splits(cfg.ffn_size, _ffn_unit(model), world_size, "feed_forward_length")
     for i, blk in enumerate(model.blocks):
         for name, m in (("attn_output", blk.attn.o_proj), ("ffn_down", blk.mlp.down)):
             if not isinstance(m, QuantLinear):
                 raise TensorParallelError(f"blk.{i}.{name}.weight is already sharded")
-    ffn = ffn_splits[rank]
+    o_blocks = [get_format(b.attn.o_proj.qtype).block_size for b in model.blocks]
+    down_blocks = [get_format(b.mlp.down.qtype).block_size for b in model.blocks]
+    plan = plan_rank(cfg, o_blocks, down_blocks, world_size, rank)  # fails before anything is rewritten
     for i, blk in enumerate(model.blocks):
-        _shard_block(i, blk, cfg, rank, world_size, group, ffn, dev)
+        _shard_block(i, blk, cfg, plan, rank, group, dev)
 
-    vocab = all_splits(cfg.vocab_size, 1, world_size, "vocab_size")
+    vocab = plan.vocab
     v0, v1 = vocab[rank]
     tied = model.lm_head is model.embed.as_linear()
     table = slice_rows(model.embed.as_linear(), v0, v1, dev)
@@ -76,6 +73,5 @@ def shard_model(model, cfg: ModelConfig, rank: int, world_size: int, group=None,
     if dev is not None:  # what is left: norms (parameters) and the rotary table (a plain tensor)
         model.to(dev)
         model.rotary.inv_freq = model.rotary.inv_freq.to(dev)
-    hs = split_heads(cfg.n_heads, cfg.n_kv_heads, world_size, rank)
-    return dataclasses.replace(cfg, n_heads=hs.q[1] - hs.q[0], n_kv_heads=hs.kv[1] - hs.kv[0],
-                               ffn_size=ffn[1] - ffn[0])
+    (q0, q1), (k0, k1), (f0, f1) = plan.heads.q, plan.heads.kv, plan.ffn
+    return dataclasses.replace(cfg, n_heads=q1 - q0, n_kv_heads=k1 - k0, ffn_size=f1 - f0)

@@ -41,6 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="compute dtype (auto: float32 on CPU, bfloat16 on CUDA)")
     p.add_argument("--quiet", action="store_true", help="no diagnostics on stderr")
+    p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
+                   help="split the model over N ranks (N GPUs with --device cuda, gloo processes on cpu)")
 
 
 def encode(tokenizer, prompt: str, raw: bool, system: str | None) -> list[int]:
@@ -59,11 +61,18 @@ def sampling_from_args(args: argparse.Namespace, max_tokens: int) -> SamplingPar
     ).validate()
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, load_model=None, engine_cls=None) -> int:
+    """load_model / engine_cls: hooks for tensor parallelism's rank 0 (default: load_model, LLMEngine)."""
     import torch
 
+    if getattr(args, "tensor_parallel", 1) != 1 and load_model is None:
+        from orcd.distributed.generate import run_tensor_parallel
+
+        return run_tensor_parallel(args)
     from orcd.engine.llm_engine import LLMEngine
-    from orcd.engine.loader import load_model
+    from orcd.engine.loader import load_model as default_load
+
+    load_model, LLMEngine = load_model or default_load, engine_cls or LLMEngine  # noqa: N806
 
     def say(msg: str) -> None:
         if not args.quiet:

@@ -9,6 +9,7 @@ import torch
 from gguf import GGMLQuantizationType as Q
 from tp_workers import ENGINE_KW, greedy_rank, greedy_tokens
 
+from orcd.cli import main
 from orcd.distributed.runtime import launch
 from orcd.engine.llm_engine import LLMEngine
 from orcd.engine.loader import load_model
@@ -52,3 +53,13 @@ def test_two_gloo_ranks_match_one_rank(model_paths, tmp_path):
             assert got[name] == want, name
     finally:
         torch.set_num_threads(threads)
+
+
+def test_generate_cli_with_two_ranks_prints_the_one_rank_text(model_paths, capfd):
+    argv = ["generate", "--model", model_paths["qwen2-kv2-q8_0"], "--device", "cpu", "--quiet",
+            "--max-tokens", "16", "--temperature", "0", "--ignore-eos", "Hello there"]
+    assert main(argv) == 0
+    want = capfd.readouterr().out
+    assert main([*argv, "--tensor-parallel", "2"]) == 0
+    got = capfd.readouterr()
+    assert got.out == want and want != ""
