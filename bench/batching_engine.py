@@ -58,7 +58,7 @@ def run_round(engine, prompts: list[list[int]], gen_len: int, deadline: Deadline
 
 
 def bench_engine(path: str, device: str, concurrency: list[int], prompt_len: int, gen_len: int,
-                 warmup_len: int, max_num_seqs: int, deadline: Deadline) -> dict:
+                 warmup_len: int, max_num_seqs: int, enforce_eager: bool, deadline: Deadline) -> dict:
     from orcd.engine.llm_engine import LLMEngine
     from orcd.engine.loader import load_model
 
@@ -66,8 +66,14 @@ def bench_engine(path: str, device: str, concurrency: list[int], prompt_len: int
         torch.cuda.reset_peak_memory_stats()
     loaded = load_model(path, device=device)
     blocks = kv_blocks_for(max(concurrency), prompt_len, gen_len)
-    engine = LLMEngine(loaded, num_kv_blocks=blocks, max_num_seqs=max_num_seqs)
-    out: dict = {"load_s": loaded.load_seconds, "weights_MiB": loaded.weights_bytes / 2**20,
+    t0 = time.perf_counter()
+    engine = LLMEngine(loaded, num_kv_blocks=blocks, max_num_seqs=max_num_seqs, enforce_eager=enforce_eager)
+    graph = getattr(engine.runner, "graph", None)  # CUDA graphs of decode steps, captured just now
+    out: dict = {"load_s": loaded.load_seconds, "engine_init_s": time.perf_counter() - t0,
+                 "decode_graphs": None if graph is None else {
+                     "buckets": list(graph.buckets), "capture_s": graph.capture_seconds,
+                     "fused": bool(getattr(graph, "fused", False))},
+                 "weights_MiB": loaded.weights_bytes / 2**20,
                  "num_kv_blocks": blocks, "max_num_seqs": max_num_seqs,
                  "max_num_batched_tokens": engine.scheduler.max_num_batched_tokens, "rounds": {}}
     vocab = loaded.cfg.vocab_size

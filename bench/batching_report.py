@@ -63,9 +63,17 @@ def write_markdown(result: dict, path: Path) -> None:
         f"token budget {e.get('max_num_batched_tokens', '-')}; weights {_fmt(e.get('weights_MiB'))} MiB, "
         f"peak device {_fmt(e.get('peak_device_MiB'))} MiB. HF peak {_fmt(f.get('peak_device_MiB'))} MiB. "
         f"Server startup {_fmt(h.get('startup_s'), ' s')}.",
+        f"- Decode CUDA graphs: {_graphs(e.get('decode_graphs'))}.",
     ]
     lines += [f"- Note: {n}" for n in result.get("notes", [])]
     path.write_text("\n".join(lines) + "\n")
+
+
+def _graphs(g: dict | None) -> str:
+    if not g:
+        return "none (eager decode)"
+    kind = "fused" if g["fused"] else "model.forward"
+    return f"batch sizes {g['buckets']}, {kind}, captured in {g['capture_s']:.1f} s"
 
 
 def terminal_table(result: dict) -> str:
@@ -96,6 +104,7 @@ def write_plot(result: dict, path: Path) -> str | None:
     ax.set(xscale="log", yscale="log", xlabel="concurrent streams", ylabel="aggregate tokens/s",
            title=f"{result['model_shape']}, {result['device']}")
     ax.set_xticks(cs, [str(c) for c in cs])
+    ax.tick_params(axis="x", which="minor", labelbottom=False)  # log axis: label only the measured points
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
