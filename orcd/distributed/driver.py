@@ -36,6 +36,8 @@ def load_sharded(path, ctx: TPContext, dtype: torch.dtype | None = None,
     on_cuda = ctx.device.type == "cuda"
     dtype = dtype or (torch.bfloat16 if on_cuda else torch.float32)
     keep = on_cuda if keep_quantized is None else keep_quantized
+    if ctx.world == 1:  # nothing to split: the ordinary load, straight onto the device
+        return load_model(path, device=ctx.device, dtype=dtype, keep_quantized=keep_quantized)
     full = load_model(path, device="cpu", dtype=dtype, keep_quantized=True, tokenizer=ctx.rank == 0)
     local_cfg = shard_model(full.model, full.cfg, ctx.rank, ctx.world, ctx.group, ctx.device)
     if not keep:  # dense weights wanted: dequantize after sharding (each rank only its slices)

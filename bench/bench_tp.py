@@ -1,0 +1,123 @@
+"""Tensor-parallel throughput: a Qwen2.5-7B-shaped Q4_K_M file at 1 and 2 GPUs (NCCL), eager steps.
+
+NOT RUN in the session that wrote it (no multi-GPU machine was lent); meant for a host with >= 2 GPUs:
+    python bench/bench_tp.py                      # synthesizes the 7B-shaped file if --file is absent
+    python bench/bench_tp.py --ranks 1,2,4 --file /path/qwen2.5-7b-q4_k_m.gguf
+Per rank count N it spawns N ranks (orcd.distributed: rank r on cuda:r, NCCL_NVLS_ENABLE=0) and, on
+rank 0, measures through the leader engine (the same path as `orcd generate --tensor-parallel N`):
+- prefill tok/s: one request of --prompt-len tokens, max_tokens=1 (one step, K/V of every token);
+- decode tok/s: --streams requests decoding --decode-tokens tokens each (ignore_eos), generated tokens
+  per second after every stream has its first token.
+Writes OUT/tp.json and OUT/tp.md. Smoke test on the CPU (gloo): --device cpu --file TINY.gguf.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_FILE = "/tmp/orcd-qwen2.5-7b-q4_k_m.gguf"
+
+
+def _requests(engine, prompts: list[list[int]], max_tokens: int) -> tuple[float, float]:
+    """Run prompts to completion -> (seconds to the last first token, seconds after it to the end)."""
+    from orcd.engine.io import EngineRequest
+    from orcd.engine.sampling_params import SamplingParams
+
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    for i, ids in enumerate(prompts):
+        engine.add_request(EngineRequest(f"b{i}", ids, params))
+    t0, firsts = time.perf_counter(), set()
+    t_first = None
+    while engine.has_work():
+        for ev in engine.step():
+            if ev.error:
+                raise RuntimeError(ev.error)
+            firsts.add(ev.request_id)
+        if t_first is None and len(firsts) == len(prompts):
+            t_first = time.perf_counter()
+    return t_first - t0, time.perf_counter() - t_first
+
+
+def bench_rank(ctx, path: str, args: dict, out_json: str) -> int:
+    """Every rank: load the shard; rank 0 measures prefill and decode through the leader engine."""
+    from orcd.distributed.driver import load_sharded, run_rank
+
+    t0 = time.perf_counter()
+    loaded = load_sharded(path, ctx)
+    load_s = time.perf_counter() - t0
+
+    def lead(make_engine) -> dict:
+        p, d, b = args["prompt_len"], args["decode_tokens"], args["streams"]
+        engine = make_engine(loaded, kv_fraction=0.5, max_num_seqs=max(b, 1),
+                             max_num_batched_tokens=max(p, 2048))
+        vocab = loaded.cfg.vocab_size
+        prompt = [(7 + 31 * i) % vocab for i in range(p)]
+        _requests(engine, [prompt[:64]], 8)  # warm-up: kernels compiled / autotuned
+        prefill = [_requests(engine, [prompt], 1)[0] for _ in range(3)]
+        _, decode_s = _requests(engine, [prompt[j : j + 16] for j in range(b)], d)
+        res = {"ranks": ctx.world, "device": str(ctx.device), "load_s": load_s,
+               "weights_MiB_rank0": loaded.weights_bytes / 2**20,
+               "prefill_tokens": p, "prefill_tok_s": p / sorted(prefill)[1],
+               "decode_streams": b, "decode_tokens": d, "decode_tok_s": b * (d - 1) / decode_s}
+        if ctx.device.type == "cuda":
+            import torch
+
+            res["peak_MiB_rank0"] = torch.cuda.max_memory_allocated(ctx.device) / 2**20
+            res["gpu"] = torch.cuda.get_device_name(ctx.device)
+        return res
+
+    res = run_rank(ctx, loaded, lead)
+    if ctx.rank == 0:
+        Path(out_json).write_text(json.dumps(res))
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--file", default=DEFAULT_FILE, help="GGUF (written with `orcd synth` when absent)")
+    ap.add_argument("--like", default="qwen2.5-7b", help="synth preset when --file is absent")
+    ap.add_argument("--ranks", default="1,2", help="comma-separated rank counts")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--prompt-len", type=int, default=2048)
+    ap.add_argument("--decode-tokens", type=int, default=128)
+    ap.add_argument("--streams", type=int, default=1, help="concurrent decode streams")
+    ap.add_argument("--out", default="bench/results")
+    a = ap.parse_args()
+
+    from orcd.distributed.runtime import launch, resolve_tp_device
+
+    path = Path(a.file)
+    if not path.exists():
+        from orcd.synth_cli import synth_like
+
+        print(f"writing {path} (synth --like {a.like}) ...", file=sys.stderr, flush=True)
+        synth_like(str(path), a.like)
+    knobs = {"prompt_len": a.prompt_len, "decode_tokens": a.decode_tokens, "streams": a.streams}
+    rows = []
+    for n in (int(x) for x in a.ranks.split(",")):
+        device = resolve_tp_device(a.device, n)
+        tmp = Path(a.out) / f".tp_{n}.json"
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        if launch(n, device, bench_rank, (str(path), knobs, str(tmp))) != 0:
+            print(f"{n} ranks failed", file=sys.stderr)
+            continue
+        rows.append({"file": path.name, **json.loads(tmp.read_text())})
+        tmp.unlink()
+        print(json.dumps(rows[-1]), flush=True)
+    out = Path(a.out)
+    (out / "tp.json").write_text(json.dumps(rows, indent=1))
+    lines = ["| ranks | device | prefill tok/s | decode tok/s | load s | weights MiB (rank 0) |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['ranks']} | {r.get('gpu', r['device'])} | {r['prefill_tok_s']:.0f} | "
+              f"{r['decode_tok_s']:.1f} | {r['load_s']:.1f} | {r['weights_MiB_rank0']:.0f} |" for r in rows]
+    (out / "tp.md").write_text(f"{path.name}, prompt {a.prompt_len}, {a.streams} stream(s) x "
+                               f"{a.decode_tokens} tokens, eager steps\n\n" + "\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
