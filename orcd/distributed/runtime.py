@@ -7,6 +7,7 @@ they never touch the GPU. CPU: gloo for both. NVLink multicast (NVLS) stays off 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 from dataclasses import dataclass
@@ -84,13 +85,28 @@ def _entry(rank: int, world: int, device_kind: str, port: int, threads: int, fn,
         sys.exit(code)
 
 
-def launch(world: int, device_kind: str, fn, fn_args: tuple = (), threads: int = 0) -> int:
+def launch(world: int, device_kind: str, fn, fn_args: tuple = (), threads: int = 0,
+           forward_signals: bool = False) -> int:
     """Run fn(ctx, *fn_args) on `world` spawned ranks (fn must be a module-level function); returns the
-    first non-zero exit status, else 0. A rank that raises ends the others (spawn terminates them)."""
+    first non-zero exit status, else 0. A rank that fails ends the others (SIGTERM, then SIGKILL).
+    forward_signals: SIGTERM/SIGINT to this process become a SIGTERM to rank 0 (the server), which
+    drains and then releases the other ranks."""
     os.environ.update(RANK_ENV)  # inherited by every rank, before CUDA/NCCL is touched there
     port = free_port()
+    procs = mp.spawn(_entry, args=(world, device_kind, port, threads, fn, fn_args), nprocs=world, join=False)
+    saved = {}
+    if forward_signals:
+        def forward(signum, frame) -> None:
+            if procs.processes[0].is_alive():
+                os.kill(procs.processes[0].pid, signal.SIGTERM)
+
+        saved = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        mp.spawn(_entry, args=(world, device_kind, port, threads, fn, fn_args), nprocs=world, join=True)
-    except mp.ProcessExitedException as err:
-        return err.exit_code or 1
+        while not procs.join(grace_period=5):
+            pass
+    except mp.ProcessExitedException as err:  # exit_code < 0: killed by a signal
+        return err.exit_code if err.exit_code and err.exit_code > 0 else 1
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
     return 0

@@ -45,6 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cors-origin", action="append", default=[], help="allowed CORS origin (repeatable)")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up generation")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
+                   help="split the model over N ranks (N GPUs with --device cuda, gloo processes on cpu)")
 
 
 def _resolve_model(spec: str | None) -> Path:
@@ -79,7 +81,12 @@ def build_engine(args: argparse.Namespace, path: Path):
     return AsyncEngine(llm)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, build=None) -> int:
+    """build(args, path) -> AsyncEngine: the hook tensor parallelism's rank 0 uses (default: build_engine)."""
+    if getattr(args, "tensor_parallel", 1) != 1 and build is None:
+        from orcd.distributed.serve import run_tensor_parallel
+
+        return run_tensor_parallel(args)
     import uvicorn
 
     from orcd.server.app import begin_drain, create_app
@@ -90,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     settings = _settings(args, api_key)
     path = _resolve_model(args.model)
     t0 = time.perf_counter()
-    engine = build_engine(args, path)
+    engine = (build or build_engine)(args, path)
     if settings.served_model_name is None:
         settings = dataclasses.replace(settings, served_model_name=path.stem)
     app = create_app(engine, settings)
