@@ -40,6 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (CUDA when available)")
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="compute dtype (auto: float32 on CPU, bfloat16 on CUDA)")
+    p.add_argument("--enforce-eager", action="store_true",
+                   help="no CUDA graphs: run decode steps eagerly (graphs are CUDA-only anyway)")
     p.add_argument("--quiet", action="store_true", help="no diagnostics on stderr")
     p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
                    help="split the model over N ranks (N GPUs with --device cuda, gloo processes on cpu)")
@@ -91,7 +93,11 @@ def run(args: argparse.Namespace, load_model=None, engine_cls=None) -> int:
     block_size = 16
     engine = LLMEngine(loaded, num_kv_blocks=-(-(len(ids) + max_tokens) // block_size) + 1,
                        block_size=block_size, max_num_seqs=1,
-                       max_num_batched_tokens=max(2048, min(len(ids), 8192)))
+                       max_num_batched_tokens=max(2048, min(len(ids), 8192)),
+                       enforce_eager=args.enforce_eager)
+    graph = getattr(engine.runner, "graph", None)
+    if graph is not None:
+        say(f"orcd: captured {len(graph.buckets)} decode CUDA graph(s) in {graph.capture_seconds:.2f} s")
     engine.add_request(EngineRequest("cli", ids, sampling))
     t0 = time.perf_counter()
     t_first = None

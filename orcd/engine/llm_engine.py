@@ -41,7 +41,10 @@ class LLMEngine:
         max_num_batched_tokens: int = 2048,
         enable_prefix_caching: bool = True,
         runner=None,
+        enforce_eager: bool = False,
     ):
+        """enforce_eager: never use CUDA graphs (otherwise decode-only steps on CUDA replay captured
+        graphs of the fused decode step; they are captured here, see orcd.engine.graph_runner)."""
         self.loaded = loaded
         self.cfg = loaded.cfg
         self.tokenizer = loaded.tokenizer
@@ -49,16 +52,19 @@ class LLMEngine:
         if num_kv_blocks is None:
             num_kv_blocks = auto_num_blocks(loaded, kv_fraction, block_size)
         self.num_kv_blocks = num_kv_blocks
-        if runner is None:
-            from orcd.engine.model_runner import ModelRunner
-
-            runner = ModelRunner(loaded, num_kv_blocks, block_size)
-        self.runner = runner
-        self.block_manager = BlockManager(num_kv_blocks, block_size, enable_prefix_caching)
-        self.scheduler = Scheduler(self.block_manager, max_num_seqs, max_num_batched_tokens)
         self.kv_capacity_tokens = num_kv_blocks * block_size
         # A request must fit the context and, alone, the KV pool (or it would preempt itself forever).
         self.max_model_len = min(self.cfg.context_length, self.kv_capacity_tokens)
+        if runner is None:
+            from orcd.engine.model_runner import ModelRunner
+
+            # with graphs the runner's KV cache has one more block (the scratch block, id num_kv_blocks)
+            # that the block manager below never hands out
+            runner = ModelRunner(loaded, num_kv_blocks, block_size, decode_graphs=not enforce_eager,
+                                 max_num_seqs=max_num_seqs, max_model_len=self.max_model_len)
+        self.runner = runner
+        self.block_manager = BlockManager(num_kv_blocks, block_size, enable_prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, max_num_seqs, max_num_batched_tokens)
         self._requests: dict[str, RequestOutput] = {}
         self._by_seq: dict[int, RequestOutput] = {}
         self._aborts: dict[str, FinishReason] = {}

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
+from orcd.engine.graph_runner import GraphDecoder, graphs_supported
 from orcd.engine.io import ModelRunnerOutput, SchedulerOutput
 from orcd.engine.kv_cache import KVCache
-from orcd.engine.sampler import SampleRow, sample
+from orcd.engine.sampler import SampleRow, _has_penalty, sample
 from orcd.models.layers.attention import AttnMetadata
 
 log = logging.getLogger(__name__)
@@ -61,12 +62,38 @@ def prepare_inputs(sched: SchedulerOutput, block_size: int, device: torch.device
 
 
 class ModelRunner:
-    def __init__(self, loaded, num_kv_blocks: int, block_size: int):
+    def __init__(self, loaded, num_kv_blocks: int, block_size: int, *, decode_graphs: bool = False,
+                 max_num_seqs: int = 64, max_model_len: int | None = None):
+        """decode_graphs: on CUDA with triton, capture decode-only steps as CUDA graphs of the fused
+        decode step (orcd.engine.graph_runner) now; the KV cache then holds one extra block past the
+        block manager's ids 0..num_kv_blocks-1, the scratch block padded graph rows write to.
+        Elsewhere (CPU, no triton) the flag is ignored and every step runs eagerly."""
         self.loaded = loaded
         self.model = loaded.model
         self.device = loaded.device
         self.block_size = block_size
-        self.kv = KVCache.allocate(loaded.cfg, num_kv_blocks, block_size, loaded.device, loaded.dtype)
+        self.graph: GraphDecoder | None = None
+        use_graphs = decode_graphs and graphs_supported(torch.device(loaded.device))
+        extra = 1 if use_graphs else 0  # the scratch block, index num_kv_blocks
+        self.kv = KVCache.allocate(loaded.cfg, num_kv_blocks + extra, block_size, loaded.device, loaded.dtype)
+        if use_graphs:
+            max_len = max_model_len or min(loaded.cfg.context_length, num_kv_blocks * block_size)
+            self._capture(max_len, max_num_seqs, scratch_block=num_kv_blocks)
+
+    def _capture(self, max_model_len: int, max_num_seqs: int, scratch_block: int) -> None:
+        """Capture the decode graphs; on failure (e.g. out of memory) log it and stay eager."""
+        try:
+            graph = GraphDecoder(self.model, self.kv, self.block_size, max_model_len, max_num_seqs,
+                                 scratch_block)
+            secs = graph.capture()
+        except Exception as err:  # noqa: BLE001 - any capture failure: stay eager, keep serving
+            log.warning("CUDA graph capture failed, decoding eagerly: %s", str(err).splitlines()[0])
+            torch.cuda.empty_cache()
+            return
+        self.graph = graph
+        log.info("captured %d decode CUDA graphs (batch %s, %s, block table width %d) in %.2f s",
+                 len(graph.buckets), ",".join(map(str, graph.buckets)),
+                 "fused" if graph.fused else "model.forward", graph.width, secs)
 
     @torch.inference_mode()
     def forward(self, sched: SchedulerOutput) -> torch.Tensor:
@@ -82,15 +109,31 @@ class ModelRunner:
         if sched.empty:
             return ModelRunnerOutput(sampled={})
         try:
-            logits = self.forward(sched)
-            to_sample = [s for s in sched.seqs if s.sample]
-            if not to_sample:
-                return ModelRunnerOutput(sampled={})
-            rows = [SampleRow(s.sampling, s.penalty_token_ids, s.num_generated) for s in to_sample]
-            with torch.inference_mode():
-                tokens = sample(logits, rows).tolist()
+            if self.graph is not None and self.graph.eligible(sched.seqs):
+                tokens, to_sample = self._graph_step(sched)
+            else:
+                logits = self.forward(sched)
+                to_sample = [s for s in sched.seqs if s.sample]
+                if not to_sample:
+                    return ModelRunnerOutput(sampled={})
+                rows = [SampleRow(s.sampling, s.penalty_token_ids, s.num_generated) for s in to_sample]
+                with torch.inference_mode():
+                    tokens = sample(logits, rows).tolist()
         except (RuntimeError, torch.cuda.OutOfMemoryError) as err:  # a failed step fails its sequences
             log.exception("model step failed")
             msg = f"model step failed: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
             return ModelRunnerOutput(sampled={}, failed={s.seq_id: msg for s in sched.seqs})
         return ModelRunnerOutput(sampled={s.seq_id: tok for s, tok in zip(to_sample, tokens, strict=True)})
+
+    @torch.inference_mode()
+    def _graph_step(self, sched: SchedulerOutput) -> tuple[list[int], list]:
+        """A decode-only step from the CUDA graphs -> (tokens, the sequences they belong to)."""
+        logits, greedy = self.graph.run(sched.seqs)
+        idx = [i for i, s in enumerate(sched.seqs) if s.sample]
+        to_sample = [sched.seqs[i] for i in idx]
+        rows = [SampleRow(s.sampling, s.penalty_token_ids, s.num_generated) for s in to_sample]
+        if all(r.params.greedy and not (r.penalty_token_ids and _has_penalty(r.params)) for r in rows):
+            picked = greedy if len(idx) == len(sched.seqs) else greedy[idx]  # == sample()'s argmax
+        else:
+            picked = sample(logits if len(idx) == len(sched.seqs) else logits[idx], rows)
+        return picked.tolist(), to_sample

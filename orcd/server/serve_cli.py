@@ -44,6 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="on SIGTERM, seconds in-flight streams may run before they are cancelled")
     p.add_argument("--cors-origin", action="append", default=[], help="allowed CORS origin (repeatable)")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up generation")
+    p.add_argument("--enforce-eager", action="store_true",
+                   help="no CUDA graphs: run decode steps eagerly (graphs are CUDA-only anyway)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
                    help="split the model over N ranks (N GPUs with --device cuda, gloo processes on cpu)")
@@ -77,7 +79,12 @@ def build_engine(args: argparse.Namespace, path: Path):
     print(f"orcd serve: loaded {loaded.cfg.arch} in {loaded.load_seconds:.2f} s on {loaded.device}, "
           f"{loaded.weights_bytes / 2**20:.1f} MiB of weights", file=sys.stderr, flush=True)
     llm = LLMEngine(loaded, kv_fraction=args.kv_fraction, num_kv_blocks=args.num_kv_blocks,
-                    max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens)
+                    max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                    enforce_eager=args.enforce_eager)
+    graph = getattr(llm.runner, "graph", None)
+    if graph is not None:
+        print(f"orcd serve: captured {len(graph.buckets)} decode CUDA graphs in "
+              f"{graph.capture_seconds:.2f} s", file=sys.stderr, flush=True)
     return AsyncEngine(llm)
 
 
