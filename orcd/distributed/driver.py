@@ -82,6 +82,21 @@ def _agree_blocks(ctx: TPContext, loaded, num_kv_blocks, kv_fraction: float, blo
     return int(n.item())
 
 
+def _eager_runner(loaded, num_kv_blocks: int, block_size: int) -> ModelRunner:
+    """A ModelRunner that runs every step through model.forward: fused/graph decode paths read the
+    QuantLinear buffers directly and would skip the sharded model's all-reduces."""
+    runner = ModelRunner(loaded, num_kv_blocks, block_size)
+    if getattr(runner, "graph", None) is not None:
+        runner.graph = None
+    return runner
+
+
+def _slim(sched: SchedulerOutput) -> SchedulerOutput:
+    """What followers need (no penalty history: they do not sample), so the pickle stays small."""
+    seqs = [dataclasses.replace(s, penalty_token_ids=[]) for s in sched.seqs]
+    return SchedulerOutput(seqs, sched.num_tokens)
+
+
 class TPRunner:
     """Rank 0's runner: sends each step to the followers, then runs its own shard (and samples)."""
 
@@ -90,7 +105,7 @@ class TPRunner:
         self.ctx = ctx
         _send(ctx, ("init", num_kv_blocks, kv_fraction, block_size))
         self.num_kv_blocks = _agree_blocks(ctx, loaded, num_kv_blocks, kv_fraction, block_size)
-        self.inner = ModelRunner(loaded, self.num_kv_blocks, block_size)
+        self.inner = _eager_runner(loaded, self.num_kv_blocks, block_size)
 
     @property
     def kv(self):
@@ -99,7 +114,7 @@ class TPRunner:
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         if sched.empty:
             return ModelRunnerOutput(sampled={})
-        _send(self.ctx, sched)
+        _send(self.ctx, _slim(sched))
         return self.inner.execute(sched)
 
 
@@ -122,7 +137,7 @@ def follow(ctx: TPContext, loaded) -> int:
             _, num_kv_blocks, kv_fraction, block_size = msg
             runner = None  # free the previous engine's cache first
             n = _agree_blocks(ctx, loaded, num_kv_blocks, kv_fraction, block_size)
-            runner = ModelRunner(loaded, n, block_size)
+            runner = _eager_runner(loaded, n, block_size)
             continue
         try:
             runner.forward(msg)  # logits dropped: rank 0 samples
