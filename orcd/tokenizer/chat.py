@@ -29,6 +29,7 @@ from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from orcd.errors import TemplateError
+from orcd.tokenizer import chat_bounds
 
 DEFAULT_TEMPLATE = (
     "{% for message in messages %}"
@@ -64,7 +65,7 @@ def _repeat_size(left: Any, right: Any) -> int:
     """Length of `left * right` when it repeats a sequence, else 0."""
     for seq, n in ((left, right), (right, left)):
         if isinstance(seq, (str, list, tuple)) and isinstance(n, int):
-            return len(seq) * n
+            return chat_bounds.size_of(seq) * n  # elements count too: [big_string] * 1000
     return 0
 
 
@@ -75,6 +76,7 @@ def _check_size(n: int) -> None:
 
 def _bounded_join(seq: Any) -> str:
     """Jinja's `~` / string-concatenation helper, with the size bound."""
+    _check_size(chat_bounds.size_of(list(seq)))
     parts = [str(x) for x in seq]
     _check_size(sum(map(len, parts)))
     return "".join(parts)
@@ -90,8 +92,12 @@ def _bounded_replace(s: Any, old: str, new: str, count: int | None = None) -> st
 def _precheck_call(obj: Any, args: tuple) -> None:
     """Bound the str methods that can multiply a string's size before they allocate."""
     owner, name = getattr(obj, "__self__", None), getattr(obj, "__name__", "")
+    if owner is None:  # the sandbox wraps str.format; the bound method is then __wrapped__
+        owner = getattr(getattr(obj, "__wrapped__", None), "__self__", None)
     if not isinstance(owner, str):
         return
+    if name in ("format", "format_map"):
+        chat_bounds.check_brace(owner, args, {})
     if name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
         _bounded_replace(owner, args[0], args[1], 0)  # size check only
     elif name in ("center", "ljust", "rjust", "zfill") and args and isinstance(args[0], int):
@@ -104,7 +110,7 @@ def _precheck_call(obj: Any, args: tuple) -> None:
 
 
 class _Env(ImmutableSandboxedEnvironment):
-    intercepted_binops = frozenset({"*", "**", "+"})
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
 
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
         raise SecurityError(f"access to {attribute!r} of a {type(obj).__name__} is not allowed")
@@ -112,6 +118,8 @@ class _Env(ImmutableSandboxedEnvironment):
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         if operator == "**" and isinstance(right, (int, float)) and abs(right) > 64:
             raise SecurityError("exponent too large")
+        if operator == "%":
+            chat_bounds.check_percent(left, right)
         if operator == "*":
             _check_size(_repeat_size(left, right))
         if operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
@@ -209,9 +217,11 @@ class ChatTemplate:
         source = DEFAULT_TEMPLATE if source is None else source
         if len(source) > MAX_TEMPLATE_CHARS:
             raise TemplateError("chat template is larger than 1 MiB")
-        env = _Env(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+        env = _Env(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols],
+                   finalize=chat_bounds.finalize)
         env.filters["tojson"] = _tojson
         env.filters["replace"] = _bounded_replace
+        env.filters = chat_bounds.bounded_filters(env.filters)
         env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
         try:
             self._template = env.from_string(source)
