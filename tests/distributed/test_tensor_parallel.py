@@ -17,7 +17,8 @@ from orcd.gguf.synth import write_model_gguf
 
 N_TOKENS = 32
 PROMPTS = [[1, 17, 42, 99, 7, 3, 250, 61, 8, 12, 5, 77, 300, 2, 90, 44, 19, 23, 31], [5, 6, 7, 8, 9, 10, 11]]
-DIMS = dict(vocab_size=320, hidden=64, n_layers=2, ffn=128, n_heads=4, context_length=256)
+# vocab 321: uneven vocabulary shards (padded all-gather); ffn 96: 3 Q8_0 blocks -> 64 + 32 columns
+DIMS = dict(vocab_size=321, hidden=64, n_layers=2, ffn=96, n_heads=4, context_length=256)
 # name -> (arch, n_kv_heads, default type, tied)
 CASES = {
     "qwen2-kv2-f32": ("qwen2", 2, Q.F32, True),
