@@ -25,11 +25,11 @@ def greedy_tokens(engine, prompts: list[list[int]], n_tokens: int) -> list[list[
     return [out[f"r{i}"] for i in range(len(prompts))]
 
 
-def greedy_rank(ctx, paths: dict[str, str], prompts, n_tokens: int, out_path: str) -> int:
+def greedy_rank(ctx, paths: dict[str, str], prompts, n_tokens: int, out_path: str, dtype=None) -> int:
     """Every rank loads each model's shard; rank 0 generates and writes {name: tokens} to out_path."""
     results = {}
     for name, path in paths.items():
-        loaded = load_sharded(path, ctx)
+        loaded = load_sharded(path, ctx, dtype)
 
         def lead(make_engine, loaded=loaded):
             return greedy_tokens(make_engine(loaded, **ENGINE_KW), prompts, n_tokens)
