@@ -23,7 +23,9 @@ def _own(t: torch.Tensor | None, device: torch.device | None) -> torch.Tensor | 
     """A compact private copy on `device` (so the full tensor's storage can be freed)."""
     if t is None:
         return None
-    return t.to(device or t.device).contiguous().clone()
+    t = t.contiguous()  # a column slice is compacted here, on its current device
+    moved = t.to(device) if device is not None else t
+    return moved.clone() if moved.data_ptr() == t.data_ptr() else moved  # never a view of the full one
 
 
 def slice_rows(m: QuantLinear, r0: int, r1: int, device: torch.device | None = None) -> QuantLinear:
