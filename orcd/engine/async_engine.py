@@ -217,10 +217,11 @@ class AsyncEngine:
             self._publish([event])
 
     def _publish(self, events: list[TokenEvent]) -> None:
+        # Stats first: a client that reacts to an event must see a snapshot at least as new as it.
+        self._stats = self.engine.stats()
         for event in events:
             with self._lock:
                 sink = self._sinks.pop(event.request_id) if event.finished else self._sinks.get(
                     event.request_id)
             if sink is not None:
                 sink.put(event)
-        self._stats = self.engine.stats()

@@ -101,7 +101,12 @@ def test_dropped_stream_is_cancelled(aengine):
     wait_idle(aengine)
 
 
-def test_cancel_by_id_gives_a_cancelled_final_event(aengine):
+def test_cancel_by_id_gives_a_cancelled_final_event():
+    engine, runner = fake_engine(num_blocks=64, block_size=4, context_length=200)
+    runner.delay_s = 0.01  # 150 tokens take 1.5 s: the cancel always lands before the natural end
+    aengine = AsyncEngine(engine, model_name="fake")
+    aengine.start()
+
     async def main():
         evs = []
         async for ev in aengine.generate(req("c", range(1, 5), max_tokens=150)):
@@ -111,9 +116,12 @@ def test_cancel_by_id_gives_a_cancelled_final_event(aengine):
         assert not aengine.cancel("c") and not aengine.cancel("unknown")
         return evs
 
-    evs = asyncio.run(main())
-    assert evs[-1].finish_reason == "cancelled" and evs[-1].token_id is None
-    wait_idle(aengine)
+    try:
+        evs = asyncio.run(main())
+        assert evs[-1].finish_reason == "cancelled" and evs[-1].token_id is None
+        wait_idle(aengine)
+    finally:
+        aengine.shutdown()
 
 
 def test_shutdown_ends_the_rest_as_cancelled_and_refuses_new_requests():
