@@ -24,5 +24,5 @@ def test_two_nccl_ranks_match_one_gpu(model_paths, tmp_path):  # noqa: F811
     assert launch(2, "cuda", greedy_rank, (model_paths, PROMPTS, N_TOKENS, str(out), torch.float32)) == 0
     got = json.loads(out.read_text())
     for name, path in model_paths.items():
-        engine = LLMEngine(load_model(path, "cuda:0", dtype=torch.float32), **ENGINE_KW)
+        engine = LLMEngine(load_model(path, "cuda:0", dtype=torch.float32), enforce_eager=True, **ENGINE_KW)
         assert got[name] == greedy_tokens(engine, PROMPTS, N_TOKENS), name
