@@ -19,6 +19,8 @@ _MAX_NODES = 1 << 20
 # width / precision of %-formatting and of str.format specs: the digits that can blow up a result
 _PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[#0\- +]*(\d*)(?:\.(\d*))?")
 _BRACE_SPEC = re.compile(r"\{[^{}]*:([^{}]*)\}")
+# filters whose int arguments are widths or counts of what they build
+_SIZED_FILTERS = frozenset({"center", "indent", "wordwrap", "truncate", "batch", "slice"})
 
 
 def size_of(value: Any, limit: int = MAX_CHARS) -> int:
@@ -79,7 +81,8 @@ def _int_args_bounded(args: tuple, kwargs: dict) -> None:
 
 def _filter_precheck(name: str, args: tuple, kwargs: dict) -> None:
     """args[0] is the filtered value (after any context argument Jinja passes)."""
-    _int_args_bounded(args[1:], kwargs)
+    if name in _SIZED_FILTERS:
+        _int_args_bounded(args[1:], kwargs)
     value = args[0] if args else None
     if name == "format":
         check_percent(value, args[1:] or kwargs)

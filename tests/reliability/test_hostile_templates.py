@@ -102,3 +102,12 @@ def test_hostile_chat_requests_get_400_and_the_server_keeps_serving(hostile_serv
         assert ok.status_code == 200, ok.text
         assert c.get("/health").json()["active_requests"] == 0
     assert "Traceback" not in hostile_server.log()
+
+
+def test_the_bounds_leave_ordinary_templates_alone():
+    """Large numbers as values, a 512 KiB message, tojson and %-formatting of normal size still render."""
+    source = ("{{ '%d'|format(2000000) }} {{ x|default(5000000) }} {{ '{:>8}'.format(3000000) }} "
+              "{{ messages|tojson(indent=2)|length }} {{ '%-10s|' % 'ab' }}{{ 'ab'|center(6) }}"
+              "{% for m in messages %}{{ m['content']|length }}{% endfor %}")
+    out = ChatTemplate(source, "<s>", "</s>").render([{"role": "user", "content": "é" * (1 << 19)}])
+    assert out.startswith("2000000 5000000  3000000 ") and out.endswith("ab        |  ab  524288")
