@@ -111,3 +111,15 @@ def test_the_bounds_leave_ordinary_templates_alone():
               "{% for m in messages %}{{ m['content']|length }}{% endfor %}")
     out = ChatTemplate(source, "<s>", "</s>").render([{"role": "user", "content": "é" * (1 << 19)}])
     assert out.startswith("2000000 5000000  3000000 ") and out.endswith("ab        |  ab  524288")
+
+
+@pytest.mark.parametrize("source, words", [("{% for x in %}", "does not compile"),
+                                           ("a" * (2 << 20), "larger than 1 MiB")], ids=["syntax", "2MiB"])
+def test_serve_refuses_a_template_that_cannot_compile(tmp_path, source, words):
+    """Checked at load: `orcd serve` exits 1 with one line naming the template, before binding a port."""
+    srv = LiveServer(tiny_model(tmp_path / "bad-template.gguf", source), tmp_path / "serve.log")
+    assert srv.proc.wait(120) != 0
+    errors = [ln for ln in srv.log().splitlines() if "error" in ln.lower()]
+    assert len(errors) == 1 and "chat template" in errors[0] and words in errors[0], srv.log()
+    assert "Traceback" not in srv.log()
+    srv.stop()
