@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "reliability"))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "tests" / d) for d in ("reliability", "")]
 from live_server import LiveServer, rss_bytes, tiny_model  # noqa: E402
 
 KINDS = ("gen_stream", "gen_json", "chat_stream", "completion_json", "drop_stream", "bad_field",

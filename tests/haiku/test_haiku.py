@@ -17,16 +17,12 @@ import random
 import re
 import secrets
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
+from serve_proc import ServeProcess
 
 DEMO_MODEL = Path(__file__).resolve().parents[2] / "orcd" / "assets" / "demo.gguf"
 PROMPT = 'Write a haiku about GPU computing that includes the word "{word}"\n(request {nonce})'
@@ -46,48 +42,6 @@ def minute_word(minute: int) -> str:
 def has_word(text: str, word: str) -> bool:
     """`word` as a whole word: no letter, digit, '_' or '-' on either side; any case."""
     return re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", text, re.IGNORECASE) is not None
-
-
-class Server:
-    """`orcd serve` as a subprocess on a free loopback port."""
-
-    def __init__(self, model: Path, log_path: Path):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        self.log_path = log_path
-        env = {k: v for k, v in os.environ.items() if k != "ORCD_API_KEY"}
-        cmd = [sys.executable, "-m", "orcd.cli", "serve", "--model", str(model), "--port", str(port),
-               "--num-kv-blocks", "128"]
-        self._log = open(log_path, "wb")  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
-
-    def wait_ready(self, timeout: float = 300.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"orcd serve exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"orcd serve not ready after {timeout} s:\n{self.log()}")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
 
 
 def generate(url: str, prompt: str, seed: int) -> str:
@@ -131,9 +85,11 @@ def serve(tmp_path):
     servers = []
 
     def start(model: Path) -> str:
-        server = Server(model, tmp_path / f"serve{len(servers)}.log")
+        # device auto: a real GGUF given by ORCD_HAIKU_MODEL may run on the GPU; no API key
+        server = ServeProcess(model, tmp_path / f"serve{len(servers)}.log", "--num-kv-blocks", "128",
+                              env={"ORCD_API_KEY": None})
         servers.append(server)
-        server.wait_ready()
+        server.wait_ready(timeout=300.0)
         return server.url
 
     yield start

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+from serve_proc import ServeProcess, free_port  # noqa: F401 (free_port re-exported)
 
 CONTEXT = 32768
 TINY = dict(vocab_size=320, hidden=64, n_layers=2, ffn=128, n_heads=4, n_kv_heads=2, context_length=CONTEXT)
@@ -21,54 +17,17 @@ API_KEY = "sk-orcd-test-7f3a9c"
 LONG = 30000  # max_tokens for "still running" streams: minutes of decoding, far more than a test waits
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class ServerProc(ServeProcess):
+    """A CPU server on the tiny model, protected by API_KEY unless api_key=None."""
 
-
-class ServerProc:
     def __init__(self, model: Path, log_path: Path, *extra: str, api_key: str | None = API_KEY):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__(model, log_path, "--device", "cpu", "--num-kv-blocks", str(KV_BLOCKS), *extra,
+                         env={"ORCD_API_KEY": api_key or ""})
         self.api_key = api_key
-        self.log_path = log_path
-        cmd = [sys.executable, "-m", "orcd.cli", "serve", "--model", str(model), "--port", str(self.port),
-               "--device", "cpu", "--num-kv-blocks", str(KV_BLOCKS), *extra]
-        env = {**os.environ, "ORCD_API_KEY": api_key or ""}
-        self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
 
     @property
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_ready(self, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"orcd serve exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"orcd serve not ready after {timeout} s:\n{self.log()}")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-        return self.proc.returncode
 
 
 def sse_blocks(response: httpx.Response) -> Iterator[tuple[str, str]]:
