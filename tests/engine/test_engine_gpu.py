@@ -52,14 +52,17 @@ def run(engine: LLMEngine, reqs) -> dict[str, list[int]]:
     return out
 
 
+@pytest.mark.parametrize("enforce_eager", [True, False], ids=["eager", "graphs"])
 @pytest.mark.parametrize("num_blocks,budget", [(2048, 4096), (2048, 256), (64, 1024)])
-def test_batched_equals_alone_on_cuda(loaded, num_blocks, budget):
+def test_batched_equals_alone_on_cuda(loaded, num_blocks, budget, enforce_eager):
     reqs = workload(64)
-    alone_engine = LLMEngine(loaded, num_kv_blocks=128, enable_prefix_caching=False)
+    alone_engine = LLMEngine(loaded, num_kv_blocks=128, enable_prefix_caching=False,
+                             enforce_eager=enforce_eager)
     alone = {}
     for r in reqs:
         alone.update(run(alone_engine, [r]))
-    engine = LLMEngine(loaded, num_kv_blocks=num_blocks, max_num_batched_tokens=budget)
+    engine = LLMEngine(loaded, num_kv_blocks=num_blocks, max_num_batched_tokens=budget,
+                       enforce_eager=enforce_eager)
     batched = run(engine, reqs)
     diff = [rid for rid in alone if alone[rid] != batched[rid]]
     assert not diff, f"{len(diff)} of {len(reqs)} requests differ, e.g. {diff[:4]}"
