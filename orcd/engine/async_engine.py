@@ -34,11 +34,11 @@ class _Sink:
         self.loop = loop
         self.queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
 
-    def put(self, event: TokenEvent) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
-        except RuntimeError:  # the caller's loop is closed: nobody is listening
-            pass
+
+def _deliver(items: list[tuple[asyncio.Queue, TokenEvent]]) -> None:
+    """Runs on the caller's loop: one step's events, in engine order."""
+    for q, event in items:
+        q.put_nowait(event)
 
 
 class RequestStream:
@@ -69,6 +69,17 @@ class RequestStream:
         if event.finished:
             self.finished = True
         return event
+
+    def ready(self) -> list[TokenEvent]:
+        """The events already delivered, without waiting (empty if none); stops after the final one."""
+        out: list[TokenEvent] = []
+        q = self._sink.queue
+        while not self.finished and not q.empty():
+            event = q.get_nowait()
+            out.append(event)
+            if event.finished:
+                self.finished = True
+        return out
 
     async def aclose(self) -> None:
         self._abandon()
@@ -219,9 +230,18 @@ class AsyncEngine:
     def _publish(self, events: list[TokenEvent]) -> None:
         # Stats first: a client that reacts to an event must see a snapshot at least as new as it.
         self._stats = self.engine.stats()
-        for event in events:
-            with self._lock:
+        if not events:
+            return
+        # One loop callback per step (per caller loop), not one per event: order is kept per request.
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, TokenEvent]]] = {}
+        with self._lock:
+            for event in events:
                 sink = self._sinks.pop(event.request_id) if event.finished else self._sinks.get(
                     event.request_id)
-            if sink is not None:
-                sink.put(event)
+                if sink is not None:
+                    by_loop.setdefault(sink.loop, []).append((sink.queue, event))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:  # the caller's loop is closed: nobody is listening
+                pass

@@ -31,19 +31,28 @@ def _end_fields(job: Job) -> dict:
 async def _sse_stream(hub: JobHub, job: Job, model: str) -> AsyncIterator[bytes]:
     yield sse_event({"request_id": job.request_id, "model": model, "prompt_tokens": len(job.prompt_ids)},
                     "started")
-    async with contextlib.aclosing(hub.events(job)) as events:
-        async for ev in events:
-            if ev is None:
+    async with contextlib.aclosing(hub.event_batches(job)) as batches:
+        async for batch in batches:
+            if batch is None:
                 yield PING
                 continue
-            if ev.token_id is not None or ev.text:
-                # A final event may carry held-back text without a new token: id is then null.
-                yield sse_event({"i": ev.index, "id": ev.token_id, "t": ev.text}, "token")
-            if ev.finished and job.finish_reason == "error":
-                message = job.error or "generation failed"
-                yield sse_event({"code": "generation_failed", "message": message}, "error")
-            elif ev.finished:
-                yield sse_event(_end_fields(job), "end")
+            data = b"".join([part for ev in batch for part in _frames(job, ev)])
+            if data:  # a batch of events goes out as one write
+                yield data
+
+
+def _frames(job: Job, ev) -> list[bytes]:
+    """The SSE events for one TokenEvent (a batch of them goes out as one write)."""
+    out = []
+    if ev.token_id is not None or ev.text:
+        # A final event may carry held-back text without a new token: id is then null.
+        out.append(sse_event({"i": ev.index, "id": ev.token_id, "t": ev.text}, "token"))
+    if ev.finished and job.finish_reason == "error":
+        message = job.error or "generation failed"
+        out.append(sse_event({"code": "generation_failed", "message": message}, "error"))
+    elif ev.finished:
+        out.append(sse_event(_end_fields(job), "end"))
+    return out
 
 
 async def _collect(hub: JobHub, job: Job, model: str, request: Request) -> dict:

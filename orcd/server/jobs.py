@@ -174,29 +174,36 @@ class JobHub:
 
     # --- streaming ----------------------------------------------------------------------------
     async def events(self, job: Job) -> AsyncIterator[TokenEvent | None]:
-        """Engine events for `job`; None whenever ping_interval_s passes without one. The last event
-        yielded is always final (finished=True), synthesised if the engine's iterator just stops."""
+        """Engine events for `job` one by one (see event_batches)."""
+        async with contextlib.aclosing(self.event_batches(job)) as batches:
+            async for batch in batches:
+                if batch is None:
+                    yield None
+                    continue
+                for event in batch:
+                    yield event
+
+    async def event_batches(self, job: Job) -> AsyncIterator[list[TokenEvent] | None]:
+        """Engine events for `job`, in order, as lists: every event already delivered is taken at once
+        (one write per list), a lone event is yielded as soon as it arrives. None whenever
+        ping_interval_s passes without one. The last event yielded is always final (finished=True),
+        synthesised if the engine's iterator just stops."""
         it = aiter(job.stream)
+        ready = getattr(it, "ready", None)  # non-blocking drain, if the stream offers one
         task: asyncio.Future | None = None
         try:
             while job.finish_reason is None:
-                task = asyncio.ensure_future(anext(it))
-                while not (await asyncio.wait({task}, timeout=self.settings.ping_interval_s))[0]:
-                    yield None
-                try:
-                    event = task.result()
-                except StopAsyncIteration:
-                    event = TokenEvent(job.request_id, None, "", job.tokens_out, finished=True,
-                                       finish_reason="cancelled" if job.cancel_requested else "error",
-                                       error=None if job.cancel_requested else "generation ended early")
-                except Exception as err:  # engine failure inside this request only
-                    log.exception("request %s failed in the engine", job.request_id)
-                    event = TokenEvent(job.request_id, None, "", job.tokens_out, finished=True,
-                                       finish_reason="error", error=str(err).splitlines()[0] if str(err)
-                                       else type(err).__name__)
-                task = None
-                self._record(job, event)
-                yield event
+                batch = ready() if ready is not None else []
+                if not batch:
+                    task = asyncio.ensure_future(anext(it))
+                    while not (await asyncio.wait({task}, timeout=self.settings.ping_interval_s))[0]:
+                        yield None
+                    batch = [self._result(job, task)]
+                    task = None
+                    if ready is not None and not batch[0].finished:
+                        batch += ready()
+                self._record(job, batch)
+                yield batch
         finally:
             with anyio.CancelScope(shield=True):
                 if job.finish_reason is None:
@@ -210,6 +217,20 @@ class JobHub:
                     with contextlib.suppress(Exception):
                         await aclose()
             self.release(job)
+
+    @staticmethod
+    def _result(job: Job, task: asyncio.Future) -> TokenEvent:
+        try:
+            return task.result()
+        except StopAsyncIteration:
+            return TokenEvent(job.request_id, None, "", job.tokens_out, finished=True,
+                              finish_reason="cancelled" if job.cancel_requested else "error",
+                              error=None if job.cancel_requested else "generation ended early")
+        except Exception as err:  # engine failure inside this request only
+            log.exception("request %s failed in the engine", job.request_id)
+            return TokenEvent(job.request_id, None, "", job.tokens_out, finished=True,
+                              finish_reason="error", error=str(err).splitlines()[0] if str(err)
+                              else type(err).__name__)
 
     async def collect(self, job: Job, receive) -> list[TokenEvent]:
         """Every event of a non-streamed job. A client that disconnects meanwhile (seen through the ASGI
@@ -227,19 +248,24 @@ class JobHub:
             watcher.cancel()
             self.release(job)
 
-    def _record(self, job: Job, event: TokenEvent) -> None:
+    def _record(self, job: Job, batch: list[TokenEvent]) -> None:
+        """Timings and counters for events that arrived together (one clock read, one counter bump)."""
         now = time.perf_counter()
-        if event.token_id is not None:
-            if job.t_first is None:
-                job.t_first = now
-                self.metrics.ttft.observe(now - job.t_start)
-            elif job.t_last is not None:
-                self.metrics.tpot.observe(now - job.t_last)
-            job.t_last = now
-            job.tokens_out += 1
-            self.metrics.generated_tokens.inc()
-        if event.finished:
-            job.finish_reason = event.finish_reason or "error"
-            job.error = event.error
-            if job.t_last is None:
+        n_tokens = 0
+        for event in batch:
+            if event.token_id is not None:
+                if job.t_first is None:
+                    job.t_first = now
+                    self.metrics.ttft.observe(now - job.t_start)
+                elif job.t_last is not None:
+                    self.metrics.tpot.observe(now - job.t_last)
                 job.t_last = now
+                n_tokens += 1
+            if event.finished:
+                job.finish_reason = event.finish_reason or "error"
+                job.error = event.error
+                if job.t_last is None:
+                    job.t_last = now
+        if n_tokens:
+            job.tokens_out += n_tokens
+            self.metrics.generated_tokens.inc(n_tokens)

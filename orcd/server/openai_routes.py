@@ -106,21 +106,26 @@ async def _openai_stream(hub: JobHub, job: Job, chunk: Callable[[dict], dict], f
 
     if first is not None:
         yield emit({"index": 0, **first, "logprobs": None, "finish_reason": None})
-    async with contextlib.aclosing(hub.events(job)) as events:
-        async for ev in events:
-            if ev is None:
+    async with contextlib.aclosing(hub.event_batches(job)) as batches:
+        async for batch in batches:
+            if batch is None:
                 yield PING
                 continue
-            if ev.text:
-                yield emit({"index": 0, **text_field(ev.text), "logprobs": None, "finish_reason": None})
-            if ev.finished and job.finish_reason == "error":
-                yield _stream_error(job)
-            elif ev.finished:
-                empty = text_field("") if first is None else {"delta": {}}
-                reason = _FINISH[job.finish_reason]
-                yield emit({"index": 0, **empty, "logprobs": None, "finish_reason": reason})
-                if include_usage:
-                    yield emit(None, _usage(job))
+            out: list[bytes] = []  # a batch of events goes out as one write
+            for ev in batch:
+                if ev.text:
+                    choice = {"index": 0, **text_field(ev.text), "logprobs": None, "finish_reason": None}
+                    out.append(emit(choice))
+                if ev.finished and job.finish_reason == "error":
+                    out.append(_stream_error(job))
+                elif ev.finished:
+                    empty = text_field("") if first is None else {"delta": {}}
+                    reason = _FINISH[job.finish_reason]
+                    out.append(emit({"index": 0, **empty, "logprobs": None, "finish_reason": reason}))
+                    if include_usage:
+                        out.append(emit(None, _usage(job)))
+            if out:
+                yield b"".join(out)
     yield sse_event("[DONE]")
 
 
