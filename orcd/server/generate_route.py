@@ -8,6 +8,7 @@ is produced; then `end` {request_id, tokens_out, stop_reason, ttft_ms, tokens_pe
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
@@ -41,12 +42,21 @@ async def _sse_stream(hub: JobHub, job: Job, model: str) -> AsyncIterator[bytes]
                 yield data
 
 
+def _token_frame(i: int, token_id: int | None, text: str) -> bytes:
+    """sse_event({"i": i, "id": token_id, "t": text}, "token"), byte for byte, without the generic path."""
+    t = json.dumps(text, ensure_ascii=False)  # JSON-escaped: no raw newline
+    if "\x85" in t or "\u2028" in t or "\u2029" in t:
+        return sse_event({"i": i, "id": token_id, "t": text}, "token")
+    tid = "null" if token_id is None else int(token_id)
+    return f'event: token\ndata: {{"i":{int(i)},"id":{tid},"t":{t}}}\n\n'.encode()
+
+
 def _frames(job: Job, ev) -> list[bytes]:
     """The SSE events for one TokenEvent (a batch of them goes out as one write)."""
     out = []
     if ev.token_id is not None or ev.text:
         # A final event may carry held-back text without a new token: id is then null.
-        out.append(sse_event({"i": ev.index, "id": ev.token_id, "t": ev.text}, "token"))
+        out.append(_token_frame(ev.index, ev.token_id, ev.text))
     if ev.finished and job.finish_reason == "error":
         message = job.error or "generation failed"
         out.append(sse_event({"code": "generation_failed", "message": message}, "error"))
