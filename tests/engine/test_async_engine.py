@@ -181,3 +181,22 @@ def test_a_broken_step_ends_requests_with_error_and_the_engine_lives_on(aengine)
     assert tokens_of(evs) == reference([1, 2], SamplingParams(max_tokens=3, temperature=0.0))
     assert runner is aengine.engine.runner and calls == 1
     wait_idle(aengine)
+
+
+def test_ready_drains_delivered_events_in_order_and_stops_at_the_final_one(aengine):
+    r = req("batched", [1, 2, 3], max_tokens=12, temperature=0.0)
+
+    async def main():
+        stream = aengine.generate(r)
+        await asyncio.sleep(0.2)  # let several steps' events arrive (each step: one loop callback)
+        events = stream.ready()
+        while not stream.finished:
+            events.append(await stream.__anext__())
+            events += stream.ready()
+        assert stream.ready() == []
+        return events
+
+    evs = asyncio.run(main())
+    assert tokens_of(evs) == reference(r.prompt_token_ids, r.sampling)
+    assert [e.finished for e in evs] == [False] * (len(evs) - 1) + [True]
+    wait_idle(aengine)
