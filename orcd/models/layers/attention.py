@@ -32,6 +32,8 @@ class AttnMetadata:
     # Host copies of cu_seqlens_q / seq_lens, so the torch path slices without device syncs.
     cu_seqlens_q_host: list[int] | None = None
     seq_lens_host: list[int] | None = None
+    # Per-step memo of backends (e.g. the CUDA varlen path's K/V gather index), shared by every layer.
+    cache: dict | None = None
 
     def host_lists(self) -> tuple[list[int], list[int]]:
         cu = self.cu_seqlens_q_host if self.cu_seqlens_q_host is not None else self.cu_seqlens_q.tolist()

@@ -9,11 +9,15 @@ The launch grid depends only on B, Hkv and the block-table width (never on seq_l
 call can be captured in a CUDA graph and replayed with new seq_lens / block_tables contents.
 
 `paged_attention(q [T, Hq, D], k_cache, v_cache, meta, scale)` is the backend `attention.py` dispatches
-to on CUDA: decode-only steps use the kernel; steps with longer queries use SDPA (flash, causal) where a
-sequence has no cached prefix, else the torch reference.
+to on CUDA: decode-only steps use the kernel; other steps (prefill, chunked prefill over a cached prefix,
+mixed prefill + decode) in fp16/bf16 run one varlen flash-attention call per layer over every sequence's
+gathered K/V (bottom-right causal: query i of n at position ctx - n + i sees keys 0..ctx - n + i);
+fp32 falls back to SDPA per sequence / the torch reference. ORCD_VARLEN_PREFILL=0 turns the varlen path off.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import torch.nn.functional as F
@@ -134,6 +138,8 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     if meta.max_query_len == 1 and q.shape[0] == n_seqs:
         out = paged_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale)
         return out.to(q.dtype)
+    if q.dtype in (torch.float16, torch.bfloat16) and _VARLEN[0]:
+        return _prefill_varlen(q, k_cache, v_cache, meta, scale)
     cu, seq_lens = meta.host_lists()
     if all(cu[b + 1] - cu[b] == seq_lens[b] for b in range(n_seqs)):
         return _prefill_no_prefix(q, k_cache, v_cache, meta, cu, scale)
@@ -155,4 +161,47 @@ def _prefill_no_prefix(q, k_cache, v_cache, meta, cu, scale):
         o = F.scaled_dot_product_attention(q[q0:q1].transpose(0, 1), k.to(q.dtype), v.to(q.dtype),
                                            is_causal=True, scale=scale, enable_gqa=True)
         out[q0:q1] = o.transpose(0, 1)
+    return out
+
+
+_VARLEN = [os.environ.get("ORCD_VARLEN_PREFILL", "1") != "0"]
+
+
+def _kv_index(meta: AttnMetadata, page: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(slots [sum(seq_lens)] int64: flat cache slot of every context token, sequence-major; cu_seqlens_k
+    [B+1] int32; max_k), built once per step on the device (no host sync) and memoized on meta."""
+    if meta.cache is not None and "kv_index" in meta.cache:
+        return meta.cache["kv_index"]
+    cu, seq_lens = meta.host_lists()
+    n = len(seq_lens)
+    if all(cu[b + 1] - cu[b] == seq_lens[b] for b in range(n)):  # no cached prefix: this step's K/V
+        res = (meta.slot_mapping, meta.cu_seqlens_q, meta.max_query_len)
+    else:
+        dev = meta.seq_lens.device
+        cu_k = [0]
+        for x in seq_lens:
+            cu_k.append(cu_k[-1] + x)
+        cu_k_dev = torch.tensor(cu_k, dtype=torch.int32).to(dev, non_blocking=True)
+        total = cu_k[-1]
+        seq_id = torch.repeat_interleave(torch.arange(n, device=dev), meta.seq_lens.long(), output_size=total)
+        pos = torch.arange(total, device=dev) - cu_k_dev[:-1].long()[seq_id]  # position within its sequence
+        slots = meta.block_tables.long()[seq_id, pos // page] * page + pos % page
+        res = (slots, cu_k_dev, max(seq_lens))
+    if meta.cache is None:
+        meta.cache = {}
+    meta.cache["kv_index"] = res
+    return res
+
+
+def _prefill_varlen(q, k_cache, v_cache, meta, scale):
+    """Every sequence in one flash-attention varlen call: q [T, Hq, D] fp16/bf16 -> [T, Hq, D]."""
+    n_kv, dim = k_cache.shape[2], k_cache.shape[3]
+    slots, cu_k, max_k = _kv_index(meta, k_cache.shape[1])
+    k = k_cache.view(-1, n_kv, dim)[slots]  # [sum ctx, Hkv, D]
+    v = v_cache.view(-1, n_kv, dim)[slots]
+    if k.dtype != q.dtype:
+        k, v = k.to(q.dtype), v.to(q.dtype)
+    out = torch.ops.aten._flash_attention_forward(
+        q.contiguous(), k, v, meta.cu_seqlens_q, cu_k, meta.max_query_len, max_k, 0.0, True, False,
+        scale=scale)[0]
     return out
