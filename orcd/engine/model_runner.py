@@ -7,6 +7,7 @@ the runner trusts each ScheduledSeq's block_table and num_computed.
 from __future__ import annotations
 
 import logging
+from array import array
 from dataclasses import dataclass
 
 import torch
@@ -37,11 +38,12 @@ def prepare_inputs(sched: SchedulerOutput, block_size: int, device: torch.device
     seq_lens: list[int] = []
     sample_rows: list[int] = []
     for s in sched.seqs:
-        n = len(s.token_ids)
+        n, c = len(s.token_ids), s.num_computed
         ids.extend(s.token_ids)
-        for p in range(s.num_computed, s.num_computed + n):
-            pos.append(p)
-            slots.append(s.block_table[p // block_size] * block_size + p % block_size)
+        pos.extend(range(c, c + n))
+        for j in range(c // block_size, (c + n + block_size - 1) // block_size):  # blocks this chunk writes
+            shift = (s.block_table[j] - j) * block_size  # position p of block j -> slot p + shift
+            slots.extend(range(max(c, j * block_size) + shift, min(c + n, (j + 1) * block_size) + shift))
         cu.append(cu[-1] + n)
         seq_lens.append(s.num_computed + n)
         if s.sample:
@@ -50,6 +52,8 @@ def prepare_inputs(sched: SchedulerOutput, block_size: int, device: torch.device
     tables = [s.block_table + [0] * (width - len(s.block_table)) for s in sched.seqs]
 
     def t(x: list, dtype: torch.dtype) -> torch.Tensor:
+        if x and isinstance(x[0], int):  # flat ints: array -> tensor is ~3x faster than torch.tensor(list)
+            return torch.frombuffer(array("q", x), dtype=torch.int64).to(dtype).to(device, non_blocking=True)
         return torch.tensor(x, dtype=dtype).to(device, non_blocking=True)
 
     attn = AttnMetadata(

@@ -114,7 +114,8 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(t, self.n_heads, self.head_dim)
         k = self.k_proj(x).view(t, self.n_kv_heads, self.head_dim)
         v = self.v_proj(x).view(t, self.n_kv_heads, self.head_dim)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        qk = apply_rotary(torch.cat((q, k), dim=1), cos, sin)  # one rotary pass for both (elementwise)
+        q, k = qk[:, : self.n_heads], qk[:, self.n_heads :]
         write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         o = paged_attention(q, k_cache, v_cache, meta, self.scale)
         return self.o_proj(o.reshape(t, self.n_heads * self.head_dim))
