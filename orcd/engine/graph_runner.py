@@ -71,13 +71,13 @@ class GraphDecoder:
                  scratch_block: int, fuse: bool = True):
         """fuse: FusedDecoder as the captured step (falls back to model.forward if the model has no
         fused kernels); kv: the runner's KVCache, scratch_block < kv.num_blocks owned by no sequence."""
-        from orcd.engine.fused_decode import FusedDecoder
-
         self.block_size, self.scratch_block = block_size, scratch_block
         self.width = table_width(max_model_len, block_size)
         step_fn = None
         if fuse:
             try:
+                from orcd.engine.fused_decode import FusedDecoder  # imports triton: only when fusing
+
                 step_fn = FusedDecoder(model)
             except ValueError as err:
                 log.warning("fused decode unavailable (%s): graphs replay model.forward", err)
