@@ -9,29 +9,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from orcd.distributed.partition import TensorParallelError, check_file_shardable
-from orcd.distributed.runtime import launch, resolve_tp_device
+from orcd.distributed.partition import TensorParallelError
+from orcd.distributed.runtime import launch, rank_args_for
 
 
 def run_tensor_parallel(args: argparse.Namespace) -> int:
-    from orcd.engine.default_model import resolve_model
-    from orcd.gguf import open_gguf
-    from orcd.gguf.config import model_config_from_gguf
-
-    world = args.tensor_parallel
-    if world < 1:
-        raise TensorParallelError(f"--tensor-parallel {world}: need at least 1 rank")
-    device = resolve_tp_device(args.device, world)
-    path = resolve_model(args.model)
-    f = open_gguf(path)
-    check_file_shardable(f, model_config_from_gguf(f), world)
-    del f
-    rank_args = argparse.Namespace(**vars(args))
+    world, device, rank_args = rank_args_for(args)
     if rank_args.prompt == "-":  # ranks have no stdin: read it here
         rank_args.prompt = sys.stdin.read()
         if rank_args.prompt == "-":  # rank 0 would take it for "read stdin" again
             raise TensorParallelError("a prompt of exactly '-' on stdin is not supported")
-    rank_args.model, rank_args.device = str(path), device
     sys.stdout.flush()
     return launch(world, device, generate_rank, (rank_args,))
 

@@ -55,6 +55,28 @@ def resolve_tp_device(device: str, world: int) -> str:
     return device
 
 
+def rank_args_for(args) -> tuple[int, str, object]:
+    """Checks `--tensor-parallel N` against the file before any process starts.
+    Returns (world, device kind, a copy of args with the resolved model path and device)."""
+    import argparse
+
+    from orcd.distributed.partition import check_file_shardable
+    from orcd.engine.default_model import resolve_model
+    from orcd.gguf import open_gguf
+    from orcd.gguf.config import model_config_from_gguf
+
+    world = args.tensor_parallel
+    if world < 1:
+        raise TensorParallelError(f"--tensor-parallel {world}: need at least 1 rank")
+    device = resolve_tp_device(args.device, world)
+    path = resolve_model(args.model)
+    f = open_gguf(path)
+    check_file_shardable(f, model_config_from_gguf(f), world)
+    rank_args = argparse.Namespace(**vars(args))
+    rank_args.model, rank_args.device = str(path), device
+    return world, device, rank_args
+
+
 def init_rank(rank: int, world: int, device_kind: str, port: int) -> TPContext:
     os.environ.update(RANK_ENV)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

@@ -11,25 +11,11 @@ import argparse
 import signal
 import sys
 
-from orcd.distributed.partition import TensorParallelError, check_file_shardable
-from orcd.distributed.runtime import launch, resolve_tp_device
+from orcd.distributed.runtime import launch, rank_args_for
 
 
 def run_tensor_parallel(args: argparse.Namespace) -> int:
-    from orcd.gguf import open_gguf
-    from orcd.gguf.config import model_config_from_gguf
-    from orcd.hub import resolve_model_path
-
-    world = args.tensor_parallel
-    if world < 1:
-        raise TensorParallelError(f"--tensor-parallel {world}: need at least 1 rank")
-    device = resolve_tp_device(args.device, world)
-    path = resolve_model_path(args.model)
-    f = open_gguf(path)
-    check_file_shardable(f, model_config_from_gguf(f), world)
-    del f
-    rank_args = argparse.Namespace(**vars(args))
-    rank_args.model, rank_args.device = str(path), device
+    world, device, rank_args = rank_args_for(args)
     return launch(world, device, serve_rank, (rank_args,), forward_signals=True)
 
 
