@@ -27,6 +27,18 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
+# Bodies sent without a content type, or as curl's default form encoding, are read as JSON: every POST
+# route takes JSON, and `curl -d '{...}'` is how people try a server first.
+_JSON_BY_DEFAULT = (None, b"application/x-www-form-urlencoded")
+
+
+def _json_by_default(scope: Scope) -> Scope:
+    if _header(scope, b"content-type") not in _JSON_BY_DEFAULT:
+        return scope
+    headers = [(k, v) for k, v in scope.get("headers", ()) if k != b"content-type"]
+    return {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+
+
 class APIKeyMiddleware:
     """Every route but /health needs `Authorization: Bearer KEY` or `x-api-key: KEY`.
     Compared in constant time; the key is never logged or echoed."""
@@ -80,6 +92,7 @@ class BodyLimitMiddleware:
             if not message.get("more_body", False):
                 break
         replayed = False
+        scope = _json_by_default(scope)
 
         async def replay() -> Message:
             nonlocal replayed

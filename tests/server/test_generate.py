@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import json
 import subprocess
 import sys
 import time
@@ -200,3 +201,16 @@ def test_disconnect_while_queued_frees_the_slot(client, server):
     after = client.get("/metrics").text
     disconnected = 'orcd_requests_total{outcome="disconnected",route="generate"}'
     assert metric(after, disconnected) == metric(before, disconnected) + 1
+
+
+def test_curl_style_body_is_read_as_json(client):
+    """`curl -d '{...}'` sends form encoding or no content type: the body is still read as JSON."""
+    body = json.dumps({"prompt": PROMPT, "max_tokens": 4, "seed": 1, "stream": False, "temperature": 0})
+    want = client.post("/v1/generate", json=json.loads(body)).json()["text"]
+    for ctype in ("application/x-www-form-urlencoded", None):
+        headers = {"content-type": ctype} if ctype else {}
+        r = client.post("/v1/generate", content=body.encode(), headers=headers)
+        assert r.status_code == 200, r.text
+        assert r.json()["text"] == want
+    r = client.post("/v1/generate", content=b"prompt=hi", headers={"content-type": "text/plain"})
+    assert r.status_code == 400
