@@ -3,6 +3,7 @@ code, engine gauges read from AsyncEngine.stats() at scrape time."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -21,6 +22,13 @@ class _EngineCollector(Collector):
 
     def collect(self) -> Iterator:
         s = self._stats() or {}
+        try:  # scraped from the /metrics handler, on the server's event loop (the scrape counts itself)
+            tasks = len(asyncio.all_tasks())
+        except RuntimeError:
+            tasks = None
+        if tasks is not None:
+            yield GaugeMetricFamily("orcd_event_loop_tasks", "asyncio tasks alive on the server's loop",
+                                    value=tasks)
         yield GaugeMetricFamily("orcd_active_requests", "requests admitted by the server and not finished",
                                 value=self._active())
         gauges = [("orcd_requests_running", "sequences in the running batch", "running"),

@@ -113,14 +113,25 @@ def _disconnected(metrics: str) -> float:
                if ln.startswith("orcd_requests_total{") and 'outcome="disconnected"' in ln)
 
 
+def _loop_tasks(c: httpx.Client) -> float:
+    """The server's own count of asyncio tasks on its event loop (the /metrics scrape included)."""
+    lines = [ln for ln in c.get("/metrics").text.splitlines() if ln.startswith("orcd_event_loop_tasks ")]
+    return float(lines[0].split()[-1])
+
+
 def test_200_client_storm_with_drops(storm_server):
     srv = storm_server
     with httpx.Client(base_url=srv.url, timeout=30) as c:
         _wait_idle(c)
         before = _fds_threads(srv.pid)
+        tasks_before = _loop_tasks(c)
         results = asyncio.run(_storm(srv.url, srv.model_id))
         health = _wait_idle(c)
         disconnected = _disconnected(c.get("/metrics").text)
+        deadline = time.monotonic() + 10  # connection tasks end as their sockets close
+        while (tasks_after := _loop_tasks(c)) > tasks_before and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert tasks_after <= tasks_before, f"{tasks_after - tasks_before:.0f} asyncio tasks left after the storm"
     for i, n in enumerate(results):
         assert (n is None) if _drops(i) else (n == MAX_TOKENS), (i, n)
     assert disconnected == sum(map(_drops, range(CLIENTS)))
