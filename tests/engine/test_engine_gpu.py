@@ -11,6 +11,7 @@ from orcd.engine.llm_engine import LLMEngine
 from orcd.engine.loader import load_model
 from orcd.engine.sampling_params import SamplingParams
 from orcd.gguf.synth import write_model_gguf
+from tests.engine.test_engine_e2e import run  # checks block integrity after every step
 
 pytestmark = [
     pytest.mark.gpu,
@@ -37,19 +38,6 @@ def workload(n: int, seed: int = 0) -> list[EngineRequest]:
         kw.update(temperature=0.0) if i % 2 else kw.update(temperature=0.8, top_p=0.9, seed=i)
         reqs.append(EngineRequest(f"r{i}", (system + own) if i % 3 == 0 else own, SamplingParams(**kw)))
     return reqs
-
-
-def run(engine: LLMEngine, reqs) -> dict[str, list[int]]:
-    for r in reqs:
-        engine.add_request(r)
-    out: dict[str, list[int]] = {r.request_id: [] for r in reqs}
-    while engine.has_work():
-        for ev in engine.step():
-            assert ev.finish_reason != "error", ev.error
-            if ev.token_id is not None:
-                out[ev.request_id].append(ev.token_id)
-    assert engine.block_manager.num_used_blocks == 0
-    return out
 
 
 @pytest.mark.parametrize("enforce_eager", [True, False], ids=["eager", "graphs"])
