@@ -7,6 +7,7 @@ the runner trusts each ScheduledSeq's block_table and num_computed.
 from __future__ import annotations
 
 import logging
+import os
 from array import array
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ import torch
 from orcd.engine.graph_runner import GraphDecoder, graphs_supported
 from orcd.engine.io import ModelRunnerOutput, SchedulerOutput
 from orcd.engine.kv_cache import KVCache
+from orcd.engine.prefill_graphs import PrefillGraphs
 from orcd.engine.sampler import SampleRow, _has_penalty, sample
 from orcd.models.layers.attention import AttnMetadata
 
@@ -83,6 +85,12 @@ class ModelRunner:
         if use_graphs:
             max_len = max_model_len or min(loaded.cfg.context_length, num_kv_blocks * block_size)
             self._capture(max_len, max_num_seqs, scratch_block=num_kv_blocks)
+        # fresh-prompt prefill steps: CUDA graphs captured lazily per bucket (orcd.engine.prefill_graphs);
+        # fp16/bf16 only (fp32 attention loops over sequences on the host); ORCD_PREFILL_GRAPHS=0: off
+        self.prefill_graphs: PrefillGraphs | None = None
+        if (use_graphs and loaded.dtype in (torch.float16, torch.bfloat16)
+                and os.environ.get("ORCD_PREFILL_GRAPHS", "1") != "0"):
+            self.prefill_graphs = PrefillGraphs(self.model, self.kv, block_size, num_kv_blocks, max_num_seqs)
 
     def _capture(self, max_model_len: int, max_num_seqs: int, scratch_block: int) -> None:
         """Capture the decode graphs; on failure (e.g. out of memory) log it and stay eager."""
@@ -113,8 +121,13 @@ class ModelRunner:
         if sched.empty:
             return ModelRunnerOutput(sampled={})
         try:
+            res = None
             if self.graph is not None and self.graph.eligible(sched.seqs):
-                tokens, to_sample = self._graph_step(sched)
+                res = self._graph_step(sched)
+            elif self.prefill_graphs is not None and (key := self.prefill_graphs.bucket(sched.seqs)):
+                res = self.prefill_graphs.run(sched.seqs, key)  # None: capture failed, run it eagerly
+            if res is not None:
+                tokens, to_sample = res
             else:
                 logits = self.forward(sched)
                 to_sample = [s for s in sched.seqs if s.sample]
