@@ -86,9 +86,11 @@ class ModelRunner:
             max_len = max_model_len or min(loaded.cfg.context_length, num_kv_blocks * block_size)
             self._capture(max_len, max_num_seqs, scratch_block=num_kv_blocks)
         # fresh-prompt prefill steps: CUDA graphs captured lazily per bucket (orcd.engine.prefill_graphs);
-        # fp16/bf16 only (fp32 attention loops over sequences on the host); ORCD_PREFILL_GRAPHS=0: off
+        # fp16/bf16 only (fp32 attention loops over sequences on the host), not batch-invariant (its
+        # attention kernel is not known capturable with a padded layout); ORCD_PREFILL_GRAPHS=0: off
         self.prefill_graphs: PrefillGraphs | None = None
-        if (use_graphs and loaded.dtype in (torch.float16, torch.bfloat16)
+        if (use_graphs and not getattr(self, "batch_invariant", False)
+                and loaded.dtype in (torch.float16, torch.bfloat16)
                 and os.environ.get("ORCD_PREFILL_GRAPHS", "1") != "0"):
             self.prefill_graphs = PrefillGraphs(self.model, self.kv, block_size, num_kv_blocks, max_num_seqs)
 

@@ -18,6 +18,9 @@ The captured attention path is attention_triton._prefill_varlen with no prefix: 
 over this step's K/V (gathered by slot_mapping) with device cu_seqlens and max_seqlen = tb (host), so a
 graph replays any layout of its bucket. Host lists in the captured AttnMetadata only decide "no prefix".
 Block tables are not read on that path: captured metadata gets a scratch-filled placeholder.
+Host inputs go through pinned buffers and one non-blocking copy per static device buffer; before they
+are rewritten, the previous step's copies are waited for (a step that samples nothing never syncs).
+Graphs share one memory pool; a graph's static outputs are read (sampled) before the next step replays.
 
 Without capture (CPU tests: capture=False) `run` executes the same padded step eagerly on the static
 buffers, with real block tables (the torch attention reference reads them), so the padding logic is
@@ -129,6 +132,7 @@ class PrefillGraphs:
         self.pool = None
         self.capture_seconds = 0.0
         self.replays = 0
+        self._copied: torch.cuda.Event | None = None  # recorded after the last step's host -> device copies
 
     def bucket(self, seqs: list[ScheduledSeq]) -> tuple[int, int] | None:
         if self.failed or not self._varlen[0]:
@@ -160,11 +164,16 @@ class PrefillGraphs:
         """-> (indices of the sampling seqs, logits [sb, V] float32, greedy [sb]): row k belongs to
         seqs[indices[k]]; with graphs, views of static buffers valid until the next call. None: no graph."""
         tb, sb = key
+        if self._copied is not None:  # a step that sampled nothing never synced: its copies may be queued
+            self._copied.synchronize()
         cu, lens, idx = fill_prefill_inputs(seqs, tb, sb, self.block_size, self.scratch_block,
                                             self.h64.numpy(), self.h32.numpy(), self.hsamp.numpy())
         self.d64[:, :tb].copy_(self.h64[:, :tb], non_blocking=True)
         self.d32.copy_(self.h32, non_blocking=True)
         self.dsamp[:sb].copy_(self.hsamp[:sb], non_blocking=True)
+        if self.h64.is_pinned():
+            self._copied = torch.cuda.Event()
+            self._copied.record()
         if not self.capture:
             tables = padded_block_tables(seqs, sb, tb - cu[-2], self.block_size, self.scratch_block)
             logits, greedy = self._step(tb, sb, self._meta(tb, sb, cu, lens, tables.to(self.d64.device)))
