@@ -29,12 +29,16 @@ def bytes_to_unicode() -> dict[int, str]:
 def build_bpe(vocab: Vocab) -> Tokenizer:
     """Byte-level BPE with the split rules of `vocab.pre` (TokenizerError if unknown)."""
     rules = split_rules(vocab.pre)
-    ids = {t: i for i, t in enumerate(vocab.tokens)}
-    merges = [(a, b) for a, b in vocab.merges if a in ids and b in ids and a + b in ids]
-    try:
-        model = models.BPE(ids, merges, ignore_merges=vocab.pre in IGNORE_MERGES)
-    except Exception as err:  # tokenizers raises plain Exception on inconsistent vocab/merges
-        raise TokenizerError(f"cannot build BPE from the file's vocab and merges: {err}") from err
+    ids = vocab.index or {t: i for i, t in enumerate(vocab.tokens)}
+    ignore = vocab.pre in IGNORE_MERGES
+    try:  # a file's merges normally all lie in its vocab: skip the filter unless tokenizers refuses them
+        model = models.BPE(ids, vocab.merges, ignore_merges=ignore)
+    except Exception:  # tokenizers raises plain Exception on a merge (or its result) out of the vocab
+        merges = [(a, b) for a, b in vocab.merges if a in ids and b in ids and a + b in ids]
+        try:
+            model = models.BPE(ids, merges, ignore_merges=ignore)
+        except Exception as err:
+            raise TokenizerError(f"cannot build BPE from the file's vocab and merges: {err}") from err
     tok = Tokenizer(model)
     splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in rules]
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
@@ -49,7 +53,7 @@ def spm_merges(vocab: Vocab) -> list[tuple[str, str]]:
     llama.cpp merges the adjacent pair whose concatenation has the highest score (leftmost on ties);
     ranking merges by the merged token's score (then its id) reproduces that.
     """
-    ids = {t: i for i, t in enumerate(vocab.tokens)}
+    ids = vocab.index or {t: i for i, t in enumerate(vocab.tokens)}
     scores = vocab.scores
     assert scores is not None
     found = []
@@ -64,7 +68,7 @@ def spm_merges(vocab: Vocab) -> list[tuple[str, str]]:
 
 def build_spm(vocab: Vocab) -> Tokenizer:
     """SentencePiece-style BPE on text whose spaces the caller already turned into '▁'."""
-    ids = {t: i for i, t in enumerate(vocab.tokens)}
+    ids = vocab.index or {t: i for i, t in enumerate(vocab.tokens)}
     has_bytes = all(f"<0x{b:02X}>" in ids for b in range(256))
     try:
         model = models.BPE(ids, spm_merges(vocab), byte_fallback=has_bytes,

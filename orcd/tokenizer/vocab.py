@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 from orcd.errors import TokenizerError
@@ -35,6 +37,7 @@ class Vocab:
     eog_ids: frozenset[int]
     rstrip_ids: frozenset[int]  # special tokens that eat the whitespace after them (phi-3)
     chat_template: str | None
+    index: dict[str, int] = field(default_factory=dict, repr=False, compare=False)  # token text -> id
 
 
 def _list(md: dict[str, Any], key: str, n: int | None = None) -> list | None:
@@ -60,9 +63,15 @@ def _special_ids(md: dict[str, Any], model: str, n: int) -> dict[str, int]:
 
 
 def _merges(md: dict[str, Any]) -> list[tuple[str, str]]:
+    """"a b" -> ("a", "b"), split at the first space after the first char (as llama.cpp)."""
     raw = _list(md, "tokenizer.ggml.merges")
     if raw is None:
         raise TokenizerError("gpt2 tokenizer without tokenizer.ggml.merges")
+    if set(map(type, raw)) == {str}:  # fast path (~150k merges): C-level loops only
+        parts = list(map(str.partition, raw, repeat(" ")))
+        lefts = list(map(itemgetter(0), parts))
+        if "" not in lefts and "" not in map(itemgetter(1), parts):  # a space after char 0: find(" ", 1)
+            return list(zip(lefts, map(itemgetter(2), parts), strict=True))
     merges = []
     for m in raw:
         pos = m.find(" ", 1) if isinstance(m, str) else -1
@@ -78,11 +87,13 @@ def read_vocab(md: dict[str, Any]) -> Vocab:
     if model not in ("gpt2", "llama"):
         raise TokenizerError(f"unsupported tokenizer.ggml.model {model!r} (orcd supports gpt2, llama)")
     tokens = _list(md, "tokenizer.ggml.tokens")
-    if not tokens or len(tokens) > _MAX_TOKENS or not all(isinstance(t, str) for t in tokens):
+    if not tokens or len(tokens) > _MAX_TOKENS or set(map(type, tokens)) != {str}:
         raise TokenizerError("tokenizer.ggml.tokens is missing, empty, too long or not all strings")
     n = len(tokens)
-    tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
-    if len(set(tokens)) != n:
+    if "" in tokens:
+        tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+    index = dict(zip(tokens, range(n), strict=True))
+    if len(index) != n:
         raise TokenizerError("tokenizer.ggml.tokens holds duplicate token texts")
     types = list(_list(md, "tokenizer.ggml.token_type", n) or [NORMAL] * n)
     scores = _list(md, "tokenizer.ggml.scores", n)
@@ -94,7 +105,6 @@ def read_vocab(md: dict[str, Any]) -> Vocab:
                     "differ from the model's training tokenizer (regenerate the GGUF to fix)")
         pre = "default"
     special = _special_ids(md, model, n)
-    index = {t: i for i, t in enumerate(tokens)}
     by_text = {index[t] for t in EOG_TEXTS if t in index}
     if "eot" not in special:
         eot = next((index[t] for t in _EOT_TEXTS if t in index), None)
@@ -120,4 +130,5 @@ def read_vocab(md: dict[str, Any]) -> Vocab:
         merges=_merges(md) if model == "gpt2" else [], special=special, add_bos=add_bos,
         add_eos=add_eos, add_space_prefix=add_space_prefix, eog_ids=frozenset(eog),
         rstrip_ids=frozenset(rstrip), chat_template=template if isinstance(template, str) else None,
+        index=index,
     )
