@@ -58,7 +58,8 @@ def run_round(engine, prompts: list[list[int]], gen_len: int, deadline: Deadline
 
 
 def bench_engine(path: str, device: str, concurrency: list[int], prompt_len: int, gen_len: int,
-                 warmup_len: int, max_num_seqs: int, enforce_eager: bool, deadline: Deadline) -> dict:
+                 warmup_len: int, max_num_seqs: int, enforce_eager: bool, deadline: Deadline,
+                 batch_invariant: bool = False) -> dict:
     from orcd.engine.llm_engine import LLMEngine
     from orcd.engine.loader import load_model
 
@@ -67,7 +68,8 @@ def bench_engine(path: str, device: str, concurrency: list[int], prompt_len: int
     loaded = load_model(path, device=device)
     blocks = kv_blocks_for(max(concurrency), prompt_len, gen_len)
     t0 = time.perf_counter()
-    engine = LLMEngine(loaded, num_kv_blocks=blocks, max_num_seqs=max_num_seqs, enforce_eager=enforce_eager)
+    engine = LLMEngine(loaded, num_kv_blocks=blocks, max_num_seqs=max_num_seqs, enforce_eager=enforce_eager,
+                       batch_invariant=batch_invariant)
     graph = getattr(engine.runner, "graph", None)  # CUDA graphs of decode steps, captured just now
     out: dict = {"load_s": loaded.load_seconds, "engine_init_s": time.perf_counter() - t0,
                  "decode_graphs": None if graph is None else {

@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="compute dtype (auto: float32 on CPU, bfloat16 on CUDA)")
     p.add_argument("--enforce-eager", action="store_true",
                    help="no CUDA graphs: run decode steps eagerly (graphs are CUDA-only anyway)")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="CUDA: batch-invariant kernels, so a seeded or greedy request gives the same tokens "
+                        "alone or in any batch (slower; CPU is always invariant)")
     p.add_argument("--quiet", action="store_true", help="no diagnostics on stderr")
     p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
                    help="split the model over N ranks (N GPUs with --device cuda, gloo processes on cpu)")
@@ -94,7 +97,7 @@ def run(args: argparse.Namespace, load_model=None, engine_cls=None) -> int:
     engine = LLMEngine(loaded, num_kv_blocks=-(-(len(ids) + max_tokens) // block_size) + 1,
                        block_size=block_size, max_num_seqs=1,
                        max_num_batched_tokens=max(2048, min(len(ids), 8192)),
-                       enforce_eager=args.enforce_eager)
+                       enforce_eager=args.enforce_eager, batch_invariant=args.batch_invariant)
     graph = getattr(engine.runner, "graph", None)
     if graph is not None:
         say(f"orcd: captured {len(graph.buckets)} decode CUDA graph(s) in {graph.capture_seconds:.2f} s")

@@ -42,9 +42,12 @@ class LLMEngine:
         enable_prefix_caching: bool = True,
         runner=None,
         enforce_eager: bool = False,
+        batch_invariant: bool = False,
     ):
         """enforce_eager: never use CUDA graphs (otherwise decode-only steps on CUDA replay captured
-        graphs of the fused decode step; they are captured here, see orcd.engine.graph_runner)."""
+        graphs of the fused decode step; they are captured here, see orcd.engine.graph_runner).
+        batch_invariant: on CUDA, compute every token with the batch-invariant kernels (orcd.numerics), so
+        a seeded or greedy request returns the same tokens alone or in any batch (CPU always does)."""
         self.loaded = loaded
         self.cfg = loaded.cfg
         self.tokenizer = loaded.tokenizer
@@ -61,7 +64,8 @@ class LLMEngine:
             # with graphs the runner's KV cache has one more block (the scratch block, id num_kv_blocks)
             # that the block manager below never hands out
             runner = ModelRunner(loaded, num_kv_blocks, block_size, decode_graphs=not enforce_eager,
-                                 max_num_seqs=max_num_seqs, max_model_len=self.max_model_len)
+                                 max_num_seqs=max_num_seqs, max_model_len=self.max_model_len,
+                                 batch_invariant=batch_invariant)
         self.runner = runner
         self.block_manager = BlockManager(num_kv_blocks, block_size, enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, max_num_seqs, max_num_batched_tokens)
@@ -198,6 +202,7 @@ class LLMEngine:
             "max_num_seqs": self.scheduler.max_num_seqs,
             "max_num_batched_tokens": self.scheduler.max_num_batched_tokens,
             "max_model_len": self.max_model_len,
+            "batch_invariant": bool(getattr(self.runner, "batch_invariant", False)),
             **self.counters,
             "time": time.time(),
         }

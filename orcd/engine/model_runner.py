@@ -19,6 +19,7 @@ from orcd.engine.kv_cache import KVCache
 from orcd.engine.prefill_graphs import PrefillGraphs
 from orcd.engine.sampler import SampleRow, _has_penalty, sample
 from orcd.models.layers.attention import AttnMetadata
+from orcd.numerics import batch_invariant_mode
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +70,15 @@ def prepare_inputs(sched: SchedulerOutput, block_size: int, device: torch.device
 
 class ModelRunner:
     def __init__(self, loaded, num_kv_blocks: int, block_size: int, *, decode_graphs: bool = False,
-                 max_num_seqs: int = 64, max_model_len: int | None = None):
+                 max_num_seqs: int = 64, max_model_len: int | None = None, batch_invariant: bool = False):
         """decode_graphs: on CUDA with triton, capture decode-only steps as CUDA graphs of the fused
         decode step (orcd.engine.graph_runner) now; the KV cache then holds one extra block past the
         block manager's ids 0..num_kv_blocks-1, the scratch block padded graph rows write to.
-        Elsewhere (CPU, no triton) the flag is ignored and every step runs eagerly."""
+        Elsewhere (CPU, no triton) the flag is ignored and every step runs eagerly.
+        batch_invariant: run every step (and capture the decode graphs of model.forward, not the fused
+        decode step) with the batch-invariant kernels of orcd.numerics: a row's tokens then do not depend
+        on the rest of the batch, at a cost in speed (docs/performance.md)."""
+        self.batch_invariant = batch_invariant
         self.loaded = loaded
         self.model = loaded.model
         self.device = loaded.device
@@ -97,9 +102,10 @@ class ModelRunner:
     def _capture(self, max_model_len: int, max_num_seqs: int, scratch_block: int) -> None:
         """Capture the decode graphs; on failure (e.g. out of memory) log it and stay eager."""
         try:
-            graph = GraphDecoder(self.model, self.kv, self.block_size, max_model_len, max_num_seqs,
-                                 scratch_block)
-            secs = graph.capture()
+            with batch_invariant_mode(self.batch_invariant):
+                graph = GraphDecoder(self.model, self.kv, self.block_size, max_model_len, max_num_seqs,
+                                     scratch_block, fuse=not self.batch_invariant)
+                secs = graph.capture()
         except Exception as err:  # noqa: BLE001 - any capture failure: stay eager, keep serving
             log.warning("CUDA graph capture failed, decoding eagerly: %s", str(err).splitlines()[0])
             torch.cuda.empty_cache()
@@ -112,7 +118,8 @@ class ModelRunner:
     @torch.inference_mode()
     def forward(self, sched: SchedulerOutput) -> torch.Tensor:
         """Run the model on one step; returns logits [N, V] float32 of the rows with sample=True."""
-        return self.run(prepare_inputs(sched, self.block_size, self.device))
+        with batch_invariant_mode(self.batch_invariant):
+            return self.run(prepare_inputs(sched, self.block_size, self.device))
 
     def run(self, inp: StepInputs) -> torch.Tensor:
         """Device work only (no host syncs on the decode path): the hook a CUDA-graph runner replaces."""
@@ -120,6 +127,10 @@ class ModelRunner:
         return self.model.compute_logits(hidden[inp.sample_rows])
 
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
+        with batch_invariant_mode(self.batch_invariant):
+            return self._execute(sched)
+
+    def _execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         if sched.empty:
             return ModelRunnerOutput(sampled={})
         try:

@@ -12,6 +12,7 @@ from torch.nn import functional as F
 
 from orcd.errors import GGUFError
 from orcd.gguf.reader import GGUFTensor
+from orcd.numerics import batch_invariant
 from orcd.quant.dequant import dequantize, dequantize_to
 from orcd.quant.registry import get_format
 
@@ -81,6 +82,8 @@ class QuantLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in] -> [..., out] in self.dtype."""
         x = x.to(self.dtype)
+        if batch_invariant() and x.is_cuda:
+            return self._invariant(x.reshape(-1, self.in_features)).reshape(*x.shape[:-1], self.out_features)
         if self.weight is not None:
             return F.linear(x, self.weight, self.bias)
         lead = x.shape[:-1]
@@ -92,6 +95,16 @@ class QuantLinear(nn.Module):
         else:
             y = F.linear(x2, self.dense_weight(), self.bias)
         return y.reshape(*lead, self.out_features)
+
+    def _invariant(self, x2: torch.Tensor) -> torch.Tensor:
+        """x2 [M, in] -> [M, out] with one reduction order per row whatever M (orcd.numerics)."""
+        from orcd.quant.kernels.invariant_linear import DENSE, invariant_kernel_types, invariant_linear
+
+        if self.weight is not None:
+            return invariant_linear(x2, self.weight, DENSE, bias=self.bias)
+        if int(self.qtype) in invariant_kernel_types():
+            return invariant_linear(x2, self.raw, int(self.qtype), self.out_features, self.bias)
+        return invariant_linear(x2, self.dense_weight(), DENSE, bias=self.bias)
 
     def extra_repr(self) -> str:
         kept = "raw" if self.raw is not None else "dense"

@@ -46,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up generation")
     p.add_argument("--enforce-eager", action="store_true",
                    help="no CUDA graphs: run decode steps eagerly (graphs are CUDA-only anyway)")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="CUDA: batch-invariant kernels, so a seeded or greedy request gives the same tokens "
+                        "alone or in any batch (slower; CPU is always invariant)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
                    help="split the model over N ranks (N GPUs with --device cuda, gloo processes on cpu)")
@@ -80,7 +83,7 @@ def build_engine(args: argparse.Namespace, path: Path):
           f"{loaded.weights_bytes / 2**20:.1f} MiB of weights", file=sys.stderr, flush=True)
     llm = LLMEngine(loaded, kv_fraction=args.kv_fraction, num_kv_blocks=args.num_kv_blocks,
                     max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                    enforce_eager=args.enforce_eager)
+                    enforce_eager=args.enforce_eager, batch_invariant=args.batch_invariant)
     graph = getattr(llm.runner, "graph", None)
     if graph is not None:
         print(f"orcd serve: captured {len(graph.buckets)} decode CUDA graphs in "

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from orcd.models.layers.rotary import apply_rotary
+from orcd.numerics import batch_invariant
 
 
 @dataclass
@@ -92,7 +93,12 @@ def _cuda_kernel() -> AttentionFn | None:
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMetadata,
                     scale: float) -> torch.Tensor:
-    """Dispatch: the Triton kernel on CUDA when available, else the torch reference."""
+    """Dispatch: the Triton kernel on CUDA when available, else the torch reference; on CUDA in
+    batch-invariant mode (orcd.numerics) the invariant Triton kernel, for every kind of step."""
+    if batch_invariant() and q.is_cuda:
+        from orcd.models.layers.attention_invariant import paged_attention_invariant
+
+        return paged_attention_invariant(q, k_cache, v_cache, meta, scale)
     kernel = _cuda_kernel() if q.is_cuda else None
     return (kernel or paged_attention_torch)(q, k_cache, v_cache, meta, scale)
 

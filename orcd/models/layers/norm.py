@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from orcd.numerics import batch_invariant
+
 
 class RMSNorm(nn.Module):
     def __init__(self, weight: torch.Tensor, eps: float):
@@ -14,6 +16,11 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, ..., H] -> same shape and dtype."""
+        if batch_invariant() and x.is_cuda:  # one program per row, fixed order (orcd.numerics)
+            from orcd.quant.kernels.decode_ops import add_rmsnorm
+
+            h = x.shape[-1]
+            return add_rmsnorm(None, x.reshape(-1, h).contiguous(), self.weight, self.eps).view(x.shape)
         dtype = x.dtype
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)

@@ -1,0 +1,38 @@
+"""The batch-invariant numerics switch.
+
+With it on, every row of a step (a token) is computed by the same kernels with the same reduction order
+whatever else shares the step: how many rows, prefill or decode, which chunk of its prompt, whether it is
+recomputed after preemption. So a seeded request returns the same tokens alone or among 64 others.
+
+What changes on CUDA while it is on (CPU is batch-invariant already: one code path per row):
+  - QuantLinear: a Triton tensor-core GEMM with one fixed tile shape for every M (dequantizing raw GGUF
+    blocks in its K loop) instead of GEMVs for <= 4 rows and dequantize + cuBLAS above;
+  - attention: one Triton kernel for prefill, chunked prefill and decode rows alike, each query row
+    reducing over its keys in fixed 64-token blocks from position 0 (no split-K);
+  - RMSNorm: a Triton kernel, one program per row;
+  - decode CUDA graphs capture model.forward under these kernels (not the fused decode step).
+Everything else a step does is elementwise, a gather, or per-row sampling, and invariant as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_enabled = [False]
+
+
+def batch_invariant() -> bool:
+    """Whether forwards running now must be batch-invariant."""
+    return _enabled[0]
+
+
+@contextmanager
+def batch_invariant_mode(on: bool = True) -> Iterator[None]:
+    """Run the enclosed forwards (and CUDA-graph captures) with batch-invariant kernels when `on`."""
+    prev = _enabled[0]
+    _enabled[0] = on
+    try:
+        yield
+    finally:
+        _enabled[0] = prev

@@ -1,0 +1,97 @@
+"""Batch-invariant y = x @ W.T (+ b): one tensor-core GEMM, one tile shape for every number of rows.
+
+Row m of y depends only on row m of x: each program computes a [BM, BN] tile of y by walking K in fixed
+BK steps from 0, accumulating tl.dot partials in fp32; BM, BN, BK and the warp count depend only on the
+weight's type, never on M. So a token's output is bit-identical whether it is alone (decode, M = 1) or
+one of 512 rows of a prefill, which the GEMV (<= 4 rows) / dequantize + cuBLAS (M-dependent kernels)
+split of fused_linear.py does not give. Raw GGUF weights are dequantized tile by tile inside the K loop
+(tiles.py) and rounded to x's dtype, as the dequantize-to-bf16 path rounds them; dense weights are read
+as they are. fp32 uses IEEE products (no TF32).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from orcd.quant.kernels.tiles import dequant_tile
+
+DENSE = 0  # "type id" of a dense weight (F32/F16/BF16 [out, in])
+# type id -> (elements per scale group S, groups per K step G); BK = S * G
+K_TILES = {DENSE: (64, 1), 8: (32, 4), 6: (32, 4), 12: (32, 8), 14: (16, 16)}
+BLOCK_M = 32
+BLOCK_N = 32
+BLOCK_SIZE = {8: 32, 6: 32, 12: 256, 14: 256}
+TYPE_SIZE = {8: 34, 6: 22, 12: 144, 14: 210}
+
+
+@triton.jit
+def _inv_mm_kernel(x_ptr, w_ptr, w16_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_ym, w_row,
+                   QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                   HAS_BIAS: tl.constexpr, IEEE: tl.constexpr):
+    # w_row: elements per weight row (dense) or bytes per weight row (raw GGUF blocks)
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    mmask = rm < M
+    nmask = rn < N
+    BK: tl.constexpr = S * G
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        kk = k0 + tl.arange(0, BK)
+        x = tl.load(x_ptr + rm.to(tl.int64)[:, None] * stride_xm + kk[None, :],
+                    mask=mmask[:, None] & (kk[None, :] < K), other=0.0)  # [BM, BK]
+        if QT == 0:
+            w = tl.load(w_ptr + rn.to(tl.int64)[:, None] * w_row + kk[None, :],
+                        mask=nmask[:, None] & (kk[None, :] < K), other=0.0).to(x.dtype)  # [BN, BK]
+        else:
+            gg = tl.arange(0, G)[None, :, None]
+            m3 = nmask[:, None, None] & ((k0 + gg * S) < K)  # whole groups: K is a multiple of the block
+            w3 = dequant_tile(w_ptr, w16_ptr, rn.to(tl.int64)[:, None, None] * w_row, m3, k0, QT, G)
+            w = tl.reshape(w3, [BN, BK]).to(x.dtype)
+        if IEEE:
+            acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(x, tl.trans(w), acc)
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
+    ptrs = y_ptr + rm.to(tl.int64)[:, None] * stride_ym + rn[None, :]
+    tl.store(ptrs, acc.to(y_ptr.dtype.element_ty), mask=mmask[:, None] & nmask[None, :])
+
+
+def invariant_kernel_types() -> frozenset[int]:
+    """GGML type ids the kernel reads raw (others: dequantize first, then the dense kernel)."""
+    return frozenset(k for k in K_TILES if k != DENSE)
+
+
+def invariant_linear(x: torch.Tensor, weight: torch.Tensor, qtype: int = DENSE, out_features: int = 0,
+                     bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, in] -> [M, out] in x.dtype. weight: dense [out, in] (qtype DENSE) or raw uint8 [out, row_bytes]
+    GGUF blocks of type `qtype` (Q8_0, Q5_0, Q4_K, Q6_K) with out_features rows."""
+    qt = int(qtype)
+    if qt not in K_TILES:
+        raise ValueError(f"no batch-invariant kernel for GGML type {qt}")
+    x = x.contiguous()
+    m, k = x.shape
+    if qt == DENSE:
+        weight = weight.contiguous()
+        n, w_row, w16 = weight.shape[0], weight.stride(0), None
+        if weight.shape[1] != k:
+            raise ValueError(f"weight is {tuple(weight.shape)}, x is {tuple(x.shape)}")
+    else:
+        n, w_row = out_features, k // BLOCK_SIZE[qt] * TYPE_SIZE[qt]
+        if weight.dtype != torch.uint8 or weight.numel() != n * w_row:
+            raise ValueError(f"raw must be uint8 [{n}, {w_row}]")
+        weight = weight.contiguous()
+        w16 = weight.view(-1).view(torch.int16)
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return y
+    s, g = K_TILES[qt]
+    grid = (triton.cdiv(n, BLOCK_N), triton.cdiv(m, BLOCK_M))
+    _inv_mm_kernel[grid](x, weight, w16, bias, y, m, n, k, x.stride(0), y.stride(0), w_row,
+                         QT=qt, S=s, G=g, BM=BLOCK_M, BN=BLOCK_N, HAS_BIAS=bias is not None,
+                         IEEE=x.dtype == torch.float32, num_warps=4)
+    return y
