@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import triton
 from gguf import GGMLQuantizationType as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
@@ -81,30 +81,129 @@ def per_shape(rows: list[dict]) -> None:
         del raws, ws
 
 
-def sweep(rows: list[dict]) -> None:
-    """GEMV (groups per pass, rows per program, warps) for five shapes (tuning aid)."""
-    from orcd.quant.kernels.fused_linear import BLOCK_SIZE, GEMV_GROUPS, TYPE_SIZE, _gemv_kernel, gemv_config
+def set_pdl(on: bool) -> None:
+    """Programmatic dependent launch on/off for the kernels launched from now on."""
+    from orcd.quant.kernels.fused_linear import pdl_enabled
 
-    for name, qt, out_f, in_f in [LAYER[0], LAYER[5], LAYER[6], LAYER[7], HEAD]:
-        qi = int(qt)
-        raw = random_blocks(qt, out_f, in_f, seed=1).cuda()
-        raws = [raw.clone() for _ in range(max(1, min(64, (256 << 20) // raw.numel())))]
-        x = torch.randn(1, in_f, device="cuda", dtype=torch.bfloat16)
-        y = torch.empty(1, out_f, device="cuda", dtype=torch.bfloat16)
-        row_bytes = in_f // BLOCK_SIZE[qi] * TYPE_SIZE[qi]
-        epg, u = GEMV_GROUPS[qi]
-        g0, bo0, w0 = gemv_config(qi, out_f, in_f)
-        for g in (max(1, g0 // 2), g0, 2 * g0):
-            for bo in (4, 8, 16):
-                for nw in (1, 2, 4):
-                    kern = _gemv_kernel[(triton.cdiv(out_f, bo), 1)]
-                    args = [(x, r, r.view(-1).view(torch.int16), r.view(-1).view(torch.int32) if qi == 12
-                             else r.view(-1).view(torch.int16), y, out_f, in_f, row_bytes, in_f, out_f,
-                             qi, epg, u, g, bo) for r in raws]
-                    ms = graph_time_ms(calls(functools.partial(kern, num_warps=nw), args)) / len(raws)
-                    mark = " (default)" if (g, bo, nw) == (g0, bo0, w0) else ""
-                    rows.append({"kernel": f"sweep {name} G={g} BO={bo} warps={nw}{mark}", "us": ms * 1e3,
-                                 "GB/s": raw.numel() / ms / 1e6})
+    os.environ["ORCD_PDL"] = "1" if on else "0"
+    pdl_enabled.cache_clear()
+
+
+def step_kernels(rows: list[dict], tag: str) -> None:
+    """Each decode-step kernel as FusedDecoder (fuse_norm) launches it, N = 1, over weight copies."""
+    from orcd.quant.kernels.fused_linear import fused_gemv, fused_glu
+    from orcd.quant.kernels.gemv_multi import fused_gemv3
+
+    h, f = 896, 4864
+    x = torch.randn(1, h, device="cuda", dtype=torch.bfloat16)
+    act = torch.randn(1, f, device="cuda", dtype=torch.bfloat16)
+    res = torch.zeros(1, h, device="cuda", dtype=torch.bfloat16)
+    nrm = (torch.rand(h, device="cuda", dtype=torch.bfloat16), 1e-6)
+    bias = [torch.randn(o, device="cuda", dtype=torch.bfloat16) for o in (896, 128, 128)]
+
+    def qkv(raws):
+        outs = [(T.Q5_0, 896), (T.Q5_0, 128), (T.Q8_0, 128)]
+        ws = [(r, o, qt, b) for r, (qt, o), b in zip(raws, outs, bias, strict=True)]
+        return fused_gemv3(x, ws, h, norm=nrm)
+
+    def down(qt):
+        return lambda r: fused_gemv(act, r[0], h, f, qt, residual=res)
+
+    cases = {  # name -> (list of (qtype, out, in) weights per call, call(raws), bytes per call)
+        "qkv Q5_0/Q8_0 (norm, bias)": ([(T.Q5_0, 896, h), (T.Q5_0, 128, h), (T.Q8_0, 128, h)], qkv),
+        "o_proj Q5_0 (res)": ([(T.Q5_0, 896, h)], lambda r: fused_gemv(x, r[0], h, h, T.Q5_0, residual=res)),
+        "gate+up Q5_0 (norm, SwiGLU)": ([(T.Q5_0, f, h)] * 2,
+                                        lambda r: fused_glu(x, r[0], r[1], f, h, T.Q5_0, norm=nrm)),
+        "ffn_down Q4_K (res)": ([(T.Q4_K, h, f)], down(T.Q4_K)),
+        "ffn_down Q6_K (res)": ([(T.Q6_K, h, f)], down(T.Q6_K)),
+        "lm_head Q8_0 (norm)": ([HEAD[1:]], lambda r: fused_gemv(x, r[0], HEAD[2], h, T.Q8_0, norm=nrm)),
+    }
+    for name, (specs, call) in cases.items():
+        ws = [random_blocks(qt, o, i, seed=j).cuda() for j, (qt, o, i) in enumerate(specs)]
+        nbytes = sum(w.numel() for w in ws)
+        copies = max(1, min(128, (256 << 20) // nbytes))
+        sets = [([w.clone() for w in ws],) for _ in range(copies)]
+        ms = graph_time_ms(calls(call, sets)) / copies
+        rows.append({"kernel": f"step {name} [{tag}]", "us": ms * 1e3, "GB/s": nbytes / ms / 1e6})
+
+
+def sweep(rows: list[dict]) -> None:
+    """Launch shapes of the decode GEMVs that matter most (tuning aid): ffn_down (G, BO, warps, K splits)
+    with its residual epilogue, and the SwiGLU kernel (G, BO, warps) with its norm prologue."""
+    from orcd.quant.kernels.fused_linear import fused_glu, launch_gemv
+
+    h, f = 896, 4864
+    act = torch.randn(1, f, device="cuda", dtype=torch.bfloat16)
+    res = torch.zeros(1, h, device="cuda", dtype=torch.bfloat16)
+    for qt in (T.Q4_K, T.Q6_K):
+        raws = [random_blocks(qt, h, f, seed=1).cuda() for _ in range(64)]
+        for g, bo, nw, sp in SWEEP_DOWN[qt]:
+            args = [(act, r, res, int(qt), h, f, g, bo, nw, sp, None, None, True) for r in raws]
+            try:
+                ms = graph_time_ms(calls(launch_gemv, args)) / len(raws)
+            except Exception as e:  # noqa: BLE001 - a shape that does not compile is reported, not fatal
+                print(f"sweep down {qt.name} {g, bo, nw, sp}: {type(e).__name__} {str(e)[:200]}")
+                continue
+            rows.append({"kernel": f"sweep down {qt.name} G={g} BO={bo} warps={nw} splits={sp}",
+                         "us": ms * 1e3, "GB/s": raws[0].numel() / ms / 1e6})
+    x = torch.randn(1, h, device="cuda", dtype=torch.bfloat16)
+    nrm = (torch.rand(h, device="cuda", dtype=torch.bfloat16), 1e-6)
+    pairs = [(random_blocks(T.Q5_0, f, h, seed=1).cuda(), random_blocks(T.Q5_0, f, h, seed=2).cuda())
+             for _ in range(32)]
+    for launch in SWEEP_GLU:
+        glu = functools.partial(fused_glu, norm=nrm, launch=launch)
+        try:
+            ms = graph_time_ms(calls(glu, [(x, a, b, f, h, T.Q5_0) for a, b in pairs])) / len(pairs)
+        except Exception as e:  # noqa: BLE001
+            print(f"sweep glu {launch}: {type(e).__name__} {str(e)[:200]}")
+            continue
+        rows.append({"kernel": "sweep glu Q5_0 G={} BO={} warps={}".format(*launch), "us": ms * 1e3,
+                     "GB/s": 2 * pairs[0][0].numel() / ms / 1e6})
+
+
+# (G, BO, warps, splits) for ffn_down; (G, BO, warps) for SwiGLU
+SWEEP_DOWN = {
+    T.Q4_K: [(32, 4, 4, 1), (16, 4, 4, 1), (8, 4, 4, 1), (16, 4, 4, 2), (8, 4, 4, 2), (8, 4, 4, 3),
+             (8, 4, 2, 4), (16, 4, 2, 2), (16, 2, 2, 1), (32, 2, 2, 1), (16, 1, 1, 1), (32, 1, 2, 1),
+             (8, 2, 2, 2), (16, 8, 4, 2), (8, 8, 4, 4)],
+    T.Q6_K: [(16, 4, 4, 1), (8, 4, 4, 1), (8, 4, 4, 2), (4, 4, 4, 3), (4, 4, 2, 4), (8, 4, 2, 2),
+             (16, 2, 2, 1), (8, 2, 2, 1), (8, 1, 1, 1), (16, 1, 2, 1), (4, 2, 2, 2), (8, 8, 4, 2),
+             (4, 8, 4, 4)],
+}
+SWEEP_GLU = [(16, 4, 2), (32, 4, 2), (8, 4, 2), (16, 4, 4), (16, 2, 1), (16, 2, 2), (32, 2, 2), (16, 8, 4),
+             (32, 8, 4), (16, 1, 1), (32, 1, 1)]
+
+
+def step_rates(rows: list[dict], variants: list[tuple[str, bool, int]]) -> None:
+    """Whole decode step (FusedDecoder fuse_norm, batch-1 CUDA graph, 256 greedy steps) at depth 0 and
+    4096 on a synthesized Qwen2.5-0.5B-shaped Q4_K_M file, per (label, PDL, SPLIT_TARGET) variant;
+    also the largest logits difference of one replay against the first variant's."""
+    import subprocess
+
+    import orcd.quant.kernels.fused_linear as fl
+    from orcd.bench_session import OrcdSession
+
+    path = "/tmp/orcd_q4km.gguf"
+    if not Path(path).exists():
+        subprocess.run([sys.executable, "-m", "orcd.cli", "synth", "--like", "qwen2.5-0.5b", "--quant",
+                        "Q4_K_M", path], check=True, capture_output=True)
+    for depth in (0, 4096):
+        sess = OrcdSession(path, num_blocks=300 if depth == 0 else (depth + 512) // 16 + 8, page=16)
+        ref = None
+        for label, pdl, split in variants:
+            set_pdl(pdl)
+            fl.SPLIT_TARGET = split
+            sess.graphs.pop("fused_norm", None)
+            tps = max(sess.decode_graph(depth, 256, "fused_norm") for _ in range(2))
+            p = torch.tensor([depth], device="cuda")
+            logits, _ = sess.graphs["fused_norm"].run(torch.zeros(1, dtype=torch.int64, device="cuda"), p, p,
+                                                      (p + 1).int(), sess.tables)
+            ref = logits.clone() if ref is None else ref
+            rows.append({"kernel": f"decode step depth {depth} [{label}] tok/s", "us": 1e6 / tps,
+                         "tok/s": tps, "max|dlogits|": float((logits - ref).abs().max())})
+        del sess
+    set_pdl(True)
+    fl.SPLIT_TARGET = 0
 
 
 def whole_token(rows: list[dict], n: int, gemv_max_n: int = 4) -> None:
@@ -149,18 +248,34 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--sweep", action="store_true", help="also sweep GEMV launch shapes")
+    ap.add_argument("--pdl", action="store_true", help="decode-step kernels with PDL off and on")
+    ap.add_argument("--step", action="store_true", help="whole decode step, PDL off/on (needs orcd synth)")
+    ap.add_argument("--only", action="store_true", help="only the parts asked for by the flags above")
     args = ap.parse_args()
     rows: list[dict] = []
-    per_shape(rows)
+    if args.pdl:
+        for on in (False, True):
+            set_pdl(on)
+            step_kernels(rows, "PDL" if on else "no PDL")
+    if args.step:
+        step_rates(rows, [("no PDL", False, 0), ("PDL", True, 0), ("PDL, split-K to 448 programs", True, 448),
+                          ("PDL, split-K to 896", True, 896)])
     if args.sweep:
         sweep(rows)
+    if args.only:
+        return report(rows, args.out)
+    per_shape(rows)
     for n, gmax in ((1, 4), (4, 4), (8, 4), (16, 4), (32, 4), (64, 4)):
         whole_token(rows, n, gmax)
     for depth, batch in ((4096, 1), (512, 1), (1024, 32)):
         attention(rows, depth, batch)
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    Path(args.out, "kernels.json").write_text(json.dumps({"device": torch.cuda.get_device_name(),
-                                                          "rows": rows}, indent=1))
+    report(rows, args.out)
+
+
+def report(rows: list[dict], out: str) -> None:
+    Path(out).mkdir(parents=True, exist_ok=True)
+    Path(out, "kernels.json").write_text(json.dumps({"device": torch.cuda.get_device_name(),
+                                                     "rows": rows}, indent=1))
     for r in rows:
         extra = "".join(f" | {k} {v:.1f}" for k, v in r.items() if k not in ("kernel", "us"))
         print(f"{r['kernel']:<48} {r['us']:9.1f} us{extra}")

@@ -31,6 +31,37 @@ def linear_cases():
             print(f"{qt.name}-n{n}-{dtype} {rel_err(y, reference(x, raw, qt, 12, in_f)):.3e} {tol}")
 
 
+def fusion_cases():
+    """RMSNorm prologue + bias, residual epilogue, split-K, SwiGLU and q/k/v kernels (float32)."""
+    from orcd.quant.kernels.fused_linear import fused_gemv, fused_glu, launch_gemv
+    from orcd.quant.kernels.gemv_multi import fused_gemv3
+
+    g = torch.Generator().manual_seed(3)
+    for qt, in_f in [(T.Q5_0, 320), (T.Q4_K, 768), (T.Q6_K, 768)]:
+        raw, raw2 = random_blocks(qt, 12, in_f, seed=1), random_blocks(qt, 12, in_f, seed=2)
+        x, nw, bias = torch.randn(2, in_f, generator=g), torch.randn(in_f, generator=g), torch.randn(12)
+        xn = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * nw
+        y = fused_gemv(x, raw, 12, in_f, qt, bias, norm=(nw, 1e-6))
+        print(f"norm-bias-{qt.name} {rel_err(y, reference(xn, raw, qt, 12, in_f) + bias.double()):.3e} 1e-5")
+        glu = fused_glu(x, raw, raw2, 12, in_f, qt, norm=(nw, 1e-6))
+        a, b = reference(xn, raw, qt, 12, in_f), reference(xn, raw2, qt, 12, in_f)
+        print(f"glu-{qt.name} {rel_err(glu, torch.nn.functional.silu(a) * b):.3e} 1e-5")
+        for splits in (2, 3):  # G = 2 groups per pass: several passes to split
+            res = torch.randn(2, 12, generator=g)
+            y = res.clone()
+            launch_gemv(x, raw, y, int(qt), 12, in_f, 2, 4, 1, splits, res=True)
+            want = reference(x, raw, qt, 12, in_f) + res.double()
+            print(f"splitk{splits}-res-{qt.name} {rel_err(y, want):.3e} 1e-5")
+    x, nw = torch.randn(1, 256, generator=g), torch.randn(256, generator=g)
+    xn = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * nw
+    specs = [(T.Q5_0, 16), (T.Q4_K, 8), (T.Q8_0, 4)]
+    raws = [random_blocks(qt, o, 256, seed=i) for i, (qt, o) in enumerate(specs)]
+    ws = [(r, o, qt, None) for r, (qt, o) in zip(raws, specs, strict=True)]
+    ys = fused_gemv3(x, ws, 256, norm=(nw, 1e-6))
+    err = max(rel_err(y, reference(xn, r, qt, o, 256)) for y, r, (qt, o) in zip(ys, raws, specs, strict=True))
+    print(f"gemv3 {err:.3e} 1e-5")
+
+
 def attention_cases():
     for seq_lens, splits in [([1, 5, 70], 1), ([3, 200], 4), ([130], None)]:
         q, k, v, tables, sl = random_paged_case(seq_lens, 6, 2, 32, 16, torch.float32, "cpu", seed=1)
@@ -42,4 +73,5 @@ def attention_cases():
 
 if __name__ == "__main__":
     linear_cases()
+    fusion_cases()
     attention_cases()

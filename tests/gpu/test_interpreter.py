@@ -26,7 +26,7 @@ def test_kernels_under_interpreter():
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.split("\n")
     results = [ln.split() for ln in lines if ln.strip()]
-    assert len(results) == 19
+    assert len(results) == 32
     for name, err, tol in results:
         assert float(err) < float(tol), name
 

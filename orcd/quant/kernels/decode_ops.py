@@ -11,6 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from orcd.quant.kernels.fused_linear import launch_opts
+
 
 @triton.jit
 def _add_rmsnorm_kernel(d_ptr, r_ptr, w_ptr, y_ptr, H, eps, HAS_ADD: tl.constexpr, BH: tl.constexpr):
@@ -40,8 +42,10 @@ def add_rmsnorm(delta: torch.Tensor | None, residual: torch.Tensor, weight: torc
 
 @triton.jit
 def _rope_kv_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, inv_ptr, kc_ptr, vc_ptr, slot_ptr, HQ, HKV, s_slot,
-                    D: tl.constexpr, HALF: tl.constexpr):
+                    D: tl.constexpr, HALF: tl.constexpr, PDL: tl.constexpr = False):
     # program (t, h): h < HQ rotates query head h in place; else KV head h - HQ: rotate K, write K and V
+    if PDL:  # launched early (programmatic dependent launch): wait for q, k, v
+        tl.extra.cuda.gdc_wait()
     t = tl.program_id(0)
     h = tl.program_id(1)
     i = tl.arange(0, HALF)
@@ -75,4 +79,4 @@ def rope_and_write_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positio
     t, hq, d = q.shape
     hkv = k.shape[1]
     _rope_kv_kernel[(t, hq + hkv)](q, k, v, positions, inv_freq, k_cache, v_cache, slot_mapping, hq, hkv,
-                                   k_cache.stride(1), D=d, HALF=d // 2, num_warps=1)
+                                   k_cache.stride(1), D=d, HALF=d // 2, num_warps=1, **launch_opts(q.device))

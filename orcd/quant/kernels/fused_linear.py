@@ -10,6 +10,9 @@ contiguous). The weights are read once per call and never written back dequantiz
 
 from __future__ import annotations
 
+import functools
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -25,43 +28,58 @@ GEMV_MAX_N = 4  # above: dequantize to x.dtype with a Triton kernel, then cuBLAS
 
 
 @triton.jit
-def _rstd(xr, K, eps, NORM: tl.constexpr):
-    """1 / sqrt(mean(x^2) + eps) over x's row (read once more, from L2) when NORM, else 1."""
-    r = 1.0
-    if NORM:
-        ss = tl.zeros([1024], dtype=tl.float32)
-        for k in range(0, K, 1024):
-            xv = tl.load(xr + k + tl.arange(0, 1024), mask=k + tl.arange(0, 1024) < K, other=0.0)
-            ss += xv.to(tl.float32) * xv.to(tl.float32)
-        r = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / K + eps)
-    return r
-
-
-@triton.jit
 def _gemv_kernel(x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_xn, stride_yn,
                  QT: tl.constexpr, EPG: tl.constexpr, U: tl.constexpr, G: tl.constexpr, BO: tl.constexpr,
                  b_ptr=None, HAS_BIAS: tl.constexpr = False, nw_ptr=None, eps=0.0,
-                 NORM: tl.constexpr = False, RES: tl.constexpr = False):
+                 NORM: tl.constexpr = False, RES: tl.constexpr = False, PDL: tl.constexpr = False,
+                 ws_ptr=None, cnt_ptr=None, S: tl.constexpr = 1):
     gemv_program(tl.program_id(0), tl.program_id(1), x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_xn,
-                 stride_yn, b_ptr, nw_ptr, eps, QT, EPG, U, G, BO, HAS_BIAS, NORM, RES)
+                 stride_yn, b_ptr, nw_ptr, eps, QT, EPG, U, G, BO, HAS_BIAS, NORM, RES, PDL,
+                 ws_ptr, cnt_ptr, S)
 
 
 @triton.jit
 def gemv_program(pid_o, n, x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_xn, stride_yn, b_ptr, nw_ptr,
                  eps, QT: tl.constexpr, EPG: tl.constexpr, U: tl.constexpr, G: tl.constexpr,
-                 BO: tl.constexpr, HAS_BIAS: tl.constexpr, NORM: tl.constexpr, RES: tl.constexpr):
-    # one program: BO rows x all of K for token n; products accumulate elementwise, reduced once
+                 BO: tl.constexpr, HAS_BIAS: tl.constexpr, NORM: tl.constexpr, RES: tl.constexpr,
+                 PDL: tl.constexpr = False, ws_ptr=None, cnt_ptr=None, S: tl.constexpr = 1):
+    # one program: BO rows x all of K (or split s's share of it) for token n; products accumulate
+    # elementwise, reduced once
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+    s = 0
+    if S > 1:
+        s = tl.program_id(2)
     rows = pid_o * BO + tl.arange(0, BO)
     rmask = (rows < OUT)[:, None, None]
     row16 = rows.to(tl.int64)[:, None, None] * (row_bytes // 2)
     gg = tl.arange(0, G)[None, :, None]
     xr = x_ptr + n * stride_xn
-    rstd = _rstd(xr, K, eps, NORM)
-    acc = tl.zeros([BO, G, U], dtype=tl.float32)
-    for k0 in range(0, K, G * EPG):
-        km = (k0 + gg * EPG) < K  # whole groups: K is a multiple of the block size
-        acc += gemv_tile(p8, p16, p32, row16, rmask & km, km, xr, k0, QT, G, nw_ptr, rstd, NORM)
+    k_lo = 0
+    k_hi = K
+    if S > 1:  # split s covers whole passes [k_lo, k_hi)
+        k_step = tl.cdiv(tl.cdiv(K, G * EPG), S) * (G * EPG)
+        k_lo = s * k_step
+        k_hi = tl.minimum(K, k_lo + k_step)
+    km = (k_lo + gg * EPG) < k_hi  # whole groups: K is a multiple of the block size
+    acc, _b, rstd = gemv_tile(p8, p16, p32, row16, rmask & km, km, xr, k_lo, QT, G, nw_ptr, 1.0, K, eps,
+                              NORM, True, PDL)
+    for k0 in range(k_lo + G * EPG, k_hi, G * EPG):
+        km = (k0 + gg * EPG) < k_hi
+        a, _b2, _r = gemv_tile(p8, p16, p32, row16, rmask & km, km, xr, k0, QT, G, nw_ptr, rstd, K, eps,
+                               NORM, False, PDL)
+        acc += a
     out = tl.sum(tl.sum(acc, axis=2), axis=1)
+    if S > 1:
+        total, last = split_reduce(out, rows, pid_o, n, s, OUT, ws_ptr, cnt_ptr, S)
+        if last:  # the program that summed the partials
+            gemv_epilogue(total, rows, n, y_ptr, OUT, stride_yn, b_ptr, HAS_BIAS, RES)
+    else:
+        gemv_epilogue(out, rows, n, y_ptr, OUT, stride_yn, b_ptr, HAS_BIAS, RES)
+
+
+@triton.jit
+def gemv_epilogue(out, rows, n, y_ptr, OUT, stride_yn, b_ptr, HAS_BIAS: tl.constexpr, RES: tl.constexpr):
     if HAS_BIAS:
         out += tl.load(b_ptr + rows, mask=rows < OUT, other=0.0).to(tl.float32)
     if RES:  # y is the residual stream: y[rows] += x @ W.T (in place)
@@ -70,24 +88,45 @@ def gemv_program(pid_o, n, x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride
 
 
 @triton.jit
+def split_reduce(out, rows, pid_o, n, s, OUT, ws_ptr, cnt_ptr, S: tl.constexpr):
+    """Split-K: each split stores its partial [BO] to ws[n, s, rows]; the last of the S programs of a
+    row block to arrive (a counter, reset after use) sums the S partials in split order, so the result
+    does not depend on arrival order. Returns (the sum, whether this program is that last one)."""
+    ws = ws_ptr + (n * S) * OUT + rows
+    tl.store(ws + s * OUT, out, mask=rows < OUT)
+    tl.debug_barrier()
+    cnt = cnt_ptr + n * tl.num_programs(0) + pid_o
+    arrived = tl.atomic_add(cnt, 1, sem="acq_rel")
+    total = tl.zeros_like(out)
+    if arrived == S - 1:
+        for j in tl.static_range(S):
+            total += tl.load(ws + j * OUT, mask=rows < OUT, other=0.0, cache_modifier=".cg")
+        tl.atomic_xchg(cnt, 0, sem="relaxed")
+    return total, arrived == S - 1
+
+
+@triton.jit
 def _gemv_glu_kernel(x_ptr, g8, g16, g32, u8, u16, u32, y_ptr, OUT, K, row_bytes, stride_xn, stride_yn,
                      QT: tl.constexpr, EPG: tl.constexpr, U: tl.constexpr, G: tl.constexpr, BO: tl.constexpr,
-                     nw_ptr=None, eps=0.0, NORM: tl.constexpr = False):
-    # y = silu(x @ Wg.T) * (x @ Wu.T): the SwiGLU gate and up products and their product in one pass
-    pid_o = tl.program_id(0)
+                     nw_ptr=None, eps=0.0, NORM: tl.constexpr = False, PDL: tl.constexpr = False):
+    # y = silu(x @ Wg.T) * (x @ Wu.T): gate and up read side by side, each x load shared by both
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     n = tl.program_id(1)
-    rows = pid_o * BO + tl.arange(0, BO)
+    rows = tl.program_id(0) * BO + tl.arange(0, BO)
     rmask = (rows < OUT)[:, None, None]
     row16 = rows.to(tl.int64)[:, None, None] * (row_bytes // 2)
     gg = tl.arange(0, G)[None, :, None]
     xr = x_ptr + n * stride_xn
-    rstd = _rstd(xr, K, eps, NORM)
-    acc_g = tl.zeros([BO, G, U], dtype=tl.float32)
-    acc_u = tl.zeros([BO, G, U], dtype=tl.float32)
-    for k0 in range(0, K, G * EPG):
+    km = gg * EPG < K
+    acc_g, acc_u, rstd = gemv_tile(g8, g16, g32, row16, rmask & km, km, xr, 0, QT, G, nw_ptr, 1.0, K, eps,
+                                   NORM, True, PDL, u8, u16, u32, True)
+    for k0 in range(G * EPG, K, G * EPG):
         km = (k0 + gg * EPG) < K
-        acc_g += gemv_tile(g8, g16, g32, row16, rmask & km, km, xr, k0, QT, G, nw_ptr, rstd, NORM)
-        acc_u += gemv_tile(u8, u16, u32, row16, rmask & km, km, xr, k0, QT, G, nw_ptr, rstd, NORM)
+        a, b, _r = gemv_tile(g8, g16, g32, row16, rmask & km, km, xr, k0, QT, G, nw_ptr, rstd, K, eps,
+                             NORM, False, PDL, u8, u16, u32, True)
+        acc_g += a
+        acc_u += b
     a = tl.sum(tl.sum(acc_g, axis=2), axis=1)
     b = tl.sum(tl.sum(acc_u, axis=2), axis=1)
     out = a / (1.0 + tl.exp(-a)) * b
@@ -98,13 +137,58 @@ def _gemv_glu_kernel(x_ptr, g8, g16, g32, u8, u16, u32, y_ptr, OUT, K, row_bytes
 # an H100 (bench/bench_kernels.py; results in docs/performance.md): small tiles of 4 rows beat whole-K
 # passes because more programs are in flight; x is loaded once per program and reused by its 4 rows.
 GEMV_LAUNCH = {8: (8, 4, 1), 6: (16, 4, 2), 12: (32, 4, 4), 14: (16, 4, 4)}
+GLU_LAUNCH = dict(GEMV_LAUNCH)  # the SwiGLU kernel (two matrices per program)
 
 
-def gemv_config(qt: int, out_features: int, in_features: int) -> tuple[int, int, int]:
-    """(G groups per pass, BO rows per program, num_warps) for the GEMV kernel."""
-    g_max, bo, warps = GEMV_LAUNCH[qt]
+# Split-K (GEMVs with few row programs and a long K, e.g. ffn_down 896 x 4864): split K until about
+# SPLIT_TARGET programs run; 0 turns it off. Partials are summed in split order (deterministic).
+SPLIT_TARGET = 0
+MAX_SPLIT = 8
+
+
+def gemv_config(qt: int, out_features: int, in_features: int, glu: bool = False) -> tuple[int, int, int]:
+    """(G groups per pass, BO rows per program, num_warps) for the GEMV (glu: SwiGLU) kernel."""
+    g_max, bo, warps = (GLU_LAUNCH if glu else GEMV_LAUNCH)[qt]
     g = min(g_max, triton.next_power_of_2(triton.cdiv(in_features, GEMV_GROUPS[qt][0])))
     return g, bo, warps
+
+
+def gemv_splits(qt: int, out_features: int, in_features: int, g: int, bo: int) -> int:
+    """How many K splits the GEMV of this shape runs with (1: none)."""
+    nprog = triton.cdiv(out_features, bo)
+    passes = triton.cdiv(in_features, g * GEMV_GROUPS[qt][0])
+    if SPLIT_TARGET <= nprog or passes < 2:
+        return 1
+    return min(MAX_SPLIT, passes, SPLIT_TARGET // nprog)
+
+
+@functools.lru_cache(maxsize=8)
+def pdl_enabled(device: torch.device) -> bool:
+    """Programmatic dependent launch: each GEMV may start (and read its first weights) while the kernel
+    before it finishes; it waits (griddepcontrol.wait) before reading x. Hopper or newer; ORCD_PDL=0 off."""
+    off = os.environ.get("ORCD_PDL", "1") == "0" or os.environ.get("TRITON_INTERPRET") == "1"
+    if device.type != "cuda" or off:
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def launch_opts(device: torch.device) -> dict:
+    """Launch keywords for the GEMV-style kernels: PDL (constexpr) and, when on, launch_pdl."""
+    return {"PDL": True, "launch_pdl": True} if pdl_enabled(device) else {}
+
+
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
+
+
+def split_counters(device: torch.device, size: int) -> torch.Tensor | None:
+    """Zeroed int32 arrival counters for split-K (each kernel resets the ones it used), made outside
+    any CUDA-graph capture; None while capturing before they exist."""
+    buf = _COUNTERS.get(device)
+    if buf is None or buf.numel() < size:
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            return None
+        buf = _COUNTERS[device] = torch.zeros(max(size, 1 << 16), dtype=torch.int32, device=device)
+    return buf
 
 
 def _views(raw: torch.Tensor, qt: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -113,20 +197,21 @@ def _views(raw: torch.Tensor, qt: int) -> tuple[torch.Tensor, torch.Tensor, torc
 
 
 def fused_glu(x: torch.Tensor, raw_gate: torch.Tensor, raw_up: torch.Tensor, out_features: int,
-              in_features: int, qtype: int, norm: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:
+              in_features: int, qtype: int, norm: tuple[torch.Tensor, float] | None = None,
+              launch: tuple[int, int, int] | None = None) -> torch.Tensor:
     """silu(x' @ Wg.T) * (x' @ Wu.T) for x [N <= GEMV_MAX_N, in]; both weights raw, same type and shape.
-    x' = x, or RMSNorm(x) * weight for norm = (weight [in], eps)."""
+    x' = x, or RMSNorm(x) * weight for norm = (weight [in], eps). launch: (G, BO, warps) override."""
     qt = int(qtype)
     x = x.contiguous()
     n = x.shape[0]
     y = torch.empty((n, out_features), dtype=x.dtype, device=x.device)
     row_bytes = in_features // BLOCK_SIZE[qt] * TYPE_SIZE[qt]
-    g, bo, warps = gemv_config(qt, out_features, in_features)
+    g, bo, warps = launch or gemv_config(qt, out_features, in_features, glu=True)
     epg, u = GEMV_GROUPS[qt]
     _gemv_glu_kernel[(triton.cdiv(out_features, bo), n)](
         x, *_views(raw_gate, qt), *_views(raw_up, qt), y, out_features, in_features, row_bytes, x.stride(0),
         y.stride(0), QT=qt, EPG=epg, U=u, G=g, BO=bo, nw_ptr=norm[0] if norm else None,
-        eps=float(norm[1]) if norm else 0.0, NORM=norm is not None, num_warps=warps)
+        eps=float(norm[1]) if norm else 0.0, NORM=norm is not None, num_warps=warps, **launch_opts(x.device))
     return y
 
 
@@ -158,14 +243,28 @@ def fused_gemv(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feature
         raise ValueError("norm/residual fusion is for the GEMV path (N <= GEMV_MAX_N)")
     if n <= GEMV_MAX_N:
         g, bo, warps = gemv_config(qt, out_features, in_features)
-        epg, u = GEMV_GROUPS[qt]
-        grid = (triton.cdiv(out_features, bo), n)
-        _gemv_kernel[grid](x, *_views(raw, qt), y, out_features, in_features, row_bytes, x.stride(0),
-                           y.stride(0), QT=qt, EPG=epg, U=u, G=g, BO=bo, b_ptr=bias,
-                           HAS_BIAS=bias is not None, nw_ptr=norm[0] if norm else None,
-                           eps=float(norm[1]) if norm else 0.0, NORM=norm is not None,
-                           RES=residual is not None, num_warps=warps)
+        launch_gemv(x, raw, y, qt, out_features, in_features, g, bo, warps,
+                    gemv_splits(qt, out_features, in_features, g, bo), bias, norm, residual is not None)
         return y
     # more tokens: dequantize to x.dtype (Triton), then one cuBLAS GEMM
     w = dequantize_raw(raw, qt, out_features, in_features, x.dtype)
     return torch.addmm(bias, x, w.t()) if bias is not None else torch.matmul(x, w.t())
+
+
+def launch_gemv(x: torch.Tensor, raw: torch.Tensor, y: torch.Tensor, qt: int, out_features: int,
+                in_features: int, g: int, bo: int, warps: int, splits: int = 1,
+                bias: torch.Tensor | None = None, norm: tuple[torch.Tensor, float] | None = None,
+                res: bool = False) -> None:
+    """_gemv_kernel for x [N, in] -> y [N, out] with an explicit launch shape (also used by the bench)."""
+    n = x.shape[0]
+    nprog = triton.cdiv(out_features, bo)
+    cnt = split_counters(x.device, nprog * n) if splits > 1 else None
+    splits = splits if cnt is not None else 1
+    ws = torch.empty((n, splits, out_features), dtype=torch.float32, device=x.device) if splits > 1 else None
+    epg, u = GEMV_GROUPS[qt]
+    row_bytes = in_features // BLOCK_SIZE[qt] * TYPE_SIZE[qt]
+    _gemv_kernel[(nprog, n, splits)](
+        x, *_views(raw, qt), y, out_features, in_features, row_bytes, x.stride(0), y.stride(0), QT=qt,
+        EPG=epg, U=u, G=g, BO=bo, b_ptr=bias, HAS_BIAS=bias is not None, nw_ptr=norm[0] if norm else None,
+        eps=float(norm[1]) if norm else 0.0, NORM=norm is not None, RES=res, ws_ptr=ws, cnt_ptr=cnt,
+        S=splits, num_warps=warps, **launch_opts(x.device))

@@ -18,6 +18,7 @@ from orcd.quant.kernels.fused_linear import (
     _views,
     gemv_config,
     gemv_program,
+    launch_opts,
 )
 
 
@@ -27,20 +28,20 @@ def _gemv3_kernel(x_ptr, K, stride_xn, nw_ptr, eps,
                   QA: tl.constexpr, EA: tl.constexpr, UA: tl.constexpr, GA: tl.constexpr,
                   QB: tl.constexpr, EB: tl.constexpr, UB: tl.constexpr, GB: tl.constexpr,
                   QC: tl.constexpr, EC: tl.constexpr, UC: tl.constexpr, GC: tl.constexpr,
-                  BO: tl.constexpr, HAS_BIAS: tl.constexpr, NORM: tl.constexpr):
+                  BO: tl.constexpr, HAS_BIAS: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr = False):
     pid = tl.program_id(0)
     n = tl.program_id(1)
     na = tl.cdiv(OA, BO)
     nb = tl.cdiv(OB, BO)
     if pid < na:
         gemv_program(pid, n, x_ptr, a8, a16, a32, ya, OA, K, rba, stride_xn, OA, ba, nw_ptr, eps,
-                     QA, EA, UA, GA, BO, HAS_BIAS, NORM, False)
+                     QA, EA, UA, GA, BO, HAS_BIAS, NORM, False, PDL)
     elif pid < na + nb:
         gemv_program(pid - na, n, x_ptr, b8, b16, b32, yb, OB, K, rbb, stride_xn, OB, bb, nw_ptr, eps,
-                     QB, EB, UB, GB, BO, HAS_BIAS, NORM, False)
+                     QB, EB, UB, GB, BO, HAS_BIAS, NORM, False, PDL)
     else:
         gemv_program(pid - na - nb, n, x_ptr, c8, c16, c32, yc, OC, K, rbc, stride_xn, OC, bc, nw_ptr, eps,
-                     QC, EC, UC, GC, BO, HAS_BIAS, NORM, False)
+                     QC, EC, UC, GC, BO, HAS_BIAS, NORM, False, PDL)
 
 
 def fused_gemv3(x: torch.Tensor, weights: list[tuple[torch.Tensor, int, int, torch.Tensor | None]],
@@ -62,5 +63,5 @@ def fused_gemv3(x: torch.Tensor, weights: list[tuple[torch.Tensor, int, int, tor
         nprog += triton.cdiv(out_f, 4)
     _gemv3_kernel[(nprog, n)](x, in_features, x.stride(0), norm[0] if norm else None,
                               float(norm[1]) if norm else 0.0, *args, **consts, BO=4, HAS_BIAS=has_bias,
-                              NORM=norm is not None, num_warps=2)
+                              NORM=norm is not None, num_warps=2, **launch_opts(x.device))
     return ys
