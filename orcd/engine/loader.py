@@ -69,31 +69,53 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _start_tokenizer(metadata: dict[str, Any]) -> Callable[[], tuple[Any, float]]:
-    """Build the tokenizer on a side thread; the returned join() gives (tokenizer, seconds) or re-raises
-    the build's error (TokenizerError) in the caller's thread."""
-    from orcd.tokenizer import load_tokenizer
-
+def _in_thread(fn: Callable[[], Any], name: str) -> Callable[[], tuple[Any, float]]:
+    """Run fn() on a side thread; the returned join() gives (result, seconds fn took) or re-raises fn's
+    error in the caller's thread."""
     box: dict[str, Any] = {}
 
     def work() -> None:
         t = time.perf_counter()
         try:
-            box["tok"] = load_tokenizer(metadata)
+            box["value"] = fn()
         except BaseException as err:  # re-raised by join()
             box["err"] = err
         box["s"] = time.perf_counter() - t
 
-    thread = threading.Thread(target=work, name="orcd-tokenizer", daemon=True)
+    thread = threading.Thread(target=work, name=name, daemon=True)
     thread.start()
 
     def join() -> tuple[Any, float]:
         thread.join()
         if "err" in box:
             raise box["err"]
-        return box["tok"], box["s"]
+        return box["value"], box["s"]
 
     return join
+
+
+def _build_tokenizer(metadata: dict[str, Any]) -> Any:
+    from orcd.tokenizer import load_tokenizer  # imports jinja2 and tokenizers: on the side thread too
+
+    return load_tokenizer(metadata)
+
+
+def warm_cuda(dev: torch.device) -> None:
+    """Best effort, meant for a side thread while the main thread parses and uploads: set up what the
+    first forward would otherwise pay for on the critical path. The CUDA context; a cuBLAS handle (made
+    by a tiny GEMM, handed back to torch's handle pool when this thread ends, and reused by the next
+    thread that asks); Triton's per-process cache key, which hashes libtriton (~0.4 s on the H100 host,
+    the GIL released while hashing) before the first kernel lookup; the module Triton imports on its
+    first launch. Nothing here changes results; any failure is ignored (the first forward then pays)."""
+    with contextlib.suppress(Exception):
+        a = torch.ones(16, 16, device=dev, dtype=torch.bfloat16)
+        (a @ a).sum().item()
+    with contextlib.suppress(Exception):
+        from triton.runtime.cache import triton_key
+
+        triton_key()
+    with contextlib.suppress(Exception):
+        import triton.experimental.gluon  # noqa: F401
 
 
 def load_model(path: str | Path, device: str | torch.device = "auto", dtype: torch.dtype | None = None,
@@ -102,7 +124,8 @@ def load_model(path: str | Path, device: str | torch.device = "auto", dtype: tor
     keep_quantized default: True on CUDA (raw GGUF blocks on the device), False on CPU.
     `LoadedModel.phases`: open (parse + check the header), check (config + tensor validation), weights
     (upload/dequantize), tokenizer (its build, overlapped with weights), tokenizer_wait (main thread
-    waiting for it after the weights)."""
+    waiting for it after the weights), warm_cuda / warm_wait (CUDA only: `warm_cuda` on a side thread
+    from the start, and the wait for it at the end)."""
     with gc_paused():
         return _load(path, device, dtype, keep_quantized, tokenizer)
 
@@ -111,32 +134,39 @@ def _load(path: str | Path, device: str | torch.device, dtype: torch.dtype | Non
           keep_quantized: bool | None, tokenizer: bool) -> LoadedModel:
     t0 = time.perf_counter()
     dev = resolve_device(device)
+    warm = _in_thread(lambda: warm_cuda(dev), "orcd-warm-cuda") if dev.type == "cuda" else None
     dtype = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
     keep_quantized = dev.type == "cuda" if keep_quantized is None else keep_quantized
-    f = open_gguf(path)
-    t1 = time.perf_counter()
-    cls = get_model_class(f.architecture)  # an unknown architecture is named before any key is read
-    cfg = model_config_from_gguf(f)
-    required, optional = cls.expected_tensors(cfg)
-    validate_tensors(f, cfg, required, optional)  # presence, type and shape, before any allocation
-    t2 = time.perf_counter()
-    join = _start_tokenizer(f.metadata) if tokenizer else None
+    join_tok = None
     try:
+        f = open_gguf(path)
+        t1 = time.perf_counter()
+        cls = get_model_class(f.architecture)  # an unknown architecture is named before any key is read
+        cfg = model_config_from_gguf(f)
+        required, optional = cls.expected_tensors(cfg)
+        validate_tensors(f, cfg, required, optional)  # presence, type and shape, before any allocation
+        t2 = time.perf_counter()
+        join_tok = _in_thread(lambda: _build_tokenizer(f.metadata), "orcd-tokenizer") if tokenizer else None
         with torch.no_grad():
             model = cls.from_gguf(f, cfg, dev, dtype, keep_quantized).eval()
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
     except BaseException:
-        if join is not None:  # never leave the build running; the weights' error is the one raised
-            with contextlib.suppress(Exception):
-                join()
+        for join in (join_tok, warm):  # never leave a side thread running; this error is the one raised
+            if join is not None:
+                with contextlib.suppress(Exception):
+                    join()
         raise
     t3 = time.perf_counter()
-    tok, tok_s = join() if join is not None else (None, 0.0)
-    t4 = time.perf_counter()
+    try:
+        tok, tok_s = join_tok() if join_tok is not None else (None, 0.0)
+    finally:
+        t4 = time.perf_counter()
+        warm_s = warm()[1] if warm is not None else 0.0  # warm_cuda itself never raises
+    t5 = time.perf_counter()
     phases = {"open": t1 - t0, "check": t2 - t1, "weights": t3 - t2, "tokenizer": tok_s,
-              "tokenizer_wait": t4 - t3}
-    loaded = LoadedModel(cfg, model, tok, f, dev, dtype, weights_nbytes(model), t4 - t0, phases)
+              "tokenizer_wait": t4 - t3, "warm_cuda": warm_s, "warm_wait": t5 - t4}
+    loaded = LoadedModel(cfg, model, tok, f, dev, dtype, weights_nbytes(model), t5 - t0, phases)
     log.info("loaded %s (%s) on %s in %.2f s, %.1f MiB of weights", Path(path).name, cfg.arch, dev,
              loaded.load_seconds, loaded.weights_bytes / 2**20)
     return loaded

@@ -1,0 +1,91 @@
+"""File to first token, phase by phase; every sample is a fresh process (what starting a server pays).
+
+    python bench/load_time.py --file F.gguf [--runs 3] [--device cuda] [--profile]
+
+Each sample prints one JSON line: imports (torch + orcd), load_model and its phases (LoadedModel.phases:
+open, check, weights, tokenizer [built on a side thread during weights], tokenizer_wait), kv (cache
+allocation), first_token (an 8-token eager prefill + argmax .item(): CUDA/Triton/cuBLAS warm-up),
+second_token (the same again, warm), encode (first tokenizer.encode of a short prompt) and total = load +
+kv + first_token (bench_decode.py's load_to_first_token_s). --profile also prints the top functions of
+load_model and of the first forward by cumulative time (cProfile) to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+
+def child(path: str, device: str, profile: bool) -> None:
+    t = time.perf_counter()
+    import torch
+
+    from orcd.bench_session import OrcdSession
+    from orcd.engine.loader import load_model
+
+    imports = time.perf_counter() - t
+    if profile:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.enable()
+    t0 = time.perf_counter()
+    s = OrcdSession.__new__(OrcdSession)
+    loaded = load_model(path, device)
+    t1 = time.perf_counter()
+    if profile:
+        prof.disable()
+        print("== load_model", file=sys.stderr)
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(45)
+    # the rest of OrcdSession.__init__ (KV allocation and block tables), timed on its own
+    real_load = sys.modules["orcd.bench_session"].load_model
+    sys.modules["orcd.bench_session"].load_model = lambda *a, **k: loaded
+    try:
+        OrcdSession.__init__(s, path, num_blocks=64, page=16, device=device)
+    finally:
+        sys.modules["orcd.bench_session"].load_model = real_load
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    if profile:
+        prof = cProfile.Profile()
+        prof.enable()
+    tok = s.first_token(8)
+    t3 = time.perf_counter()
+    if profile:
+        prof.disable()
+        print("== first_token", file=sys.stderr)
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(60)
+    s.first_token(8)
+    t4 = time.perf_counter()
+    loaded.tokenizer.encode("The capital of France is")
+    t5 = time.perf_counter()
+    phases = {k: round(v, 4) for k, v in getattr(loaded, "phases", {}).items()}
+    print(json.dumps({"imports": round(imports, 4), "load_model": round(loaded.load_seconds, 4),
+                      "phases": phases, "kv": round(t2 - t1, 4), "first_token": round(t3 - t2, 4),
+                      "second_token": round(t4 - t3, 4), "encode": round(t5 - t4, 4),
+                      "total": round(t3 - t0, 4), "token": tok}), flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--file", required=True)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--profile", action="store_true", help="cProfile the first forward (one run)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(args.file, args.device, args.profile)
+    for i in range(args.runs):
+        cmd = [sys.executable, __file__, "--child", "--file", args.file, "--device", args.device]
+        cmd += ["--profile"] if args.profile and i == args.runs - 1 else []
+        subprocess.run(cmd, check=True)
+
+
+if __name__ == "__main__":
+    main()
