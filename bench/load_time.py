@@ -1,6 +1,10 @@
 """File to first token, phase by phase; every sample is a fresh process (what starting a server pays).
 
-    python bench/load_time.py --file F.gguf [--runs 3] [--device cuda] [--profile]
+    python bench/load_time.py --file F.gguf [--runs 3] [--device cuda] [--profile] [--serial]
+        [--switch SECONDS]
+
+--serial: no side threads (orcd.engine.loader.OVERLAP = False: tokenizer before the weights, no CUDA
+warm-up); --switch: the GIL switch interval while loading (loader.SWITCH_INTERVAL; 0 = leave it).
 
 Each sample prints one JSON line: imports (torch + orcd), load_model and its phases (LoadedModel.phases:
 open, check, weights, tokenizer [built on a side thread during weights], tokenizer_wait), kv (cache
@@ -19,12 +23,18 @@ import sys
 import time
 
 
-def child(path: str, device: str, profile: bool) -> None:
+def child(path: str, device: str, profile: bool, serial: bool, switch: float | None) -> None:
     t = time.perf_counter()
     import torch
 
     from orcd.bench_session import OrcdSession
+    from orcd.engine import loader
     from orcd.engine.loader import load_model
+
+    if serial:
+        loader.OVERLAP = False
+    if switch is not None:
+        loader.SWITCH_INTERVAL = switch or None
 
     imports = time.perf_counter() - t
     if profile:
@@ -77,12 +87,16 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--profile", action="store_true", help="cProfile the first forward (one run)")
+    ap.add_argument("--serial", action="store_true", help="no side threads while loading")
+    ap.add_argument("--switch", type=float, default=None, help="GIL switch interval while loading (s)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        return child(args.file, args.device, args.profile)
+        return child(args.file, args.device, args.profile, args.serial, args.switch)
     for i in range(args.runs):
         cmd = [sys.executable, __file__, "--child", "--file", args.file, "--device", args.device]
+        cmd += ["--serial"] if args.serial else []
+        cmd += ["--switch", str(args.switch)] if args.switch is not None else []
         cmd += ["--profile"] if args.profile and i == args.runs - 1 else []
         subprocess.run(cmd, check=True)
 

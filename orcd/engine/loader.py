@@ -1,9 +1,12 @@
 """Load a GGUF file into a ready model: config, validation, weights on the device (once), tokenizer.
 
-The tokenizer (~0.3 s of Python and Rust for a 150k vocabulary) is built on a side thread while the
-main thread uploads the weights: host-to-device copies and CUDA set-up release the GIL. Python's cyclic
-GC is paused for the whole load: the ~300k vocabulary strings and merge tuples would otherwise trigger
-full collections over every live object (~0.1 s measured) and nothing built here is garbage.
+The tokenizer (~0.3-0.6 s of Python and Rust for a 150k vocabulary) is built on a side thread while the
+main thread uploads the weights (host-to-device copies release the GIL), and on CUDA a second side thread
+sets up what the first forward would otherwise pay for (`warm_cuda`). While they run, the GIL switch
+interval is 0.5 ms instead of 5: each time the main thread comes back from a GIL-free copy it waits for
+a busy side thread to yield, up to one interval, a few hundred times per load. Python's cyclic GC is
+paused for the whole load: the ~300k vocabulary strings and merge tuples would otherwise trigger full
+collections over every live object (~0.1 s measured) and nothing built here is garbage.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +30,11 @@ from orcd.gguf.validate import validate_tensors
 from orcd.models.registry import get_model_class
 
 log = logging.getLogger(__name__)
+
+# Module-level switches (bench/load_time.py compares them): side threads for the tokenizer and the CUDA
+# warm-up, and the GIL switch interval in seconds while loading (None: leave the process's).
+OVERLAP = True
+SWITCH_INTERVAL: float | None = 0.0005
 
 
 @dataclass
@@ -69,6 +78,18 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+@contextlib.contextmanager
+def switch_interval(seconds: float | None) -> Iterator[None]:
+    """sys.setswitchinterval(seconds) for the block (None: unchanged), restored after."""
+    before = sys.getswitchinterval()
+    if seconds is not None:
+        sys.setswitchinterval(seconds)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
 def _in_thread(fn: Callable[[], Any], name: str) -> Callable[[], tuple[Any, float]]:
     """Run fn() on a side thread; the returned join() gives (result, seconds fn took) or re-raises fn's
     error in the caller's thread."""
@@ -92,6 +113,10 @@ def _in_thread(fn: Callable[[], Any], name: str) -> Callable[[], tuple[Any, floa
         return box["value"], box["s"]
 
     return join
+
+
+def _ready(result: tuple[Any, float]) -> Callable[[], tuple[Any, float]]:
+    return lambda: result
 
 
 def _build_tokenizer(metadata: dict[str, Any]) -> Any:
@@ -126,7 +151,7 @@ def load_model(path: str | Path, device: str | torch.device = "auto", dtype: tor
     (upload/dequantize), tokenizer (its build, overlapped with weights), tokenizer_wait (main thread
     waiting for it after the weights), warm_cuda / warm_wait (CUDA only: `warm_cuda` on a side thread
     from the start, and the wait for it at the end)."""
-    with gc_paused():
+    with gc_paused(), switch_interval(SWITCH_INTERVAL if OVERLAP else None):
         return _load(path, device, dtype, keep_quantized, tokenizer)
 
 
@@ -134,7 +159,7 @@ def _load(path: str | Path, device: str | torch.device, dtype: torch.dtype | Non
           keep_quantized: bool | None, tokenizer: bool) -> LoadedModel:
     t0 = time.perf_counter()
     dev = resolve_device(device)
-    warm = _in_thread(lambda: warm_cuda(dev), "orcd-warm-cuda") if dev.type == "cuda" else None
+    warm = _in_thread(lambda: warm_cuda(dev), "orcd-warm-cuda") if dev.type == "cuda" and OVERLAP else None
     dtype = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
     keep_quantized = dev.type == "cuda" if keep_quantized is None else keep_quantized
     join_tok = None
@@ -146,7 +171,11 @@ def _load(path: str | Path, device: str | torch.device, dtype: torch.dtype | Non
         required, optional = cls.expected_tensors(cfg)
         validate_tensors(f, cfg, required, optional)  # presence, type and shape, before any allocation
         t2 = time.perf_counter()
-        join_tok = _in_thread(lambda: _build_tokenizer(f.metadata), "orcd-tokenizer") if tokenizer else None
+        if tokenizer:
+            join_tok = _in_thread(lambda: _build_tokenizer(f.metadata), "orcd-tokenizer")
+            if not OVERLAP:
+                join_tok = _ready(join_tok())
+        t2w = time.perf_counter()
         with torch.no_grad():
             model = cls.from_gguf(f, cfg, dev, dtype, keep_quantized).eval()
         if dev.type == "cuda":
@@ -164,7 +193,7 @@ def _load(path: str | Path, device: str | torch.device, dtype: torch.dtype | Non
         t4 = time.perf_counter()
         warm_s = warm()[1] if warm is not None else 0.0  # warm_cuda itself never raises
     t5 = time.perf_counter()
-    phases = {"open": t1 - t0, "check": t2 - t1, "weights": t3 - t2, "tokenizer": tok_s,
+    phases = {"open": t1 - t0, "check": t2 - t1, "weights": t3 - t2w, "tokenizer": tok_s,
               "tokenizer_wait": t4 - t3, "warm_cuda": warm_s, "warm_wait": t5 - t4}
     loaded = LoadedModel(cfg, model, tok, f, dev, dtype, weights_nbytes(model), t5 - t0, phases)
     log.info("loaded %s (%s) on %s in %.2f s, %.1f MiB of weights", Path(path).name, cfg.arch, dev,

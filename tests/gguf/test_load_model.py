@@ -4,11 +4,13 @@ in the caller, nothing left running, the GC state restored."""
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
+from orcd.engine import loader
 from orcd.engine.loader import gc_paused, load_model
 from orcd.errors import GGUFError, TokenizerError
 from orcd.gguf import open_gguf
@@ -23,12 +25,15 @@ def side_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("orcd-")]
 
 
-@pytest.mark.parametrize("gc_on", [True, False])
-def test_same_tokenizer_and_gc_restored(tiny_qwen2_gguf: Path, gc_on: bool) -> None:
+@pytest.mark.parametrize(("gc_on", "overlap"), [(True, True), (False, True), (True, False)])
+def test_same_tokenizer_and_state_restored(tiny_qwen2_gguf: Path, gc_on: bool, overlap: bool,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loader, "OVERLAP", overlap)
     (gc.enable if gc_on else gc.disable)()
+    interval = sys.getswitchinterval()
     try:
         loaded = load_model(tiny_qwen2_gguf, "cpu")
-        assert gc.isenabled() == gc_on
+        assert gc.isenabled() == gc_on and sys.getswitchinterval() == interval
     finally:
         gc.enable()
     ref = load_tokenizer(open_gguf(tiny_qwen2_gguf).metadata)
@@ -44,12 +49,17 @@ def test_without_tokenizer(tiny_qwen2_gguf: Path) -> None:
     assert loaded.tokenizer is None and loaded.phases["tokenizer"] == 0.0
 
 
-def test_tokenizer_error_reaches_the_caller(tmp_path: Path) -> None:
+@pytest.mark.parametrize("overlap", [True, False])
+def test_tokenizer_error_reaches_the_caller(tmp_path: Path, overlap: bool,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loader, "OVERLAP", overlap)
     path = write_model_gguf(tmp_path / "bad-pre.gguf", "qwen2", seed=3, **TINY,
                             extra_metadata={"tokenizer.ggml.pre": "mystery-bpe"})
+    interval = sys.getswitchinterval()
     with pytest.raises(TokenizerError, match="unknown tokenizer.ggml.pre 'mystery-bpe'"):
         load_model(path, "cpu")
     assert gc.isenabled() and side_threads() == []
+    assert sys.getswitchinterval() == interval
 
 
 def test_weights_error_wins_and_joins_the_tokenizer(tmp_path: Path) -> None:
