@@ -81,12 +81,13 @@ def per_shape(rows: list[dict]) -> None:
         del raws, ws
 
 
-def set_pdl(on: bool) -> None:
-    """Programmatic dependent launch on/off for the kernels launched from now on."""
-    from orcd.quant.kernels.fused_linear import pdl_enabled
+def set_pdl(mode: int) -> None:
+    """Programmatic dependent launch mode (fused_linear.PDL_MODE; 0 off) for kernels launched from now on."""
+    import orcd.quant.kernels.fused_linear as fl
 
-    os.environ["ORCD_PDL"] = "1" if on else "0"
-    pdl_enabled.cache_clear()
+    os.environ["ORCD_PDL"] = "1" if mode else "0"
+    fl.PDL_MODE = mode or fl.PDL_MODE
+    fl.pdl_enabled.cache_clear()
 
 
 def step_kernels(rows: list[dict], tag: str) -> None:
@@ -117,6 +118,7 @@ def step_kernels(rows: list[dict], tag: str) -> None:
         "ffn_down Q4_K (res)": ([(T.Q4_K, h, f)], down(T.Q4_K)),
         "ffn_down Q6_K (res)": ([(T.Q6_K, h, f)], down(T.Q6_K)),
         "lm_head Q8_0 (norm)": ([HEAD[1:]], lambda r: fused_gemv(x, r[0], HEAD[2], h, T.Q8_0, norm=nrm)),
+        "lm_head Q8_0": ([HEAD[1:]], lambda r: fused_gemv(x, r[0], HEAD[2], h, T.Q8_0)),
     }
     for name, (specs, call) in cases.items():
         ws = [random_blocks(qt, o, i, seed=j).cuda() for j, (qt, o, i) in enumerate(specs)]
@@ -174,36 +176,92 @@ SWEEP_GLU = [(16, 4, 2), (32, 4, 2), (8, 4, 2), (16, 4, 4), (16, 2, 1), (16, 2, 
              (32, 8, 4), (16, 1, 1), (32, 1, 1)]
 
 
-def step_rates(rows: list[dict], variants: list[tuple[str, bool, int]]) -> None:
-    """Whole decode step (FusedDecoder fuse_norm, batch-1 CUDA graph, 256 greedy steps) at depth 0 and
-    4096 on a synthesized Qwen2.5-0.5B-shaped Q4_K_M file, per (label, PDL, SPLIT_TARGET) variant;
-    also the largest logits difference of one replay against the first variant's."""
+def apply(v: dict) -> None:
+    """Kernel settings of one variant over the code's defaults (DEFAULTS): pdl (fused_linear.PDL_MODE, 0 off),
+    launch / glu ({qtype: (G, BO, warps)}), split ({qtype: (G, BO, warps, target programs)}), qkv_g
+    ({qtype: G}), head_apart (FusedDecoder's LM-head norm as its own kernel)."""
+    import orcd.engine.fused_decode as fd
+    import orcd.quant.kernels.fused_linear as fl
+    import orcd.quant.kernels.gemv_multi as gm
+
+    set_pdl(v.get("pdl", DEFAULTS["pdl"]))
+    for table, key in ((fl.GEMV_LAUNCH, "launch"), (fl.GLU_LAUNCH, "glu"), (fl.SPLIT_LAUNCH, "split"),
+                       (gm.QKV_G, "qkv_g")):
+        table.clear()
+        table.update(DEFAULTS[key] if key not in v else {int(k): x for k, x in v[key].items()})
+    fd.HEAD_NORM_APART = v.get("head_apart", DEFAULTS["head_apart"])
+
+
+def _defaults() -> dict:
+    import orcd.engine.fused_decode as fd
+    import orcd.quant.kernels.fused_linear as fl
+    import orcd.quant.kernels.gemv_multi as gm
+
+    return {"pdl": fl.PDL_MODE, "launch": dict(fl.GEMV_LAUNCH), "glu": dict(fl.GLU_LAUNCH),
+            "split": dict(fl.SPLIT_LAUNCH), "qkv_g": dict(gm.QKV_G), "head_apart": fd.HEAD_NORM_APART}
+
+
+DEFAULTS = _defaults()
+
+
+def step_rate(rows: list[dict], sess, depth: int, label: str, v: dict, ref: torch.Tensor | None):
+    """tok/s of the whole decode step (FusedDecoder fuse_norm, batch-1 CUDA graph, 256 greedy steps) under
+    variant v; the same prompt each time (seeded), and one replay's logits (returned, and compared to ref)."""
+    apply(v)
+    sess.graphs.pop("fused_norm", None)
+    tps = []
+    for _ in range(2):
+        torch.manual_seed(depth)  # same prompt tokens, so the cache (and the logits below) match
+        tps.append(sess.decode_graph(depth, 256, "fused_norm"))
+    p = torch.tensor([depth], device="cuda")
+    logits, _ = sess.graphs["fused_norm"].run(torch.zeros(1, dtype=torch.int64, device="cuda"), p, p,
+                                              (p + 1).int(), sess.tables)
+    logits = logits.clone()
+    diff = float((logits - (logits if ref is None else ref)).abs().max())
+    rows.append({"kernel": f"decode step depth {depth} [{label}]", "us": 1e6 / max(tps), "tok/s": max(tps),
+                 "max|dlogits|": diff, "variant": v})
+    print(f"{rows[-1]['kernel']:<60} {max(tps):7.1f} tok/s  dlogits {diff:.3g}", flush=True)
+    return logits
+
+
+def step_rates(rows: list[dict], variants: dict[str, dict], deep: int = 2) -> None:
+    """Whole decode step on a synthesized Qwen2.5-0.5B-shaped Q4_K_M file: every variant at depth 0, then
+    the first one and the `deep` fastest at depth 4096."""
     import subprocess
 
-    import orcd.quant.kernels.fused_linear as fl
     from orcd.bench_session import OrcdSession
 
     path = "/tmp/orcd_q4km.gguf"
     if not Path(path).exists():
         subprocess.run([sys.executable, "-m", "orcd.cli", "synth", "--like", "qwen2.5-0.5b", "--quant",
                         "Q4_K_M", path], check=True, capture_output=True)
-    for depth in (0, 4096):
-        sess = OrcdSession(path, num_blocks=300 if depth == 0 else (depth + 512) // 16 + 8, page=16)
-        ref = None
-        for label, pdl, split in variants:
-            set_pdl(pdl)
-            fl.SPLIT_TARGET = split
-            sess.graphs.pop("fused_norm", None)
-            tps = max(sess.decode_graph(depth, 256, "fused_norm") for _ in range(2))
-            p = torch.tensor([depth], device="cuda")
-            logits, _ = sess.graphs["fused_norm"].run(torch.zeros(1, dtype=torch.int64, device="cuda"), p, p,
-                                                      (p + 1).int(), sess.tables)
-            ref = logits.clone() if ref is None else ref
-            rows.append({"kernel": f"decode step depth {depth} [{label}] tok/s", "us": 1e6 / tps,
-                         "tok/s": tps, "max|dlogits|": float((logits - ref).abs().max())})
-        del sess
-    set_pdl(True)
-    fl.SPLIT_TARGET = 0
+    sess = OrcdSession(path, num_blocks=300, page=16)
+    ref, rates = None, {}
+    for label, v in variants.items():
+        logits = step_rate(rows, sess, 0, label, v, ref)
+        ref = logits if ref is None else ref
+        rates[label] = rows[-1]["tok/s"]
+    del sess
+    best = sorted(rates, key=rates.get, reverse=True)[:deep]
+    sess = OrcdSession(path, num_blocks=(4096 + 512) // 16 + 8, page=16)
+    ref = None
+    for label in [next(iter(variants))] + [b for b in best if b != next(iter(variants))]:
+        logits = step_rate(rows, sess, 4096, label, variants[label], ref)
+        ref = logits if ref is None else ref
+    del sess
+    apply({})
+
+
+STEP_VARIANTS = {  # the first: before this work's kernel settings; the second: the code's defaults
+    "no PDL, no split-K, head norm in GEMV": {"pdl": 0, "split": {}, "head_apart": False},
+    "defaults": {},
+    "Q6_K 5 splits": {"split": {12: (32, 4, 2, 896), 14: (4, 4, 2, 1120)}},
+    "Q4_K (16,4,2) 5 splits": {"split": {12: (16, 4, 2, 1120), 14: (4, 4, 2, 896)}},
+    "Q4_K 4 warps": {"split": {12: (32, 4, 4, 896), 14: (4, 4, 2, 896)}},
+    "Q5_0 G=8 (o, q, k)": {"launch": {**DEFAULTS["launch"], 6: (8, 4, 2)}},
+    "glu (8,4,2)": {"glu": {**DEFAULTS["launch"], 6: (8, 4, 2)}},
+    "PDL 4": {"pdl": 4},
+}
 
 
 def whole_token(rows: list[dict], n: int, gemv_max_n: int = 4) -> None:
@@ -248,18 +306,17 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--sweep", action="store_true", help="also sweep GEMV launch shapes")
-    ap.add_argument("--pdl", action="store_true", help="decode-step kernels with PDL off and on")
-    ap.add_argument("--step", action="store_true", help="whole decode step, PDL off/on (needs orcd synth)")
+    ap.add_argument("--pdl", action="store_true", help="decode-step kernels: no PDL/split-K vs defaults")
+    ap.add_argument("--step", action="store_true", help="whole decode step per STEP_VARIANTS (synth file)")
     ap.add_argument("--only", action="store_true", help="only the parts asked for by the flags above")
     args = ap.parse_args()
     rows: list[dict] = []
-    if args.pdl:
-        for on in (False, True):
-            set_pdl(on)
-            step_kernels(rows, "PDL" if on else "no PDL")
+    if args.pdl:  # each decode-step kernel before (first STEP_VARIANTS entry) and with the defaults
+        for tag, v in (("before", next(iter(STEP_VARIANTS.values()))), ("defaults", {})):
+            apply(v)
+            step_kernels(rows, tag)
     if args.step:
-        step_rates(rows, [("no PDL", False, 0), ("PDL", True, 0), ("PDL, split-K to 448 programs", True, 448),
-                          ("PDL, split-K to 896", True, 896)])
+        step_rates(rows, STEP_VARIANTS)
     if args.sweep:
         sweep(rows)
     if args.only:
@@ -277,7 +334,7 @@ def report(rows: list[dict], out: str) -> None:
     Path(out, "kernels.json").write_text(json.dumps({"device": torch.cuda.get_device_name(),
                                                      "rows": rows}, indent=1))
     for r in rows:
-        extra = "".join(f" | {k} {v:.1f}" for k, v in r.items() if k not in ("kernel", "us"))
+        extra = "".join(f" | {k} {v:.1f}" for k, v in r.items() if isinstance(v, float) and k != "us")
         print(f"{r['kernel']:<48} {r['us']:9.1f} us{extra}")
 
 

@@ -20,6 +20,9 @@ from orcd.quant.kernels.decode_ops import add_rmsnorm, rope_and_write_kv
 from orcd.quant.kernels.fused_linear import GEMV_MAX_N, fused_gemv, fused_glu, fused_linear
 from orcd.quant.kernels.gemv_multi import fused_gemv3
 
+# the final RMSNorm as its own kernel before the LM head GEMV (True) or inside it (False)
+HEAD_NORM_APART = True
+
 
 def _linear(m, x: torch.Tensor) -> torch.Tensor:
     """QuantLinear m applied to x [N, in]: fused GEMV over raw blocks (+ bias), else dense."""
@@ -106,5 +109,8 @@ class FusedDecoder:
             m = mlp.down
             fused_gemv(act, m.raw, m.out_features, m.in_features, m.qtype, residual=res)
         m = model.lm_head
+        if HEAD_NORM_APART:  # one small norm kernel: the head's ~38k programs would each redo the RMS
+            h = add_rmsnorm(None, res, model.norm.weight, model.norm.eps)
+            return fused_gemv(h, m.raw, m.out_features, m.in_features, m.qtype, m.bias).float()
         return fused_gemv(res, m.raw, m.out_features, m.in_features, m.qtype, m.bias,
                           norm=(model.norm.weight, model.norm.eps)).float()

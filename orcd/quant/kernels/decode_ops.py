@@ -15,7 +15,11 @@ from orcd.quant.kernels.fused_linear import launch_opts
 
 
 @triton.jit
-def _add_rmsnorm_kernel(d_ptr, r_ptr, w_ptr, y_ptr, H, eps, HAS_ADD: tl.constexpr, BH: tl.constexpr):
+def _add_rmsnorm_kernel(d_ptr, r_ptr, w_ptr, y_ptr, H, eps, HAS_ADD: tl.constexpr, BH: tl.constexpr,
+                        PDL: tl.constexpr = 0):
+    if PDL:  # launched early: wait for the residual, then let the next kernel (a GEMV) launch
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     t = tl.program_id(0)
     offs = tl.arange(0, BH)
     m = offs < H
@@ -36,13 +40,14 @@ def add_rmsnorm(delta: torch.Tensor | None, residual: torch.Tensor, weight: torc
     t, h = residual.shape
     y = torch.empty_like(residual)
     _add_rmsnorm_kernel[(t,)](delta if delta is not None else residual, residual, weight, y, h, float(eps),
-                              HAS_ADD=delta is not None, BH=triton.next_power_of_2(h), num_warps=4)
+                              HAS_ADD=delta is not None, BH=triton.next_power_of_2(h), num_warps=4,
+                              **launch_opts(residual.device))
     return y
 
 
 @triton.jit
 def _rope_kv_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, inv_ptr, kc_ptr, vc_ptr, slot_ptr, HQ, HKV, s_slot,
-                    D: tl.constexpr, HALF: tl.constexpr, PDL: tl.constexpr = False):
+                    D: tl.constexpr, HALF: tl.constexpr, PDL: tl.constexpr = 0):
     # program (t, h): h < HQ rotates query head h in place; else KV head h - HQ: rotate K, write K and V
     if PDL:  # launched early (programmatic dependent launch): wait for q, k, v
         tl.extra.cuda.gdc_wait()

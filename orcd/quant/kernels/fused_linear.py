@@ -31,7 +31,7 @@ GEMV_MAX_N = 4  # above: dequantize to x.dtype with a Triton kernel, then cuBLAS
 def _gemv_kernel(x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_xn, stride_yn,
                  QT: tl.constexpr, EPG: tl.constexpr, U: tl.constexpr, G: tl.constexpr, BO: tl.constexpr,
                  b_ptr=None, HAS_BIAS: tl.constexpr = False, nw_ptr=None, eps=0.0,
-                 NORM: tl.constexpr = False, RES: tl.constexpr = False, PDL: tl.constexpr = False,
+                 NORM: tl.constexpr = False, RES: tl.constexpr = False, PDL: tl.constexpr = 0,
                  ws_ptr=None, cnt_ptr=None, S: tl.constexpr = 1):
     gemv_program(tl.program_id(0), tl.program_id(1), x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_xn,
                  stride_yn, b_ptr, nw_ptr, eps, QT, EPG, U, G, BO, HAS_BIAS, NORM, RES, PDL,
@@ -42,10 +42,10 @@ def _gemv_kernel(x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_xn, strid
 def gemv_program(pid_o, n, x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_xn, stride_yn, b_ptr, nw_ptr,
                  eps, QT: tl.constexpr, EPG: tl.constexpr, U: tl.constexpr, G: tl.constexpr,
                  BO: tl.constexpr, HAS_BIAS: tl.constexpr, NORM: tl.constexpr, RES: tl.constexpr,
-                 PDL: tl.constexpr = False, ws_ptr=None, cnt_ptr=None, S: tl.constexpr = 1):
+                 PDL: tl.constexpr = 0, ws_ptr=None, cnt_ptr=None, S: tl.constexpr = 1):
     # one program: BO rows x all of K (or split s's share of it) for token n; products accumulate
     # elementwise, reduced once
-    if PDL:
+    if PDL == 2:
         tl.extra.cuda.gdc_launch_dependents()
     s = 0
     if S > 1:
@@ -69,6 +69,8 @@ def gemv_program(pid_o, n, x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride
         a, _b2, _r = gemv_tile(p8, p16, p32, row16, rmask & km, km, xr, k0, QT, G, nw_ptr, rstd, K, eps,
                                NORM, False, PDL)
         acc += a
+    if PDL == 4:
+        tl.extra.cuda.gdc_launch_dependents()
     out = tl.sum(tl.sum(acc, axis=2), axis=1)
     if S > 1:
         total, last = split_reduce(out, rows, pid_o, n, s, OUT, ws_ptr, cnt_ptr, S)
@@ -108,9 +110,9 @@ def split_reduce(out, rows, pid_o, n, s, OUT, ws_ptr, cnt_ptr, S: tl.constexpr):
 @triton.jit
 def _gemv_glu_kernel(x_ptr, g8, g16, g32, u8, u16, u32, y_ptr, OUT, K, row_bytes, stride_xn, stride_yn,
                      QT: tl.constexpr, EPG: tl.constexpr, U: tl.constexpr, G: tl.constexpr, BO: tl.constexpr,
-                     nw_ptr=None, eps=0.0, NORM: tl.constexpr = False, PDL: tl.constexpr = False):
+                     nw_ptr=None, eps=0.0, NORM: tl.constexpr = False, PDL: tl.constexpr = 0):
     # y = silu(x @ Wg.T) * (x @ Wu.T): gate and up read side by side, each x load shared by both
-    if PDL:
+    if PDL == 2:
         tl.extra.cuda.gdc_launch_dependents()
     n = tl.program_id(1)
     rows = tl.program_id(0) * BO + tl.arange(0, BO)
@@ -127,6 +129,8 @@ def _gemv_glu_kernel(x_ptr, g8, g16, g32, u8, u16, u32, y_ptr, OUT, K, row_bytes
                              NORM, False, PDL, u8, u16, u32, True)
         acc_g += a
         acc_u += b
+    if PDL == 4:
+        tl.extra.cuda.gdc_launch_dependents()
     a = tl.sum(tl.sum(acc_g, axis=2), axis=1)
     b = tl.sum(tl.sum(acc_u, axis=2), axis=1)
     out = a / (1.0 + tl.exp(-a)) * b
@@ -140,9 +144,11 @@ GEMV_LAUNCH = {8: (8, 4, 1), 6: (16, 4, 2), 12: (32, 4, 4), 14: (16, 4, 4)}
 GLU_LAUNCH = dict(GEMV_LAUNCH)  # the SwiGLU kernel (two matrices per program)
 
 
-# Split-K (GEMVs with few row programs and a long K, e.g. ffn_down 896 x 4864): split K until about
-# SPLIT_TARGET programs run; 0 turns it off. Partials are summed in split order (deterministic).
-SPLIT_TARGET = 0
+# Split-K launch per type, (G, BO, warps, target programs): a GEMV whose rows make fewer than half the
+# target programs (ffn_down 896 x 4864: 224) runs with its K split until about target programs run, each
+# split a whole number of passes; partials are summed in split order (deterministic). Picked on an H100
+# from whole-decode-step runs with PDL (docs/performance.md): Q4_K 3 splits of one pass, Q6_K 4 splits.
+SPLIT_LAUNCH: dict[int, tuple[int, int, int, int]] = {12: (32, 4, 2, 896), 14: (4, 4, 2, 896)}
 MAX_SPLIT = 8
 
 
@@ -153,13 +159,22 @@ def gemv_config(qt: int, out_features: int, in_features: int, glu: bool = False)
     return g, bo, warps
 
 
-def gemv_splits(qt: int, out_features: int, in_features: int, g: int, bo: int) -> int:
-    """How many K splits the GEMV of this shape runs with (1: none)."""
-    nprog = triton.cdiv(out_features, bo)
-    passes = triton.cdiv(in_features, g * GEMV_GROUPS[qt][0])
-    if SPLIT_TARGET <= nprog or passes < 2:
-        return 1
-    return min(MAX_SPLIT, passes, SPLIT_TARGET // nprog)
+def gemv_plan(qt: int, out_features: int, in_features: int) -> tuple[int, int, int, int]:
+    """(G, BO, num_warps, K splits) for fused_gemv: SPLIT_LAUNCH's where it applies, else no split."""
+    if qt in SPLIT_LAUNCH:
+        g_max, bo, warps, target = SPLIT_LAUNCH[qt]
+        g = min(g_max, triton.next_power_of_2(triton.cdiv(in_features, GEMV_GROUPS[qt][0])))
+        nprog = triton.cdiv(out_features, bo)
+        passes = triton.cdiv(in_features, g * GEMV_GROUPS[qt][0])
+        if 2 * nprog <= target and passes >= 2:
+            return g, bo, warps, min(MAX_SPLIT, passes, target // nprog)
+    return (*gemv_config(qt, out_features, in_features), 1)
+
+
+# PDL: 0 off; else kernels wait (griddepcontrol.wait) before reading anything the previous kernel
+# wrote, and let the next kernel launch (launch_dependents): 1 never (at exit), 2 at their start,
+# 3 right after the wait, 4 after their main loop (before the reduction and epilogue).
+PDL_MODE = 3
 
 
 @functools.lru_cache(maxsize=8)
@@ -174,7 +189,7 @@ def pdl_enabled(device: torch.device) -> bool:
 
 def launch_opts(device: torch.device) -> dict:
     """Launch keywords for the GEMV-style kernels: PDL (constexpr) and, when on, launch_pdl."""
-    return {"PDL": True, "launch_pdl": True} if pdl_enabled(device) else {}
+    return {"PDL": PDL_MODE, "launch_pdl": True} if pdl_enabled(device) and PDL_MODE else {}
 
 
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
@@ -242,9 +257,9 @@ def fused_gemv(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feature
     if (norm is not None or residual is not None) and n > GEMV_MAX_N:
         raise ValueError("norm/residual fusion is for the GEMV path (N <= GEMV_MAX_N)")
     if n <= GEMV_MAX_N:
-        g, bo, warps = gemv_config(qt, out_features, in_features)
-        launch_gemv(x, raw, y, qt, out_features, in_features, g, bo, warps,
-                    gemv_splits(qt, out_features, in_features, g, bo), bias, norm, residual is not None)
+        g, bo, warps, splits = gemv_plan(qt, out_features, in_features)
+        launch_gemv(x, raw, y, qt, out_features, in_features, g, bo, warps, splits, bias, norm,
+                    residual is not None)
         return y
     # more tokens: dequantize to x.dtype (Triton), then one cuBLAS GEMM
     w = dequantize_raw(raw, qt, out_features, in_features, x.dtype)

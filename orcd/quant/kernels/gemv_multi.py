@@ -21,6 +21,10 @@ from orcd.quant.kernels.fused_linear import (
     launch_opts,
 )
 
+# groups per pass by type for this launch (else gemv_config's): enough for all of K in one pass where
+# it is short, so every weight load is issued before the wait for x (PDL)
+QKV_G: dict[int, int] = {}
+
 
 @triton.jit
 def _gemv3_kernel(x_ptr, K, stride_xn, nw_ptr, eps,
@@ -28,7 +32,7 @@ def _gemv3_kernel(x_ptr, K, stride_xn, nw_ptr, eps,
                   QA: tl.constexpr, EA: tl.constexpr, UA: tl.constexpr, GA: tl.constexpr,
                   QB: tl.constexpr, EB: tl.constexpr, UB: tl.constexpr, GB: tl.constexpr,
                   QC: tl.constexpr, EC: tl.constexpr, UC: tl.constexpr, GC: tl.constexpr,
-                  BO: tl.constexpr, HAS_BIAS: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr = False):
+                  BO: tl.constexpr, HAS_BIAS: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr = 0):
     pid = tl.program_id(0)
     n = tl.program_id(1)
     na = tl.cdiv(OA, BO)
@@ -57,7 +61,9 @@ def fused_gemv3(x: torch.Tensor, weights: list[tuple[torch.Tensor, int, int, tor
         y = torch.empty((n, out_f), dtype=x.dtype, device=x.device)
         ys.append(y)
         args += [*_views(raw, qt), y, out_f, in_features // BLOCK_SIZE[qt] * TYPE_SIZE[qt], bias]
-        g, _, _ = gemv_config(qt, out_f, in_features)
+        g = gemv_config(qt, out_f, in_features)[0]
+        if qt in QKV_G:
+            g = min(QKV_G[qt], triton.next_power_of_2(triton.cdiv(in_features, GEMV_GROUPS[qt][0])))
         epg, u = GEMV_GROUPS[qt]
         consts.update({f"Q{'ABC'[j]}": qt, f"E{'ABC'[j]}": epg, f"U{'ABC'[j]}": u, f"G{'ABC'[j]}": g})
         nprog += triton.cdiv(out_f, 4)

@@ -35,10 +35,13 @@ def _rstd(xr, K, eps, NORM: tl.constexpr):
 
 @triton.jit
 def _sync(xr, K, eps, rstd, WAIT: tl.constexpr, PDL: tl.constexpr, NORM: tl.constexpr):
-    """First pass (WAIT): wait for the previous kernel's writes (PDL), then rstd of x; else rstd as given."""
+    """First pass (WAIT): wait for the previous kernel's writes (PDL), then rstd of x; else rstd as given.
+    PDL (see fused_linear.PDL_MODE) 3 also lets the next kernel launch right after the wait."""
     if WAIT:
         if PDL:
             tl.extra.cuda.gdc_wait()
+        if PDL == 3:
+            tl.extra.cuda.gdc_launch_dependents()
         rstd = _rstd(xr, K, eps, NORM)
     return rstd
 
