@@ -126,20 +126,22 @@ def _array(cur: Cursor, key: str) -> list[Any]:
 
 
 def _strings(cur: Cursor, count: int, key: str) -> list[str]:
-    """A string array (vocabularies: ~150k entries, so a tight loop with the bounds checks inline)."""
+    """A string array (vocabularies: ~150k entries, so a tight loop with the bounds checks inline: a
+    length field past the end is struct.error from unpack_from, a string past the end is `end > size`)."""
     buf, pos, size, unpack = cur.buf, cur.pos, cur.size, _U64.unpack_from
     out: list[str] = []
     append = out.append
     try:
         for _ in range(count):
-            if pos + 8 > size:
-                raise GGUFError(f"truncated file: metadata array {key} runs past the end")
             (n,) = unpack(buf, pos)
             pos += 8
-            if n > size - pos:
+            end = pos + n
+            if end > size:
                 raise GGUFError(f"metadata array {key}[{len(out)}] claims {n} bytes, more than remain")
-            append(buf[pos : pos + n].decode("utf-8"))
-            pos += n
+            append(buf[pos:end].decode())
+            pos = end
+    except struct.error:
+        raise GGUFError(f"truncated file: metadata array {key} runs past the end") from None
     except UnicodeDecodeError:
         raise GGUFError(f"metadata array {key}[{len(out)}] is not valid UTF-8") from None
     cur.pos = pos

@@ -139,3 +139,34 @@ def test_missing_metadata_key(tmp_path: Path, tiny_qwen2_gguf: Path) -> None:
     f = open_gguf(write(tmp_path, data[:j] + b"general.architectur_" + data[j + 20 :], "x.gguf"))
     with pytest.raises(GGUFError, match="missing metadata key general.architecture"):
         _ = f.architecture
+
+
+def _token_fields(data: bytes) -> list:
+    return [f for f in header_fields(data) if f.kind == "str_len" and f.label == "tokenizer.ggml.tokens"]
+
+
+@pytest.mark.parametrize(("k", "value", "text"), [
+    (7, 2**64 - 1, "tokenizer.ggml.tokens[7] claims"),
+    (0, 2**40, "tokenizer.ggml.tokens[0] claims"),
+    (-1, 10**7, "tokenizer.ggml.tokens[319] claims"),
+])
+def test_string_array_length_past_the_end(tmp_path: Path, tiny_qwen2_gguf: Path, k: int, value: int,
+                                          text: str) -> None:
+    data = tiny_qwen2_gguf.read_bytes()
+    assert text in load_error(tmp_path, patch(data, _token_fields(data)[k], value))
+
+
+def test_string_array_cut_anywhere(tmp_path: Path, tiny_qwen2_gguf: Path) -> None:
+    # the file ends inside the token array: inside a length field, or inside a string
+    data = tiny_qwen2_gguf.read_bytes()
+    f = _token_fields(data)[100]
+    for cut in (f.offset + 3, f.offset + 8 + 1):
+        msg = load_error(tmp_path, data[:cut])
+        assert "tokenizer.ggml.tokens" in msg and ("runs past the end" in msg or "claims" in msg), msg
+
+
+def test_string_array_invalid_utf8_names_the_element(tmp_path: Path, tiny_qwen2_gguf: Path) -> None:
+    data = tiny_qwen2_gguf.read_bytes()
+    f = _token_fields(data)[42]
+    bad = data[: f.offset + 8] + b"\xc3" + data[f.offset + 9 :]  # a lead byte, then no continuation
+    assert "tokenizer.ggml.tokens[42] is not valid UTF-8" in load_error(tmp_path, bad)
