@@ -1,10 +1,11 @@
 """Batch-invariant y = x @ W.T (+ b): one tensor-core GEMM, one tile shape for every number of rows.
 
-Row m of y depends only on row m of x: each program computes a [BM, BN] tile of y by walking K in fixed
-BK steps from 0, accumulating tl.dot partials in fp32; BM, BN, BK and the warp count depend only on the
-weight's type, never on M. So a token's output is bit-identical whether it is alone (decode, M = 1) or
-one of 512 rows of a prefill, which the GEMV (<= 4 rows) / dequantize + cuBLAS (M-dependent kernels)
-split of fused_linear.py does not give. Raw GGUF weights are dequantized tile by tile inside the K loop
+Row m of y depends only on row m of x: each program computes a [BM, BN] tile of y over one fixed slice
+of K (SPLIT_ITERS steps of BK), accumulating tl.dot partials in fp32; a second kernel adds the slices'
+fp32 partials in slice order (split-K gives a one-row decode enough programs). BM, BN, BK, the slices
+and the warp count depend only on the weight's type and K, never on M. So a token's output is
+bit-identical whether it is alone (decode, M = 1) or one of 512 rows of a prefill, which the GEMV
+(<= 4 rows) / dequantize + cuBLAS (M-dependent kernels) split of fused_linear.py does not give. Raw GGUF weights are dequantized tile by tile inside the K loop
 (tiles.py) and rounded to x's dtype, as the dequantize-to-bf16 path rounds them; dense weights are read
 as they are. fp32 uses IEEE products (no TF32).
 """
@@ -22,24 +23,29 @@ DENSE = 0  # "type id" of a dense weight (F32/F16/BF16 [out, in])
 K_TILES = {DENSE: (64, 1), 8: (32, 4), 6: (32, 4), 12: (32, 8), 14: (16, 16)}
 BLOCK_M = 32
 BLOCK_N = 32
+SPLIT_ITERS = 2  # K steps per split: splits = ceil(K / BK / SPLIT_ITERS) programs share a tile's K range
 BLOCK_SIZE = {8: 32, 6: 32, 12: 256, 14: 256}
 TYPE_SIZE = {8: 34, 6: 22, 12: 144, 14: 210}
 
 
 @triton.jit
-def _inv_mm_kernel(x_ptr, w_ptr, w16_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_ym, w_row,
+def _inv_mm_kernel(x_ptr, w_ptr, w16_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm, stride_ym, w_row,
                    QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                   HAS_BIAS: tl.constexpr, IEEE: tl.constexpr):
-    # w_row: elements per weight row (dense) or bytes per weight row (raw GGUF blocks)
+                   SPLIT_ITERS: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr):
+    # w_row: elements per weight row (dense) or bytes per weight row (raw GGUF blocks).
+    # Program (n tile, m tile, split s) sums K steps [s * SPLIT_ITERS, (s + 1) * SPLIT_ITERS) in order;
+    # with more than one split it writes fp32 partials ws [splits, M, N] for _inv_reduce_kernel.
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
+    split = tl.program_id(2)
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
     mmask = rm < M
     nmask = rn < N
     BK: tl.constexpr = S * G
     acc = tl.zeros([BM, BN], dtype=tl.float32)
-    for k0 in range(0, K, BK):
+    k_lo = split * SPLIT_ITERS * BK
+    for k0 in range(k_lo, tl.minimum(k_lo + SPLIT_ITERS * BK, K), BK):
         kk = k0 + tl.arange(0, BK)
         x = tl.load(x_ptr + rm.to(tl.int64)[:, None] * stride_xm + kk[None, :],
                     mask=mmask[:, None] & (kk[None, :] < K), other=0.0)  # [BM, BK]
@@ -55,10 +61,30 @@ def _inv_mm_kernel(x_ptr, w_ptr, w16_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stri
             acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
         else:
             acc = tl.dot(x, tl.trans(w), acc)
+    omask = mmask[:, None] & nmask[None, :]
+    if tl.num_programs(2) > 1:
+        ws = ws_ptr + (split * M + rm.to(tl.int64))[:, None] * N + rn[None, :]
+        tl.store(ws, acc, mask=omask)
+    else:
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_ptr + rm.to(tl.int64)[:, None] * stride_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty),
+                 mask=omask)
+
+
+@triton.jit
+def _inv_reduce_kernel(ws_ptr, b_ptr, y_ptr, M, N, stride_ym, SPLITS: tl.constexpr, BLOCK: tl.constexpr,
+                       HAS_BIAS: tl.constexpr):
+    # y[m, n] = ((partial_0 + partial_1) + ...) + bias: splits added in order, the same for every M
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < M * N
+    acc = tl.load(ws_ptr + offs, mask=mask, other=0.0)
+    for s in tl.static_range(1, SPLITS):
+        acc += tl.load(ws_ptr + s * M * N + offs, mask=mask, other=0.0)
+    n = offs % N
     if HAS_BIAS:
-        acc += tl.load(b_ptr + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
-    ptrs = y_ptr + rm.to(tl.int64)[:, None] * stride_ym + rn[None, :]
-    tl.store(ptrs, acc.to(y_ptr.dtype.element_ty), mask=mmask[:, None] & nmask[None, :])
+        acc += tl.load(b_ptr + n, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + (offs // N).to(tl.int64) * stride_ym + n, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 def invariant_kernel_types() -> frozenset[int]:
@@ -90,8 +116,14 @@ def invariant_linear(x: torch.Tensor, weight: torch.Tensor, qtype: int = DENSE, 
     if m == 0:
         return y
     s, g = K_TILES[qt]
-    grid = (triton.cdiv(n, BLOCK_N), triton.cdiv(m, BLOCK_M))
-    _inv_mm_kernel[grid](x, weight, w16, bias, y, m, n, k, x.stride(0), y.stride(0), w_row,
-                         QT=qt, S=s, G=g, BM=BLOCK_M, BN=BLOCK_N, HAS_BIAS=bias is not None,
-                         IEEE=x.dtype == torch.float32, num_warps=4)
+    splits = triton.cdiv(triton.cdiv(k, s * g), SPLIT_ITERS)  # a function of K only, never of M
+    ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else None
+    grid = (triton.cdiv(n, BLOCK_N), triton.cdiv(m, BLOCK_M), splits)
+    _inv_mm_kernel[grid](x, weight, w16, bias, y, ws, m, n, k, x.stride(0), y.stride(0), w_row,
+                         QT=qt, S=s, G=g, BM=BLOCK_M, BN=BLOCK_N, SPLIT_ITERS=SPLIT_ITERS,
+                         HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32, num_warps=4)
+    if splits > 1:
+        block = 1024
+        _inv_reduce_kernel[(triton.cdiv(m * n, block),)](ws, bias, y, m, n, y.stride(0), SPLITS=splits,
+                                                         BLOCK=block, HAS_BIAS=bias is not None, num_warps=4)
     return y
