@@ -59,7 +59,7 @@ def run_round(engine, prompts: list[list[int]], gen_len: int, deadline: Deadline
 
 def bench_engine(path: str, device: str, concurrency: list[int], prompt_len: int, gen_len: int,
                  warmup_len: int, max_num_seqs: int, enforce_eager: bool, deadline: Deadline,
-                 batch_invariant: bool = False) -> dict:
+                 batch_invariant: str = "seeded") -> dict:
     from orcd.engine.llm_engine import LLMEngine
     from orcd.engine.loader import load_model
 
@@ -70,12 +70,13 @@ def bench_engine(path: str, device: str, concurrency: list[int], prompt_len: int
     t0 = time.perf_counter()
     engine = LLMEngine(loaded, num_kv_blocks=blocks, max_num_seqs=max_num_seqs, enforce_eager=enforce_eager,
                        batch_invariant=batch_invariant)
-    graph = getattr(engine.runner, "graph", None)  # CUDA graphs of decode steps, captured just now
+    # CUDA graphs of decode steps, captured just now (policy "all": only the batch-invariant ones)
+    graph = getattr(engine.runner, "graph", None) or getattr(engine.runner, "graph_invariant", None)
     out: dict = {"load_s": loaded.load_seconds, "engine_init_s": time.perf_counter() - t0,
                  "decode_graphs": None if graph is None else {
                      "buckets": list(graph.buckets), "capture_s": graph.capture_seconds,
                      "fused": bool(getattr(graph, "fused", False))},
-                 "weights_MiB": loaded.weights_bytes / 2**20,
+                 "batch_invariant": batch_invariant, "weights_MiB": loaded.weights_bytes / 2**20,
                  "num_kv_blocks": blocks, "max_num_seqs": max_num_seqs,
                  "max_num_batched_tokens": engine.scheduler.max_num_batched_tokens, "rounds": {}}
     vocab = loaded.cfg.vocab_size

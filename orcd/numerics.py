@@ -36,3 +36,17 @@ def batch_invariant_mode(on: bool = True) -> Iterator[None]:
         yield
     finally:
         _enabled[0] = prev
+
+
+POLICIES = ("off", "seeded", "all")  # which steps of an engine run batch-invariant
+
+
+def invariant_policy(value: str | bool) -> str:
+    """Normalize an engine's batch_invariant option: "off" (never), "seeded" (steps holding a request
+    with a seed, the default: its tokens do not depend on the batch, other steps keep the fast kernels),
+    "all" (every step); True / False mean "all" / "off"."""
+    if value is True or value is False:
+        return "all" if value else "off"
+    if value not in POLICIES:
+        raise ValueError(f"batch_invariant must be one of {', '.join(POLICIES)}, got {value!r}")
+    return value

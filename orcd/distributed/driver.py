@@ -86,8 +86,7 @@ def _eager_runner(loaded, num_kv_blocks: int, block_size: int) -> ModelRunner:
     """A ModelRunner that runs every step through model.forward: fused/graph decode paths read the
     QuantLinear buffers directly and would skip the sharded model's all-reduces."""
     runner = ModelRunner(loaded, num_kv_blocks, block_size)
-    if getattr(runner, "graph", None) is not None:
-        runner.graph = None
+    runner.graph = runner.graph_invariant = None
     return runner
 
 

@@ -65,7 +65,7 @@ class BlockManager:
         if not self.enable_prefix_caching:
             seq.num_cached_tokens = 0
             return 0
-        prev: int | None = None
+        prev: int | None = seq.cache_salt
         bs = self.block_size
         for i in range((seq.num_tokens - 1) // bs):
             tokens = tuple(seq.token_slice(i * bs, (i + 1) * bs))
@@ -93,7 +93,7 @@ class BlockManager:
         bs = self.block_size
         n_full = min(seq.num_computed // bs, len(seq.block_table))
         for i in range(len(seq.block_hashes), n_full):
-            prev = seq.block_hashes[-1] if seq.block_hashes else None
+            prev = seq.block_hashes[-1] if seq.block_hashes else seq.cache_salt
             tokens = tuple(seq.token_slice(i * bs, (i + 1) * bs))
             h = chain_hash(prev, tokens)
             seq.block_hashes.append(h)

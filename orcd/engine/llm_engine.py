@@ -18,6 +18,7 @@ from orcd.errors import ContextLengthExceededError, RequestError
 
 log = logging.getLogger(__name__)
 
+SEEDED_CACHE_SALT = 0x5EED  # prefix-cache namespace of sequences computed with batch-invariant kernels
 CPU_KV_TOKENS = 32768  # on the CPU there is no free memory to measure: size the pool in tokens
 
 
@@ -42,12 +43,14 @@ class LLMEngine:
         enable_prefix_caching: bool = True,
         runner=None,
         enforce_eager: bool = False,
-        batch_invariant: bool = False,
+        batch_invariant: str | bool = "seeded",
     ):
         """enforce_eager: never use CUDA graphs (otherwise decode-only steps on CUDA replay captured
         graphs of the fused decode step; they are captured here, see orcd.engine.graph_runner).
-        batch_invariant: on CUDA, compute every token with the batch-invariant kernels (orcd.numerics), so
-        a seeded or greedy request returns the same tokens alone or in any batch (CPU always does)."""
+        batch_invariant: "seeded" (default): on CUDA, steps that hold a request with a seed run the
+        batch-invariant kernels (orcd.numerics), so a seeded request returns the same tokens alone or in any
+        batch, and seeded requests share prefix-cache blocks only with each other; "all": every step
+        (greedy requests without a seed too); "off": never. The CPU path is invariant in every mode."""
         self.loaded = loaded
         self.cfg = loaded.cfg
         self.tokenizer = loaded.tokenizer
@@ -103,6 +106,8 @@ class LLMEngine:
         if req.request_id in self._requests:
             raise RequestError(f"request id {req.request_id!r} is already running", param="request_id")
         seq = Sequence(req.request_id, req.prompt_token_ids, req.sampling)
+        if req.sampling.seed is not None and getattr(self.runner, "invariant_policy", "off") == "seeded":
+            seq.cache_salt = SEEDED_CACHE_SALT  # its blocks hold K/V from the invariant kernels only
         out = RequestOutput(seq, self.tokenizer.detokenizer(skip_special=True), self.tokenizer.eog_ids)
         self._requests[req.request_id] = out
         self._by_seq[seq.seq_id] = out
@@ -202,7 +207,7 @@ class LLMEngine:
             "max_num_seqs": self.scheduler.max_num_seqs,
             "max_num_batched_tokens": self.scheduler.max_num_batched_tokens,
             "max_model_len": self.max_model_len,
-            "batch_invariant": bool(getattr(self.runner, "batch_invariant", False)),
+            "batch_invariant": getattr(self.runner, "invariant_policy", "off"),
             **self.counters,
             "time": time.time(),
         }

@@ -19,7 +19,7 @@ from orcd.engine.kv_cache import KVCache
 from orcd.engine.prefill_graphs import PrefillGraphs
 from orcd.engine.sampler import SampleRow, _has_penalty, sample
 from orcd.models.layers.attention import AttnMetadata
-from orcd.numerics import batch_invariant_mode
+from orcd.numerics import batch_invariant_mode, invariant_policy
 
 log = logging.getLogger(__name__)
 
@@ -70,55 +70,70 @@ def prepare_inputs(sched: SchedulerOutput, block_size: int, device: torch.device
 
 class ModelRunner:
     def __init__(self, loaded, num_kv_blocks: int, block_size: int, *, decode_graphs: bool = False,
-                 max_num_seqs: int = 64, max_model_len: int | None = None, batch_invariant: bool = False):
+                 max_num_seqs: int = 64, max_model_len: int | None = None,
+                 batch_invariant: str | bool = "off"):
         """decode_graphs: on CUDA with triton, capture decode-only steps as CUDA graphs of the fused
         decode step (orcd.engine.graph_runner) now; the KV cache then holds one extra block past the
         block manager's ids 0..num_kv_blocks-1, the scratch block padded graph rows write to.
         Elsewhere (CPU, no triton) the flag is ignored and every step runs eagerly.
-        batch_invariant: run every step (and capture the decode graphs of model.forward, not the fused
-        decode step) with the batch-invariant kernels of orcd.numerics: a row's tokens then do not depend
-        on the rest of the batch, at a cost in speed (docs/performance.md)."""
-        self.batch_invariant = batch_invariant
+        batch_invariant (orcd.numerics.invariant_policy): which steps run the batch-invariant kernels, with
+        which a row's tokens do not depend on the rest of the batch, at a cost in speed
+        (docs/performance.md): "off", "seeded" (steps holding a sequence with a seed) or "all". Their
+        decode graphs capture model.forward under those kernels, beside the fused ones."""
+        self.invariant_policy = invariant_policy(batch_invariant)
+        self.batch_invariant = self.invariant_policy == "all"
         self.loaded = loaded
         self.model = loaded.model
         self.device = loaded.device
         self.block_size = block_size
-        self.graph: GraphDecoder | None = None
+        self.graph: GraphDecoder | None = None  # decode graphs of the fast (fused) step
+        self.graph_invariant: GraphDecoder | None = None  # ... of model.forward, batch-invariant kernels
         use_graphs = decode_graphs and graphs_supported(torch.device(loaded.device))
         extra = 1 if use_graphs else 0  # the scratch block, index num_kv_blocks
         self.kv = KVCache.allocate(loaded.cfg, num_kv_blocks + extra, block_size, loaded.device, loaded.dtype)
         if use_graphs:
             max_len = max_model_len or min(loaded.cfg.context_length, num_kv_blocks * block_size)
-            self._capture(max_len, max_num_seqs, scratch_block=num_kv_blocks)
+            if self.invariant_policy != "all":
+                self.graph = self._capture(max_len, max_num_seqs, num_kv_blocks, invariant=False)
+            if self.invariant_policy != "off":
+                self.graph_invariant = self._capture(max_len, max_num_seqs, num_kv_blocks, invariant=True)
         # fresh-prompt prefill steps: CUDA graphs captured lazily per bucket (orcd.engine.prefill_graphs);
         # fp16/bf16 only (fp32 attention loops over sequences on the host), not batch-invariant (its
         # attention kernel is not known capturable with a padded layout); ORCD_PREFILL_GRAPHS=0: off
         self.prefill_graphs: PrefillGraphs | None = None
-        if (use_graphs and not getattr(self, "batch_invariant", False)
+        if (use_graphs and self.invariant_policy != "all"
                 and loaded.dtype in (torch.float16, torch.bfloat16)
                 and os.environ.get("ORCD_PREFILL_GRAPHS", "1") != "0"):
             self.prefill_graphs = PrefillGraphs(self.model, self.kv, block_size, num_kv_blocks, max_num_seqs)
 
-    def _capture(self, max_model_len: int, max_num_seqs: int, scratch_block: int) -> None:
-        """Capture the decode graphs; on failure (e.g. out of memory) log it and stay eager."""
+    def _capture(self, max_model_len: int, max_num_seqs: int, scratch_block: int,
+                 invariant: bool) -> GraphDecoder | None:
+        """Capture decode graphs; on failure (e.g. out of memory) log it and return None (stay eager)."""
         try:
-            with batch_invariant_mode(self.batch_invariant):
+            with batch_invariant_mode(invariant):
                 graph = GraphDecoder(self.model, self.kv, self.block_size, max_model_len, max_num_seqs,
-                                     scratch_block, fuse=not self.batch_invariant)
+                                     scratch_block, fuse=not invariant)
                 secs = graph.capture()
         except Exception as err:  # noqa: BLE001 - any capture failure: stay eager, keep serving
             log.warning("CUDA graph capture failed, decoding eagerly: %s", str(err).splitlines()[0])
             torch.cuda.empty_cache()
-            return
-        self.graph = graph
-        log.info("captured %d decode CUDA graphs (batch %s, %s, block table width %d) in %.2f s",
+            return None
+        log.info("captured %d decode CUDA graphs (batch %s, %s%s, block table width %d) in %.2f s",
                  len(graph.buckets), ",".join(map(str, graph.buckets)),
-                 "fused" if graph.fused else "model.forward", graph.width, secs)
+                 "fused" if graph.fused else "model.forward", ", batch-invariant" if invariant else "",
+                 graph.width, secs)
+        return graph
+
+    def step_is_invariant(self, sched: SchedulerOutput) -> bool:
+        """Whether this step runs the batch-invariant kernels (policy "seeded": any seeded sequence)."""
+        if self.invariant_policy == "seeded":
+            return any(s.sampling.seed is not None for s in sched.seqs)
+        return self.invariant_policy == "all"
 
     @torch.inference_mode()
     def forward(self, sched: SchedulerOutput) -> torch.Tensor:
         """Run the model on one step; returns logits [N, V] float32 of the rows with sample=True."""
-        with batch_invariant_mode(self.batch_invariant):
+        with batch_invariant_mode(self.step_is_invariant(sched)):
             return self.run(prepare_inputs(sched, self.block_size, self.device))
 
     def run(self, inp: StepInputs) -> torch.Tensor:
@@ -127,17 +142,20 @@ class ModelRunner:
         return self.model.compute_logits(hidden[inp.sample_rows])
 
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
-        with batch_invariant_mode(self.batch_invariant):
-            return self._execute(sched)
+        invariant = self.step_is_invariant(sched)
+        with batch_invariant_mode(invariant):
+            return self._execute(sched, invariant)
 
-    def _execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
+    def _execute(self, sched: SchedulerOutput, invariant: bool) -> ModelRunnerOutput:
         if sched.empty:
             return ModelRunnerOutput(sampled={})
         try:
             res = None
-            if self.graph is not None and self.graph.eligible(sched.seqs):
-                res = self._graph_step(sched)
-            elif self.prefill_graphs is not None and (key := self.prefill_graphs.bucket(sched.seqs)):
+            graph = self.graph_invariant if invariant else self.graph
+            if graph is not None and graph.eligible(sched.seqs):
+                res = self._graph_step(graph, sched)
+            elif (not invariant and self.prefill_graphs is not None
+                  and (key := self.prefill_graphs.bucket(sched.seqs))):
                 res = self.prefill_graphs.run(sched.seqs, key)  # None: capture failed, run it eagerly
             if res is not None:
                 tokens, to_sample = res
@@ -156,9 +174,9 @@ class ModelRunner:
         return ModelRunnerOutput(sampled={s.seq_id: tok for s, tok in zip(to_sample, tokens, strict=True)})
 
     @torch.inference_mode()
-    def _graph_step(self, sched: SchedulerOutput) -> tuple[list[int], list]:
+    def _graph_step(self, graph: GraphDecoder, sched: SchedulerOutput) -> tuple[list[int], list]:
         """A decode-only step from the CUDA graphs -> (tokens, the sequences they belong to)."""
-        logits, greedy = self.graph.run(sched.seqs)
+        logits, greedy = graph.run(sched.seqs)
         idx = [i for i, s in enumerate(sched.seqs) if s.sample]
         to_sample = [sched.seqs[i] for i in idx]
         rows = [SampleRow(s.sampling, s.penalty_token_ids, s.num_generated) for s in to_sample]

@@ -39,6 +39,9 @@ class Sequence:
         self.block_table: list[int] = []
         self.block_hashes: list[int] = []
         self.num_cached_tokens = 0  # prompt tokens served from the prefix cache at the last admission
+        # Prefix-cache namespace: the first block's hash chains from it (the engine gives sequences it
+        # computes with batch-invariant kernels their own, so they never reuse K/V computed otherwise)
+        self.cache_salt: int | None = None
         self.num_preemptions = 0
         self.finish_reason: FinishReason | None = None
         self.arrival_time = time.monotonic()

@@ -46,9 +46,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up generation")
     p.add_argument("--enforce-eager", action="store_true",
                    help="no CUDA graphs: run decode steps eagerly (graphs are CUDA-only anyway)")
-    p.add_argument("--batch-invariant", action="store_true",
-                   help="CUDA: batch-invariant kernels, so a seeded or greedy request gives the same tokens "
-                        "alone or in any batch (slower; CPU is always invariant)")
+    p.add_argument("--batch-invariant", choices=["seeded", "all", "off"], default="seeded",
+                   help="CUDA steps run with batch-invariant kernels, so a request's tokens do not depend on "
+                        "its batch: seeded = steps holding a request with a seed (default), all = every "
+                        "step, off = never (slower kernels while on; the CPU is always invariant)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
                    help="split the model over N ranks (N GPUs with --device cuda, gloo processes on cpu)")

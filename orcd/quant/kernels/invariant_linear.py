@@ -5,9 +5,9 @@ of K (SPLIT_ITERS steps of BK), accumulating tl.dot partials in fp32; a second k
 fp32 partials in slice order (split-K gives a one-row decode enough programs). BM, BN, BK, the slices
 and the warp count depend only on the weight's type and K, never on M. So a token's output is
 bit-identical whether it is alone (decode, M = 1) or one of 512 rows of a prefill, which the GEMV
-(<= 4 rows) / dequantize + cuBLAS (M-dependent kernels) split of fused_linear.py does not give. Raw GGUF weights are dequantized tile by tile inside the K loop
-(tiles.py) and rounded to x's dtype, as the dequantize-to-bf16 path rounds them; dense weights are read
-as they are. fp32 uses IEEE products (no TF32).
+(<= 4 rows) / dequantize + cuBLAS (M-dependent kernels) split of fused_linear.py does not give.
+Raw GGUF weights are dequantized tile by tile inside the K loop (tiles.py) and rounded to x's dtype, as
+the dequantize-to-bf16 path rounds them; dense weights are read as they are. fp32 uses IEEE products.
 """
 
 from __future__ import annotations
