@@ -31,7 +31,8 @@ TYPE_SIZE = {8: 34, 6: 22, 12: 144, 14: 210}
 @triton.jit
 def _inv_mm_kernel(x_ptr, w_ptr, w16_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm, stride_ym, w_row,
                    QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                   SPLIT_ITERS: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr):
+                   SPLIT_ITERS: tl.constexpr, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                   IEEE: tl.constexpr):
     # w_row: elements per weight row (dense) or bytes per weight row (raw GGUF blocks).
     # Program (n tile, m tile, split s) sums K steps [s * SPLIT_ITERS, (s + 1) * SPLIT_ITERS) in order;
     # with more than one split it writes fp32 partials ws [splits, M, N] for _inv_reduce_kernel.
@@ -62,7 +63,7 @@ def _inv_mm_kernel(x_ptr, w_ptr, w16_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_
         else:
             acc = tl.dot(x, tl.trans(w), acc)
     omask = mmask[:, None] & nmask[None, :]
-    if tl.num_programs(2) > 1:
+    if SPLIT:
         ws = ws_ptr + (split * M + rm.to(tl.int64))[:, None] * N + rn[None, :]
         tl.store(ws, acc, mask=omask)
     else:
@@ -120,7 +121,7 @@ def invariant_linear(x: torch.Tensor, weight: torch.Tensor, qtype: int = DENSE, 
     ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else None
     grid = (triton.cdiv(n, BLOCK_N), triton.cdiv(m, BLOCK_M), splits)
     _inv_mm_kernel[grid](x, weight, w16, bias, y, ws, m, n, k, x.stride(0), y.stride(0), w_row,
-                         QT=qt, S=s, G=g, BM=BLOCK_M, BN=BLOCK_N, SPLIT_ITERS=SPLIT_ITERS,
+                         QT=qt, S=s, G=g, BM=BLOCK_M, BN=BLOCK_N, SPLIT_ITERS=SPLIT_ITERS, SPLIT=splits > 1,
                          HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32, num_warps=4)
     if splits > 1:
         block = 1024

@@ -28,28 +28,32 @@ def _f16_at(p16, byte_off, mask):
 
 @triton.jit
 def tile_q8_0(p8, p16, row_off, rmask, k0, G: tl.constexpr):
+    # quants read as 16 halfwords per block (blocks are only 2-byte aligned): half the loads of bytes
     g = tl.arange(0, G)[None, :, None]
-    j = tl.arange(0, 32)[None, None, :]
+    h = tl.arange(0, 16)[None, None, :]
     blk_off = row_off + (k0 // 32 + g) * 34  # [BO, G, 1]
     d = _f16_at(p16, blk_off, rmask)
-    q = tl.load(p8 + blk_off + 2 + j, mask=rmask, other=0).to(tl.int8, bitcast=True)
-    return d * q.to(tl.float32)
+    v = tl.load(p16 + blk_off // 2 + 1 + h, mask=rmask, other=0).to(tl.int32)  # sign-extended
+    q = tl.join(((v << 24) >> 24).to(tl.float32), (v >> 8).to(tl.float32))  # [BO, G, 16, 2]: 2h, 2h+1
+    return d * tl.reshape(q, [q.shape[0], G, 32])
 
 
 @triton.jit
 def tile_q5_0(p8, p16, row_off, rmask, k0, G: tl.constexpr):
     g = tl.arange(0, G)[None, :, None]
-    j = tl.arange(0, 32)[None, None, :]
     blk_off = row_off + (k0 // 32 + g) * 22
     d = _f16_at(p16, blk_off, rmask)
     # qh: little-endian u32 at byte 2, read as two u16 halves (only 2-byte aligned)
     h_lo = tl.load(p16 + blk_off // 2 + 1, mask=rmask, other=0).to(tl.uint16, bitcast=True).to(tl.uint32)
     h_hi = tl.load(p16 + blk_off // 2 + 2, mask=rmask, other=0).to(tl.uint16, bitcast=True).to(tl.uint32)
-    qh = h_lo | (h_hi << 16)
-    qs = tl.load(p8 + blk_off + 6 + (j % 16), mask=rmask, other=0).to(tl.int32)
-    lo = (qs >> ((j // 16) * 4)) & 0xF
-    hi = ((qh >> j.to(tl.uint32)) & 1).to(tl.int32)
-    return d * ((lo | (hi << 4)) - 16).to(tl.float32)
+    qh = (h_lo | (h_hi << 16)).to(tl.int32, bitcast=True)
+    # qs: 8 halfwords; halfword u holds bytes 2u, 2u+1: low nibbles are elements 2u, 2u+1, high 2u+16, 2u+17
+    v = tl.load(p16 + blk_off // 2 + 3 + tl.arange(0, 8)[None, None, :], mask=rmask, other=0).to(tl.int32)
+    lo = tl.reshape(tl.join(v & 0xF, (v >> 8) & 0xF), [v.shape[0], G, 16])  # elements 0..15
+    hi = tl.reshape(tl.join((v >> 4) & 0xF, (v >> 12) & 0xF), [v.shape[0], G, 16])  # elements 16..31
+    q = tl.reshape(tl.permute(tl.join(lo, hi), (0, 1, 3, 2)), [v.shape[0], G, 32])
+    j = tl.arange(0, 32)[None, None, :]
+    return d * ((q | (((qh >> j) & 1) << 4)) - 16).to(tl.float32)
 
 
 @triton.jit
