@@ -21,7 +21,10 @@ from orcd.quant.kernels.tiles import dequant_tile
 DENSE = 0  # "type id" of a dense weight (F32/F16/BF16 [out, in])
 # type id -> (elements per scale group S, groups per K step G); BK = S * G
 K_TILES = {DENSE: (64, 1), 8: (32, 4), 6: (32, 4), 12: (32, 8), 14: (16, 16)}
-BLOCK_M = 32
+# (BM, BN, SPLIT_ITERS) from a sweep on an H200 (all of a 0.5B-shaped Q4_K_M token's products, us):
+# (64, 32, 2) 1,705 / 1,908 / 6,142 at M = 1 / 64 / 512; (32, 32, 2) 1,536 / 2,382 / 9,271;
+# (64, 64, 2) 1,869 / 2,115 / 7,058; (16, 32, 1) 1,595 / 3,444 / 16,614.
+BLOCK_M = 64
 BLOCK_N = 32
 SPLIT_ITERS = 2  # K steps per split: splits = ceil(K / BK / SPLIT_ITERS) programs share a tile's K range
 BLOCK_SIZE = {8: 32, 6: 32, 12: 256, 14: 256}
