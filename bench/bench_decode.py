@@ -42,8 +42,11 @@ def timed(fn, reps: int = 5) -> float:
 
 def bench_orcd(path: str) -> dict:
     res: dict = {"engine": "orcd (Q4_K_M kept quantized, Triton)"}
+    # Bytecode caching on, as on an installed package (pip writes .pyc files at install; the GPU host
+    # sets PYTHONDONTWRITEBYTECODE, which would recompile orcd, triton and jinja2 from source every run).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     for attempt in ("cold", "warm"):  # a fresh process each: cold = Triton compiles, warm = its disk cache
-        out = subprocess.run([sys.executable, __file__, "--phase", "load", "--file", path],
+        out = subprocess.run([sys.executable, __file__, "--phase", "load", "--file", path], env=env,
                              capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
         for k, v in json.loads(out).items():
             if k != "token":
