@@ -22,12 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from orcd.gguf import GGUFFile, open_gguf
 from orcd.gguf.config import ModelConfig, model_config_from_gguf
 from orcd.gguf.validate import validate_tensors
 from orcd.models.registry import get_model_class
+from orcd.quant.linear import DeviceMirror, uploading_from
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +145,21 @@ def warm_cuda(dev: torch.device) -> None:
         import triton.experimental.gluon  # noqa: F401
 
 
+def _mirror_for(f, cls, dev: torch.device, keep_quantized: bool):
+    """One upload of the whole tensor data section (CUDA, weights kept quantized), or None. Not for
+    architectures that rewrite tensors at load (llama's Q/K rows): the section's copy of those would
+    be dead weight on the device."""
+    if dev.type != "cuda" or not keep_quantized or getattr(cls, "qk_rows_permuted", False) or not f.tensors:
+        return None
+    buf = next(iter(f.tensors.values())).data.base
+    while isinstance(buf, np.ndarray) and buf.base is not None:
+        buf = buf.base  # the mmap every tensor view shares
+    end = max(t.data.__array_interface__["data"][0] + t.data.nbytes for t in f.tensors.values())
+    section = np.frombuffer(buf, dtype=np.uint8, offset=f.data_offset)
+    section = section[: end - section.__array_interface__["data"][0]]
+    return DeviceMirror(section, dev)
+
+
 def load_model(path: str | Path, device: str | torch.device = "auto", dtype: torch.dtype | None = None,
                keep_quantized: bool | None = None, tokenizer: bool = True) -> LoadedModel:
     """device "auto" = CUDA when available. dtype default: float32 on CPU, bfloat16 on CUDA.
@@ -176,7 +193,7 @@ def _load(path: str | Path, device: str | torch.device, dtype: torch.dtype | Non
             if not OVERLAP:
                 join_tok = _ready(join_tok())
         t2w = time.perf_counter()
-        with torch.no_grad():
+        with torch.no_grad(), uploading_from(_mirror_for(f, cls, dev, keep_quantized)):
             model = cls.from_gguf(f, cfg, dev, dtype, keep_quantized).eval()
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
