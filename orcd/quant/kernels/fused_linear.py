@@ -2,8 +2,10 @@
 
 `raw` is uint8 [out, row_bytes] exactly as the GGUF file stores the tensor (each output row's blocks
 contiguous). The weights are read once per call and never written back dequantized.
-  - N <= GEMV_MAX_N (decode): `_gemv_kernel`, one program per BO output rows and token, fp32
-    multiply-reduce on the CUDA cores (+ bias); `_gemv_glu_kernel` fuses SwiGLU's gate, up and product.
+  - N <= GEMV_MAX_N (decode): `_gemv_kernel`, one program per BO output rows and token (and K split,
+    SPLIT_LAUNCH), fp32 multiply-reduce on the CUDA cores (+ bias / residual, RMSNorm of x on the fly);
+    `_gemv_glu_kernel` fuses SwiGLU's gate, up and product. On Hopper they are launched with
+    programmatic dependent launch (PDL_MODE): weight loads start before the previous kernel ends.
   - larger N (prefill, big batches): Triton dequantize to x.dtype, then one cuBLAS GEMM. (A tl.dot
     kernel over raw tiles measured 2-3x slower than this on an H100 for N = 8..64.)
 """
@@ -147,8 +149,9 @@ GLU_LAUNCH = dict(GEMV_LAUNCH)  # the SwiGLU kernel (two matrices per program)
 # Split-K launch per type, (G, BO, warps, target programs): a GEMV whose rows make fewer than half the
 # target programs (ffn_down 896 x 4864: 224) runs with its K split until about target programs run, each
 # split a whole number of passes; partials are summed in split order (deterministic). Picked on an H100
-# from whole-decode-step runs with PDL (docs/performance.md): Q4_K 3 splits of one pass, Q6_K 4 splits.
-SPLIT_LAUNCH: dict[int, tuple[int, int, int, int]] = {12: (32, 4, 2, 896), 14: (4, 4, 2, 896)}
+# from whole-decode-step runs with PDL (docs/performance.md): Q4_K 3 splits of one pass, Q6_K 5 splits
+# of two.
+SPLIT_LAUNCH: dict[int, tuple[int, int, int, int]] = {12: (32, 4, 2, 896), 14: (4, 4, 2, 1120)}
 MAX_SPLIT = 8
 
 
