@@ -1,10 +1,9 @@
 """A decode-only forward over the model's own weights with fused kernels (one token per sequence).
 
 Same function as `model.forward` + `compute_logits` for steps where every sequence has one new token,
-in 6 kernels per layer instead of ~40 (fuse_norm, batches <= 4): one launch for the q, k, v GEMVs
-(RMSNorm and bias fused), RoPE + KV write, split-K attention (its last program merges the splits),
-o GEMV (+ residual), gate/up/SiLU GEMV (RMSNorm fused), down GEMV (+ residual). Otherwise 10:
-add+RMSNorm kernels stand alone.
+in 7 kernels per layer instead of ~40 (fuse_norm, batches <= 4): one launch for the q, k, v GEMVs
+(RMSNorm and bias fused), RoPE + KV write, split-K attention (2), o GEMV (+ residual), gate/up/SiLU
+GEMV (RMSNorm fused), down GEMV (+ residual). Otherwise 11: add+RMSNorm kernels stand alone.
 Meant to be captured by `DecodeGraphs(step_fn=FusedDecoder(model))`. Models it cannot run raise
 ValueError at construction.
 """
@@ -86,7 +85,7 @@ class FusedDecoder:
 
     def _forward_norm_fused(self, res: torch.Tensor, pos: torch.Tensor, meta: AttnMetadata, kv):
         """Norms computed inside the GEMVs that consume them, residual adds inside the GEMVs that
-        produce them: per layer qkv, RoPE+KV, attention, o(+res), gate/up/SiLU, down(+res)."""
+        produce them: per layer qkv, RoPE+KV, attention (2), o(+res), gate/up/SiLU, down(+res)."""
         model, b = self.model, res.shape[0]
         for i, blk in enumerate(model.blocks):
             a, mlp = blk.attn, blk.mlp

@@ -4,9 +4,7 @@
 [B, max_blocks] int32, seq_lens [B] int32, scale, num_splits=None) -> [B, Hq, D]` in q.dtype.
 One program per (sequence, KV head, split): the GROUP = Hq / Hkv query heads sharing a KV head are one
 [QB, D] tile (QB = GROUP padded to 16 for tl.dot), so each K/V byte is read once per step. Each split
-covers a contiguous chunk of the context; the last split program of a (sequence, KV head) to finish
-merges the splits by log-sum-exp in split order (an arrival counter; a separate merge kernel when no
-counter buffer can be made, i.e. first use inside a CUDA-graph capture).
+covers a contiguous chunk of the context; a second small kernel merges the splits by log-sum-exp.
 The launch grid depends only on B, Hkv and the block-table width (never on seq_lens values), so the
 call can be captured in a CUDA graph and replayed with new seq_lens / block_tables contents.
 
@@ -27,21 +25,15 @@ import triton
 import triton.language as tl
 
 from orcd.models.layers.attention import AttnMetadata, paged_attention_torch
-from orcd.quant.kernels.fused_linear import split_counters
 
 BLOCK_N = 64  # context tokens per inner iteration
-# Splits merged by the last split program to finish (an arrival counter) instead of a second launch;
-# the merge kernel stays for when no counter buffer exists yet inside a CUDA-graph capture.
-MERGE_IN_KERNEL = True
-COUNTER_BASE = 1 << 15  # this kernel's arrival counters start here in fused_linear's counter buffer
 
 
 @triton.jit
-def _decode_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, sl_ptr, op_ptr, lse_ptr, out_ptr, cnt_ptr, scale,
+def _decode_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, sl_ptr, op_ptr, lse_ptr, out_ptr, scale,
                          s_qb, s_qh, s_kb, s_ks, s_kh, s_vb, s_vs, s_vh, s_bt,
                          GROUP: tl.constexpr, QB: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
-                         BN: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr,
-                         MERGE_HERE: tl.constexpr):
+                         BN: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     sp = tl.program_id(2)
@@ -89,34 +81,6 @@ def _decode_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, sl_ptr, op_ptr, lse_ptr, o
         row = (b * n_heads + heads) * SPLITS + sp  # partials: [B, Hq, SPLITS, D], lse [B, Hq, SPLITS]
         tl.store(op_ptr + row[:, None] * D + d[None, :], o, mask=hmask[:, None])
         tl.store(lse_ptr + row, m_i + tl.log(l_i), mask=hmask)  # -inf for an empty split
-        if MERGE_HERE:  # the last split of (b, kvh) to arrive merges them all, in split order
-            tl.debug_barrier()
-            cnt = cnt_ptr + b * tl.num_programs(1) + kvh
-            if tl.atomic_add(cnt, 1, sem="acq_rel") == SPLITS - 1:
-                _merge_group(op_ptr, lse_ptr, out_ptr, b * n_heads + heads, hmask, d, SPLITS, D)
-                tl.atomic_xchg(cnt, 0, sem="relaxed")
-
-
-@triton.jit
-def _merge_group(op_ptr, lse_ptr, out_ptr, bh, hmask, d, SPLITS: tl.constexpr, D: tl.constexpr):
-    """out[bh] = sum_s w_s * partial_s / sum_s w_s, w_s = exp(lse_s - max lse), for rows bh [QB]."""
-    mx = tl.full(bh.shape, float("-inf"), dtype=tl.float32)
-    for s in range(SPLITS):
-        mx = tl.maximum(mx, tl.load(lse_ptr + bh * SPLITS + s, mask=hmask, other=float("-inf"),
-                                    cache_modifier=".cg"))
-    num = tl.zeros([bh.shape[0], D], dtype=tl.float32)
-    den = tl.zeros(bh.shape, dtype=tl.float32)
-    for s in range(SPLITS):
-        w = tl.exp(tl.load(lse_ptr + bh * SPLITS + s, mask=hmask, other=float("-inf"), cache_modifier=".cg")
-                   - mx)
-        w = tl.where(hmask, w, 0.0)
-        part = tl.load(op_ptr + (bh * SPLITS + s)[:, None] * D + d[None, :], mask=hmask[:, None], other=0.0,
-                       cache_modifier=".cg")
-        num += part * w[:, None]
-        den += w
-    den = tl.where(hmask, den, 1.0)
-    tl.store(out_ptr + bh[:, None] * D + d[None, :], (num / den[:, None]).to(out_ptr.dtype.element_ty),
-             mask=hmask[:, None])
 
 
 @triton.jit
@@ -156,16 +120,12 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     else:
         part = lse = out
     grid = (bsz, n_kv, num_splits)
-    cnt = None
-    if num_splits > 1 and MERGE_IN_KERNEL:  # counters past the GEMV split-K ones (same shared buffer)
-        buf = split_counters(q.device, COUNTER_BASE + bsz * n_kv)
-        cnt = buf[COUNTER_BASE:] if buf is not None else None
     _decode_split_kernel[grid](
-        q, k_cache, v_cache, block_tables, seq_lens, part, lse, out, cnt, float(scale),
+        q, k_cache, v_cache, block_tables, seq_lens, part, lse, out, float(scale),
         q.stride(0), q.stride(1), *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0),
         GROUP=group, QB=max(16, triton.next_power_of_2(group)), D=dim, PAGE=page, BN=BLOCK_N,
-        SPLITS=num_splits, IEEE=q.dtype == torch.float32, MERGE_HERE=cnt is not None, num_warps=4)
-    if num_splits > 1 and cnt is None:
+        SPLITS=num_splits, IEEE=q.dtype == torch.float32, num_warps=4)
+    if num_splits > 1:
         _merge_kernel[(bsz * n_heads,)](part, lse, out, SPLITS=num_splits,
                                         SP2=triton.next_power_of_2(num_splits), D=dim, num_warps=1)
     return out
