@@ -81,7 +81,6 @@ class ModelRunner:
         (docs/performance.md): "off", "seeded" (steps holding a sequence with a seed) or "all". Their
         decode graphs capture model.forward under those kernels, beside the fused ones."""
         self.invariant_policy = invariant_policy(batch_invariant)
-        self.batch_invariant = self.invariant_policy == "all"
         self.loaded = loaded
         self.model = loaded.model
         self.device = loaded.device

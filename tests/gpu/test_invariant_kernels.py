@@ -3,27 +3,14 @@ whatever batch it is computed in. Compiled on CUDA; on the CPU through TRITON_IN
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-
-from orcd.quant.kernels import triton_available
-
-HERE = Path(__file__).parent
+from interp_run import interpreter_only, run_under_interpreter
 
 
-@pytest.mark.skipif(not triton_available(), reason="triton is not installed")
-@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: the compiled kernels are tested instead")
+@interpreter_only
 def test_invariant_kernels_under_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, str(HERE / "interp_invariant.py")], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = [ln.split() for ln in proc.stdout.splitlines() if ln.strip()]
+    rows = run_under_interpreter("interp_invariant.py", timeout=300)
     assert len(rows) == 11
     for name, err, tol, same in rows:
         assert float(err) < float(tol), name
@@ -33,7 +20,6 @@ def test_invariant_kernels_under_interpreter():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_invariant_kernels_on_cuda():
-    sys.path.insert(0, str(HERE))
     from invariant_cases import attention_checks, linear_checks
 
     dtypes = (torch.float32, torch.float16, torch.bfloat16)

@@ -1,0 +1,29 @@
+"""Run a check script under TRITON_INTERPRET=1 in a subprocess (the test process keeps compiled kernels)
+and return its output lines split into fields. `interpreter_only` marks tests that need it: triton
+installed, and no CUDA (where CUDA is present the compiled kernels are tested instead)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from orcd.quant.kernels import triton_available
+
+HERE = Path(__file__).parent
+
+interpreter_only = pytest.mark.skipif(
+    not triton_available() or torch.cuda.is_available(),
+    reason="needs triton and no CUDA (with CUDA the compiled kernels are tested instead)")
+
+
+def run_under_interpreter(script: str, timeout: float) -> list[list[str]]:
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, str(HERE / script)], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return [ln.split() for ln in proc.stdout.splitlines() if ln.strip()]
