@@ -15,6 +15,7 @@ from orcd.engine.llm_engine import LLMEngine
 from orcd.engine.loader import load_model
 from orcd.engine.sampling_params import SamplingParams
 from orcd.gguf.synth import write_model_gguf
+from tests.engine.test_engine_graphs_gpu import _NoText
 
 pytestmark = [
     pytest.mark.gpu,
@@ -128,15 +129,3 @@ def test_fp32_prefill_has_no_graphs(path):
     engine = LLMEngine(m, num_kv_blocks=64)
     assert engine.runner.prefill_graphs is None and engine.runner.graph is not None
 
-
-class _NoText:
-    eog_ids = frozenset()
-
-    def detokenizer(self, skip_special: bool = False):
-        return self
-
-    def push(self, token_id: int) -> str:
-        return ""
-
-    def flush(self) -> str:
-        return ""

@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from orcd.quant.kernels.fused_linear import BLOCK_SIZE, TYPE_SIZE
 from orcd.quant.kernels.tiles import dequant_tile
 
 DENSE = 0  # "type id" of a dense weight (F32/F16/BF16 [out, in])
@@ -27,8 +28,6 @@ K_TILES = {DENSE: (64, 1), 8: (32, 4), 6: (32, 4), 12: (32, 8), 14: (16, 16)}
 BLOCK_M = 64
 BLOCK_N = 32
 SPLIT_ITERS = 2  # K steps per split: splits = ceil(K / BK / SPLIT_ITERS) programs share a tile's K range
-BLOCK_SIZE = {8: 32, 6: 32, 12: 256, 14: 256}
-TYPE_SIZE = {8: 34, 6: 22, 12: 144, 14: 210}
 
 
 @triton.jit
