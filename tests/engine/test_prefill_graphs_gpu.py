@@ -128,4 +128,3 @@ def test_fp32_prefill_has_no_graphs(path):
     m = load_model(path, "cuda", dtype=torch.float32, tokenizer=False)
     engine = LLMEngine(m, num_kv_blocks=64)
     assert engine.runner.prefill_graphs is None and engine.runner.graph is not None
-
