@@ -131,16 +131,17 @@ def warm_cuda(dev: torch.device) -> None:
     """Best effort, meant for a side thread while the main thread parses and uploads: set up what the
     first forward would otherwise pay for on the critical path. The CUDA context; a cuBLAS handle (made
     by a tiny GEMM, handed back to torch's handle pool when this thread ends, and reused by the next
-    thread that asks); Triton's per-process cache key, which hashes libtriton (~0.4 s on the H100 host,
-    the GIL released while hashing) before the first kernel lookup; the module Triton imports on its
-    first launch. Nothing here changes results; any failure is ignored (the first forward then pays)."""
+    thread that asks); Triton's per-process cache key (hashing libtriton takes ~0.4 s on the H100 host,
+    so it is remembered across processes: orcd/quant/kernels/triton_key.py); the module Triton imports
+    on its first launch. Nothing here changes results; any failure is ignored (the first forward then
+    pays)."""
     with contextlib.suppress(Exception):
         a = torch.ones(16, 16, device=dev, dtype=torch.bfloat16)
         (a @ a).sum().item()
     with contextlib.suppress(Exception):
-        from triton.runtime.cache import triton_key
+        from orcd.quant.kernels.triton_key import install_cached_triton_key
 
-        triton_key()
+        install_cached_triton_key()
     with contextlib.suppress(Exception):
         import triton.experimental.gluon  # noqa: F401
 

@@ -25,23 +25,31 @@ import triton
 import triton.language as tl
 
 from orcd.models.layers.attention import AttnMetadata, paged_attention_torch
+from orcd.quant.kernels.fused_linear import pdl_enabled
 
 BLOCK_N = 64  # context tokens per inner iteration
+# programmatic dependent launch for both kernels (Hopper+, ORCD_PDL=0 off): each launches while the kernel
+# before it finishes and waits (griddepcontrol.wait) before its first read
+ATTN_PDL = True
 
 
 @triton.jit
 def _decode_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, sl_ptr, op_ptr, lse_ptr, out_ptr, scale,
                          s_qb, s_qh, s_kb, s_ks, s_kh, s_vb, s_vs, s_vh, s_bt,
                          GROUP: tl.constexpr, QB: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
-                         BN: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr):
+                         BN: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr,
+                         PDL: tl.constexpr = 0):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     sp = tl.program_id(2)
     n_heads = tl.num_programs(1) * GROUP
-    seq_len = tl.load(sl_ptr + b)
+    seq_len = tl.load(sl_ptr + b)  # written before the step, never by the kernel before this one
     chunk = tl.cdiv(tl.cdiv(seq_len, SPLITS), BN) * BN
     start = sp * chunk
     end = tl.minimum(start + chunk, seq_len)
+    if PDL:  # launched early: wait for q and this step's K/V, then let the next kernel launch
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     hq = tl.arange(0, QB)
     hmask = hq < GROUP
     heads = kvh * GROUP + hq
@@ -84,8 +92,12 @@ def _decode_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, sl_ptr, op_ptr, lse_ptr, o
 
 
 @triton.jit
-def _merge_kernel(op_ptr, lse_ptr, out_ptr, SPLITS: tl.constexpr, SP2: tl.constexpr, D: tl.constexpr):
+def _merge_kernel(op_ptr, lse_ptr, out_ptr, SPLITS: tl.constexpr, SP2: tl.constexpr, D: tl.constexpr,
+                  PDL: tl.constexpr = 0):
     bh = tl.program_id(0)  # b * Hq + h
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     sp = tl.arange(0, SP2)
     d = tl.arange(0, D)
     lse = tl.load(lse_ptr + bh * SPLITS + sp, mask=sp < SPLITS, other=float("-inf"))
@@ -119,15 +131,16 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         lse = torch.empty((bsz, n_heads, num_splits), dtype=torch.float32, device=q.device)
     else:
         part = lse = out
+    pdl = {"PDL": 1, "launch_pdl": True} if ATTN_PDL and pdl_enabled(q.device) else {}
     grid = (bsz, n_kv, num_splits)
     _decode_split_kernel[grid](
         q, k_cache, v_cache, block_tables, seq_lens, part, lse, out, float(scale),
         q.stride(0), q.stride(1), *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0),
         GROUP=group, QB=max(16, triton.next_power_of_2(group)), D=dim, PAGE=page, BN=BLOCK_N,
-        SPLITS=num_splits, IEEE=q.dtype == torch.float32, num_warps=4)
+        SPLITS=num_splits, IEEE=q.dtype == torch.float32, num_warps=4, **pdl)
     if num_splits > 1:
         _merge_kernel[(bsz * n_heads,)](part, lse, out, SPLITS=num_splits,
-                                        SP2=triton.next_power_of_2(num_splits), D=dim, num_warps=1)
+                                        SP2=triton.next_power_of_2(num_splits), D=dim, num_warps=1, **pdl)
     return out
 
 

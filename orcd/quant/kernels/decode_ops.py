@@ -49,8 +49,9 @@ def add_rmsnorm(delta: torch.Tensor | None, residual: torch.Tensor, weight: torc
 def _rope_kv_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, inv_ptr, kc_ptr, vc_ptr, slot_ptr, HQ, HKV, s_slot,
                     D: tl.constexpr, HALF: tl.constexpr, PDL: tl.constexpr = 0):
     # program (t, h): h < HQ rotates query head h in place; else KV head h - HQ: rotate K, write K and V
-    if PDL:  # launched early (programmatic dependent launch): wait for q, k, v
+    if PDL:  # launched early (programmatic dependent launch): wait for q, k, v; release the next kernel
         tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     t = tl.program_id(0)
     h = tl.program_id(1)
     i = tl.arange(0, HALF)
