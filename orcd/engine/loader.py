@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import queue
 import sys
 import threading
 import time
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from orcd.engine.warmup import warm_cuda
 from orcd.gguf import GGUFFile, open_gguf
 from orcd.gguf.config import ModelConfig, model_config_from_gguf
 from orcd.gguf.validate import validate_tensors
@@ -127,25 +129,6 @@ def _build_tokenizer(metadata: dict[str, Any]) -> Any:
     return load_tokenizer(metadata)
 
 
-def warm_cuda(dev: torch.device) -> None:
-    """Best effort, meant for a side thread while the main thread parses and uploads: set up what the
-    first forward would otherwise pay for on the critical path. The CUDA context; a cuBLAS handle (made
-    by a tiny GEMM, handed back to torch's handle pool when this thread ends, and reused by the next
-    thread that asks); Triton's per-process cache key (hashing libtriton takes ~0.4 s on the H100 host,
-    so it is remembered across processes: orcd/quant/kernels/triton_key.py); the module Triton imports
-    on its first launch. Nothing here changes results; any failure is ignored (the first forward then
-    pays)."""
-    with contextlib.suppress(Exception):
-        a = torch.ones(16, 16, device=dev, dtype=torch.bfloat16)
-        (a @ a).sum().item()
-    with contextlib.suppress(Exception):
-        from orcd.quant.kernels.triton_key import install_cached_triton_key
-
-        install_cached_triton_key()
-    with contextlib.suppress(Exception):
-        import triton.experimental.gluon  # noqa: F401
-
-
 def _mirror_for(f, cls, dev: torch.device, keep_quantized: bool):
     """One upload of the whole tensor data section (CUDA, weights kept quantized), or None. Not for
     architectures that rewrite tensors at load (llama's Q/K rows): the section's copy of those would
@@ -166,9 +149,10 @@ def load_model(path: str | Path, device: str | torch.device = "auto", dtype: tor
     """device "auto" = CUDA when available. dtype default: float32 on CPU, bfloat16 on CUDA.
     keep_quantized default: True on CUDA (raw GGUF blocks on the device), False on CPU.
     `LoadedModel.phases`: open (parse + check the header), check (config + tensor validation), weights
-    (upload/dequantize), tokenizer (its build, overlapped with weights), tokenizer_wait (main thread
-    waiting for it after the weights), warm_cuda / warm_wait (CUDA only: `warm_cuda` on a side thread
-    from the start, and the wait for it at the end)."""
+    (upload/dequantize; upload, part of it: the one copy of the tensor data section), tokenizer (its
+    build, overlapped with weights), tokenizer_wait (main thread waiting for it after the weights),
+    warm_cuda / warm_wait (CUDA only: `orcd.engine.warmup.warm_cuda` on a side thread from the start,
+    and the wait for it at the end; warm_*: its steps, see there)."""
     with gc_paused(), switch_interval(SWITCH_INTERVAL if OVERLAP else None):
         return _load(path, device, dtype, keep_quantized, tokenizer)
 
@@ -177,7 +161,10 @@ def _load(path: str | Path, device: str | torch.device, dtype: torch.dtype | Non
           keep_quantized: bool | None, tokenizer: bool) -> LoadedModel:
     t0 = time.perf_counter()
     dev = resolve_device(device)
-    warm = _in_thread(lambda: warm_cuda(dev), "orcd-warm-cuda") if dev.type == "cuda" and OVERLAP else None
+    handoff: queue.SimpleQueue = queue.SimpleQueue()  # (file, config, dtype) for the warm-up, or None
+    warm = None
+    if dev.type == "cuda" and OVERLAP:
+        warm = _in_thread(lambda: warm_cuda(dev, handoff), "orcd-warm-cuda")
     dtype = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
     keep_quantized = dev.type == "cuda" if keep_quantized is None else keep_quantized
     join_tok = None
@@ -188,17 +175,21 @@ def _load(path: str | Path, device: str | torch.device, dtype: torch.dtype | Non
         cfg = model_config_from_gguf(f)
         required, optional = cls.expected_tensors(cfg)
         validate_tensors(f, cfg, required, optional)  # presence, type and shape, before any allocation
+        handoff.put((f, cfg, dtype))
         t2 = time.perf_counter()
         if tokenizer:
             join_tok = _in_thread(lambda: _build_tokenizer(f.metadata), "orcd-tokenizer")
             if not OVERLAP:
                 join_tok = _ready(join_tok())
         t2w = time.perf_counter()
-        with torch.no_grad(), uploading_from(_mirror_for(f, cls, dev, keep_quantized)):
+        mirror = _mirror_for(f, cls, dev, keep_quantized)
+        t2u = time.perf_counter()
+        with torch.no_grad(), uploading_from(mirror):
             model = cls.from_gguf(f, cfg, dev, dtype, keep_quantized).eval()
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
     except BaseException:
+        handoff.put(None)  # a warm thread still waiting for the file stops waiting
         for join in (join_tok, warm):  # never leave a side thread running; this error is the one raised
             if join is not None:
                 with contextlib.suppress(Exception):
@@ -209,10 +200,11 @@ def _load(path: str | Path, device: str | torch.device, dtype: torch.dtype | Non
         tok, tok_s = join_tok() if join_tok is not None else (None, 0.0)
     finally:
         t4 = time.perf_counter()
-        warm_s = warm()[1] if warm is not None else 0.0  # warm_cuda itself never raises
+        warm_steps, warm_s = warm() if warm is not None else ({}, 0.0)  # warm_cuda itself never raises
     t5 = time.perf_counter()
-    phases = {"open": t1 - t0, "check": t2 - t1, "weights": t3 - t2w, "tokenizer": tok_s,
-              "tokenizer_wait": t4 - t3, "warm_cuda": warm_s, "warm_wait": t5 - t4}
+    phases = {"open": t1 - t0, "check": t2 - t1, "weights": t3 - t2w, "upload": t2u - t2w,
+              "tokenizer": tok_s, "tokenizer_wait": t4 - t3, "warm_cuda": warm_s, "warm_wait": t5 - t4,
+              **warm_steps}
     loaded = LoadedModel(cfg, model, tok, f, dev, dtype, weights_nbytes(model), t5 - t0, phases)
     log.info("loaded %s (%s) on %s in %.2f s, %.1f MiB of weights", Path(path).name, cfg.arch, dev,
              loaded.load_seconds, loaded.weights_bytes / 2**20)

@@ -1,0 +1,160 @@
+"""CUDA warm-up on side threads of load_model, while the main thread parses and uploads the weights.
+
+`warm_cuda` sets up what the first forward would otherwise pay for on the critical path: the CUDA
+context, created through the driver API first (ctypes releases the GIL for the call, so the threads
+that parse the file and build the tokenizer keep running), then torch's CUDA state and a cuBLAS handle
+(a tiny GEMM; the handle goes back to torch's pool when the thread ends and the next thread that asks
+reuses it). Meanwhile a second thread imports Triton, installs its cache key
+(orcd/quant/kernels/triton_key.py: hashing libtriton takes ~0.4 s, so it is remembered across
+processes) and imports the module Triton loads on its first launch.
+
+Then, once the main thread hands over (file, config, dtype), `warm_first_forward`: the first eager
+forward after a load pays, on top of its own work, for everything it runs for the first time in the
+process: each Triton kernel's cache lookup and module load, Triton's driver, each CUDA kernel of
+torch's ops (lazy module loading, ~1-3 ms each), cuBLAS heuristics for each GEMM shape, the
+flash-attention module. The warm-up runs the same kernels, with the file's own weight shapes and quant
+types, on zero-filled stand-ins (zero blocks decode to zeros: nothing non-finite), so that the first
+real forward only does its own work. Its results are thrown away; it never touches the model, and the
+model never waits for it except at the end of load_model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import queue
+import threading
+import time
+
+import torch
+import torch.nn.functional as F
+
+from orcd.gguf.config import ModelConfig
+from orcd.gguf.reader import GGUFFile
+
+PROMPT = 8  # tokens of the stand-in prefill (more than GEMV_MAX_N: the dequantize + GEMM path)
+MAX_STANDIN_BYTES = 32 << 20  # larger matrices (the vocabulary ones) get a stand-in of 64 rows
+
+
+def _products(f: GGUFFile) -> list[tuple[int, int, int, bool]]:
+    """Distinct (qtype, out, in, has bias) of the file's 2-D quantized weights."""
+    seen = {}
+    for name, t in f.tensors.items():
+        if len(t.shape) == 2 and name.endswith(".weight"):
+            seen[(int(t.qtype), *t.shape, name[: -len("weight")] + "bias" in f.tensors)] = None
+    return list(seen)
+
+
+def _warm_products(f: GGUFFile, dev: torch.device, dtype: torch.dtype) -> int:
+    """Each distinct product as the prefill (dequantize + GEMM) and the last token's LM head (GEMV) run
+    it; returns how many were run."""
+    from orcd.quant.kernels import get_fused_linear
+    from orcd.quant.registry import get_format
+
+    done = 0
+    for qt, out_f, in_f, has_bias in _products(f):
+        fused = get_fused_linear(qt, dev)
+        if fused is None:
+            continue
+        row_bytes = get_format(qt).row_bytes(in_f)
+        rows = out_f if out_f * row_bytes <= MAX_STANDIN_BYTES else 64
+        raw = torch.zeros(rows, row_bytes, dtype=torch.uint8, device=dev)
+        bias = torch.zeros(rows, dtype=dtype, device=dev) if has_bias else None
+        x = torch.zeros(PROMPT, in_f, dtype=dtype, device=dev)
+        for n in (PROMPT, 1):
+            y = fused(x[:n], raw, rows, in_f)
+            if bias is not None:
+                y = y + bias
+        done += 1
+    return done
+
+
+def _warm_layers(f: GGUFFile, cfg: ModelConfig, dev: torch.device, dtype: torch.dtype) -> bool:
+    from orcd.models.layers.norm import RMSNorm
+    from orcd.models.layers.rotary import RotaryEmbedding, apply_rotary
+    from orcd.quant.dequant import dequantize
+
+    emb = f.tensors.get("token_embd.weight")
+    if emb is not None:  # the embedding gathers rows and dequantizes them with torch ops
+        rows = torch.zeros(PROMPT, emb.data.shape[-1], dtype=torch.uint8, device=dev)
+        dequantize(rows, emb.qtype, (PROMPT, cfg.hidden_size)).to(dtype)
+    x = torch.zeros(PROMPT, cfg.hidden_size, dtype=dtype, device=dev)
+    h = RMSNorm(torch.ones(cfg.hidden_size, dtype=dtype, device=dev), cfg.rms_eps)(x) + x
+    F.silu(h) * h
+    rot = RotaryEmbedding(cfg.rope_dim, cfg.rope_theta, device=dev)
+    cos, sin = rot.cos_sin(torch.arange(PROMPT, device=dev), dtype)
+    q = apply_rotary(torch.zeros(PROMPT, cfg.n_heads, cfg.head_dim, dtype=dtype, device=dev), cos, sin)
+    k = torch.zeros(PROMPT, cfg.n_kv_heads, cfg.head_dim, dtype=dtype, device=dev)
+    cu = torch.tensor([0, PROMPT], dtype=torch.int32, device=dev)
+    if dtype in (torch.float16, torch.bfloat16):  # the prefill's varlen flash attention
+        torch.ops.aten._flash_attention_forward(q, k, k, cu, cu, PROMPT, PROMPT, 0.0, True, False,
+                                                scale=cfg.head_dim**-0.5)
+    torch.zeros(1, cfg.vocab_size, dtype=torch.float32, device=dev).argmax(-1).item()
+    return True
+
+
+def warm_first_forward(f: GGUFFile, cfg: ModelConfig, dev: torch.device, dtype: torch.dtype) -> dict:
+    """Best effort: a failure ends that part (the first forward then pays for what was not warmed).
+    Returns {"products": distinct products run, "layers": whether the layer ops all ran}."""
+    done = {"products": 0, "layers": False}
+    with torch.inference_mode(), contextlib.suppress(Exception):
+        done["products"] = _warm_products(f, dev, dtype)
+    with torch.inference_mode(), contextlib.suppress(Exception):
+        done["layers"] = _warm_layers(f, cfg, dev, dtype)
+    return done
+
+
+def retain_primary_context(index: int) -> None:
+    """Create (retain) device `index`'s primary context with the driver API, the GIL released."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+    for rc in (lib.cuInit(0), lib.cuDeviceGet(ctypes.byref(dev), index),
+               lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)):
+        if rc != 0:
+            raise RuntimeError(f"CUDA driver error {rc}")
+
+
+def _warm_triton(steps: dict[str, float]) -> None:
+    t = time.perf_counter()
+    with contextlib.suppress(Exception):
+        from orcd.quant.kernels.triton_key import install_cached_triton_key
+
+        install_cached_triton_key()
+    steps["warm_triton_key"] = time.perf_counter() - t
+    with contextlib.suppress(Exception):
+        import triton.experimental.gluon  # noqa: F401
+    steps["warm_gluon"] = time.perf_counter() - t - steps["warm_triton_key"]
+
+
+def warm_cuda(dev: torch.device, handoff: queue.SimpleQueue | None = None) -> dict[str, float]:
+    """Best effort, nothing here changes results, any failure is ignored (the first forward then pays).
+    `handoff` gives (file, config, dtype) for `warm_first_forward`, or None (nothing to do). Returns the
+    seconds each step took: warm_ctx, warm_cublas, warm_triton_key, warm_gluon (second thread),
+    warm_triton_wait, warm_forward (waiting for the handoff included); and what the forward warm-up ran:
+    warm_products (count), warm_layers (1.0 if all)."""
+    steps: dict[str, float] = {}
+    tri = threading.Thread(target=_warm_triton, args=(steps,), name="orcd-warm-triton", daemon=True)
+    tri.start()
+    t = time.perf_counter()
+
+    def done(name: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        steps[name], t = now - t, now
+
+    with contextlib.suppress(Exception):
+        retain_primary_context(dev.index or 0)
+    with contextlib.suppress(Exception):
+        a = torch.ones(16, 16, device=dev, dtype=torch.bfloat16)
+        done("warm_ctx")
+        (a @ a).sum().item()
+    done("warm_cublas")
+    tri.join()
+    done("warm_triton_wait")
+    item = handoff.get() if handoff is not None else None
+    if item is not None:
+        f, cfg, dtype = item
+        ran = warm_first_forward(f, cfg, dev, dtype)
+        done("warm_forward")
+        steps["warm_products"], steps["warm_layers"] = ran["products"], float(ran["layers"])
+    return steps
