@@ -45,9 +45,9 @@ def _products(f: GGUFFile) -> list[tuple[int, int, int, bool]]:
     return list(seen)
 
 
-def _warm_products(f: GGUFFile, dev: torch.device, dtype: torch.dtype) -> int:
-    """Each distinct product as the prefill (dequantize + GEMM) and the last token's LM head (GEMV) run
-    it; returns how many were run."""
+def _warm_products(f: GGUFFile, vocab: int, dev: torch.device, dtype: torch.dtype) -> int:
+    """Each distinct product as the prefill runs it (dequantize + GEMM), and the LM head (out = vocab) as
+    the last token's logits do (GEMV); returns how many were run. A cold Triton cache compiles each."""
     from orcd.quant.kernels import get_fused_linear
     from orcd.quant.registry import get_format
 
@@ -61,7 +61,7 @@ def _warm_products(f: GGUFFile, dev: torch.device, dtype: torch.dtype) -> int:
         raw = torch.zeros(rows, row_bytes, dtype=torch.uint8, device=dev)
         bias = torch.zeros(rows, dtype=dtype, device=dev) if has_bias else None
         x = torch.zeros(PROMPT, in_f, dtype=dtype, device=dev)
-        for n in (PROMPT, 1):
+        for n in (PROMPT, 1) if out_f == vocab else (PROMPT,):
             y = fused(x[:n], raw, rows, in_f)
             if bias is not None:
                 y = y + bias
@@ -98,7 +98,7 @@ def warm_first_forward(f: GGUFFile, cfg: ModelConfig, dev: torch.device, dtype: 
     Returns {"products": distinct products run, "layers": whether the layer ops all ran}."""
     done = {"products": 0, "layers": False}
     with torch.inference_mode(), contextlib.suppress(Exception):
-        done["products"] = _warm_products(f, dev, dtype)
+        done["products"] = _warm_products(f, cfg.vocab_size, dev, dtype)
     with torch.inference_mode(), contextlib.suppress(Exception):
         done["layers"] = _warm_layers(f, cfg, dev, dtype)
     return done
