@@ -12,6 +12,7 @@ import argparse
 import gc
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ from orcd.bench_session import OrcdSession  # noqa: E402
 PAGE = 16
 DEPTH = 4096
 PREFILL = 512
+LOAD_RUNS = 5  # warm load samples (fresh processes)
 
 
 def timed(fn, reps: int = 5) -> float:
@@ -45,12 +47,17 @@ def bench_orcd(path: str) -> dict:
     # Bytecode caching on, as on an installed package (pip writes .pyc files at install; the GPU host
     # sets PYTHONDONTWRITEBYTECODE, which would recompile orcd, triton and jinja2 from source every run).
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    for attempt in ("cold", "warm"):  # a fresh process each: cold = Triton compiles, warm = its disk cache
+    # a fresh process each: cold = Triton compiles (on a fresh machine), warm = its disk cache; the warm
+    # figures are medians of LOAD_RUNS processes (one process varies by +-0.1 s), each run kept in *_runs
+    runs = []
+    for _ in range(1 + LOAD_RUNS):
         out = subprocess.run([sys.executable, __file__, "--phase", "load", "--file", path], env=env,
                              capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-        for k, v in json.loads(out).items():
-            if k != "token":
-                res[f"{k}_{attempt}"] = v
+        runs.append({k: v for k, v in json.loads(out).items() if k != "token"})
+    for k in runs[0]:
+        res[f"{k}_cold"] = runs[0][k]
+        res[f"{k}_warm"] = statistics.median(r[k] for r in runs[1:])
+        res[f"{k}_warm_runs"] = [round(r[k], 3) for r in runs[1:]]
     torch.cuda.reset_peak_memory_stats()
     s = OrcdSession(path, num_blocks=(DEPTH + 512) // PAGE + 8, page=PAGE)
     res["weights_MiB"] = s.loaded.weights_bytes / 2**20
