@@ -1,12 +1,13 @@
 """Load a GGUF file into a ready model: config, validation, weights on the device (once), tokenizer.
 
 The tokenizer (~0.3-0.6 s of Python and Rust for a 150k vocabulary) is built on a side thread while the
-main thread uploads the weights (host-to-device copies release the GIL), and on CUDA a second side thread
-sets up what the first forward would otherwise pay for (`warm_cuda`). While they run, the GIL switch
-interval is 0.5 ms instead of 5: each time the main thread comes back from a GIL-free copy it waits for
-a busy side thread to yield, up to one interval, a few hundred times per load. Python's cyclic GC is
-paused for the whole load: the ~300k vocabulary strings and merge tuples would otherwise trigger full
-collections over every live object (~0.1 s measured) and nothing built here is garbage.
+main thread uploads the weights (host-to-device copies release the GIL), and on CUDA another side thread
+sets up what the first forward would otherwise pay for (`warm_cuda`, orcd/engine/warmup.py). While they
+run, the GIL switch interval is 0.5 ms instead of 5: each time the main thread comes back from a GIL-free
+copy it waits for a busy side thread to yield, up to one interval, a few hundred times per load.
+Python's cyclic GC is paused for the whole load: the ~300k vocabulary strings and merge tuples would
+otherwise trigger full collections over every live object (~0.1 s measured) and nothing built here is
+garbage.
 """
 
 from __future__ import annotations
