@@ -10,6 +10,7 @@ import argparse
 import sys
 import time
 
+from orcd.engine.cli_options import add_engine_options
 from orcd.engine.default_model import resolve_model
 from orcd.engine.io import EngineRequest
 from orcd.engine.sampling_params import SamplingParams
@@ -40,15 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (CUDA when available)")
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="compute dtype (auto: float32 on CPU, bfloat16 on CUDA)")
-    p.add_argument("--enforce-eager", action="store_true",
-                   help="no CUDA graphs: run decode steps eagerly (graphs are CUDA-only anyway)")
-    p.add_argument("--batch-invariant", choices=["seeded", "all", "off"], default="seeded",
-                   help="CUDA steps run with batch-invariant kernels, so a request's tokens do not depend on "
-                        "its batch: seeded = steps holding a request with a seed (default), all = every "
-                        "step, off = never (slower kernels while on; the CPU is always invariant)")
+    add_engine_options(p)
     p.add_argument("--quiet", action="store_true", help="no diagnostics on stderr")
-    p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
-                   help="split the model over N ranks (N GPUs with --device cuda, gloo processes on cpu)")
 
 
 def encode(tokenizer, prompt: str, raw: bool, system: str | None) -> list[int]:

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from orcd.engine.cli_options import add_engine_options
 from orcd.errors import OrcdError
 from orcd.server.settings import ServerSettings
 
@@ -44,15 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="on SIGTERM, seconds in-flight streams may run before they are cancelled")
     p.add_argument("--cors-origin", action="append", default=[], help="allowed CORS origin (repeatable)")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up generation")
-    p.add_argument("--enforce-eager", action="store_true",
-                   help="no CUDA graphs: run decode steps eagerly (graphs are CUDA-only anyway)")
-    p.add_argument("--batch-invariant", choices=["seeded", "all", "off"], default="seeded",
-                   help="CUDA steps run with batch-invariant kernels, so a request's tokens do not depend on "
-                        "its batch: seeded = steps holding a request with a seed (default), all = every "
-                        "step, off = never (slower kernels while on; the CPU is always invariant)")
+    add_engine_options(p)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
-                   help="split the model over N ranks (N GPUs with --device cuda, gloo processes on cpu)")
 
 
 def _resolve_model(spec: str | None) -> Path:
