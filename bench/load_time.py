@@ -1,29 +1,42 @@
 """File to first token, phase by phase; every sample is a fresh process (what starting a server pays).
 
     python bench/load_time.py --file F.gguf [--runs 3] [--device cuda] [--profile] [--serial]
-        [--switch SECONDS]
+        [--switch SECONDS] [--set MODULE.NAME=VALUE ...]
 
 --serial: no side threads (orcd.engine.loader.OVERLAP = False: tokenizer before the weights, no CUDA
-warm-up); --switch: the GIL switch interval while loading (loader.SWITCH_INTERVAL; 0 = leave it).
+warm-up); --switch: the GIL switch interval while loading (loader.SWITCH_INTERVAL; 0 = leave it);
+--set: any module-level switch, e.g. --set orcd.engine.warmup.CUBLAS_SIDE=True (VALUE: a Python literal).
 
 Each sample prints one JSON line: imports (torch + orcd), load_model and its phases (LoadedModel.phases:
-open, check, weights, tokenizer [built on a side thread during weights], tokenizer_wait), kv (cache
-allocation), first_token (an 8-token eager prefill + argmax .item(): CUDA/Triton/cuBLAS warm-up),
-second_token (the same again, warm), encode (first tokenizer.encode of a short prompt) and total = load +
-kv + first_token (bench_decode.py's load_to_first_token_s). --profile also prints the top functions of
-load_model and of the first forward by cumulative time (cProfile) to stderr.
+open, check, weights, tokenizer [built on a side thread during weights], tokenizer_wait), timeline
+(LoadedModel.timeline: when each phase ended), load_cpu (CPU seconds of all threads during load_model),
+kv (cache allocation), first_token (an 8-token eager prefill + argmax .item(): CUDA/Triton/cuBLAS
+warm-up), second_token (the same again, warm), encode (first tokenizer.encode of a short prompt) and
+total = load + kv + first_token (bench_decode.py's load_to_first_token_s). --profile also prints the top
+functions of load_model and of the first forward by cumulative time (cProfile) to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
 import json
 import subprocess
 import sys
 import time
 
 
-def child(path: str, device: str, profile: bool, serial: bool, switch: float | None) -> None:
+def apply_settings(settings: list[str]) -> None:
+    """["pkg.module.NAME=literal", ...] -> setattr on the imported module."""
+    for item in settings:
+        target, value = item.split("=", 1)
+        module, name = target.rsplit(".", 1)
+        setattr(importlib.import_module(module), name, ast.literal_eval(value))
+
+
+def child(path: str, device: str, profile: bool, serial: bool, switch: float | None,
+          settings: list[str]) -> None:
     t = time.perf_counter()
     import torch
 
@@ -35,6 +48,7 @@ def child(path: str, device: str, profile: bool, serial: bool, switch: float | N
         loader.OVERLAP = False
     if switch is not None:
         loader.SWITCH_INTERVAL = switch or None
+    apply_settings(settings)
 
     imports = time.perf_counter() - t
     if profile:
@@ -43,10 +57,10 @@ def child(path: str, device: str, profile: bool, serial: bool, switch: float | N
 
         prof = cProfile.Profile()
         prof.enable()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     s = OrcdSession.__new__(OrcdSession)
     loaded = load_model(path, device)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     if profile:
         prof.disable()
         print("== load_model", file=sys.stderr)
@@ -76,7 +90,9 @@ def child(path: str, device: str, profile: bool, serial: bool, switch: float | N
     t5 = time.perf_counter()
     phases = {k: round(v, 4) for k, v in getattr(loaded, "phases", {}).items()}
     print(json.dumps({"imports": round(imports, 4), "load_model": round(loaded.load_seconds, 4),
-                      "phases": phases, "kv": round(t2 - t1, 4), "first_token": round(t3 - t2, 4),
+                      "load_cpu": round(c1 - c0, 4),
+                      "phases": phases, "timeline": {k: round(v, 4) for k, v in loaded.timeline.items()},
+                      "kv": round(t2 - t1, 4), "first_token": round(t3 - t2, 4),
                       "second_token": round(t4 - t3, 4), "encode": round(t5 - t4, 4),
                       "total": round(t3 - t0, 4), "token": tok}), flush=True)
 
@@ -89,15 +105,18 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="cProfile the first forward (one run)")
     ap.add_argument("--serial", action="store_true", help="no side threads while loading")
     ap.add_argument("--switch", type=float, default=None, help="GIL switch interval while loading (s)")
+    ap.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=VALUE",
+                    help="set a module-level switch in the child, e.g. orcd.engine.loader.WAIT_CTX=False")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        return child(args.file, args.device, args.profile, args.serial, args.switch)
+        return child(args.file, args.device, args.profile, args.serial, args.switch, args.set)
     for i in range(args.runs):
         cmd = [sys.executable, __file__, "--child", "--file", args.file, "--device", args.device]
         cmd += ["--serial"] if args.serial else []
         cmd += ["--switch", str(args.switch)] if args.switch is not None else []
         cmd += ["--profile"] if args.profile and i == args.runs - 1 else []
+        cmd += [f"--set={item}" for item in args.set]
         subprocess.run(cmd, check=True)
 
 

@@ -5,9 +5,12 @@ main thread uploads the weights (host-to-device copies release the GIL), and on 
 sets up what the first forward would otherwise pay for (`warm_cuda`, orcd/engine/warmup.py). While they
 run, the GIL switch interval is 0.5 ms instead of 5: each time the main thread comes back from a GIL-free
 copy it waits for a busy side thread to yield, up to one interval, a few hundred times per load.
-Python's cyclic GC is paused for the whole load: the ~300k vocabulary strings and merge tuples would
-otherwise trigger full collections over every live object (~0.1 s measured) and nothing built here is
-garbage.
+Until the warm thread has the CUDA context the main thread waits for it with the GIL released
+(`WAIT_CTX`): its first CUDA call would otherwise wait for the driver inside torch's lazy init, holding
+the GIL that the tokenizer's build needs. Python's cyclic GC is paused for the whole load: the ~300k
+vocabulary strings and merge tuples would otherwise trigger full collections over every live object
+(~0.1 s measured) and nothing built here is garbage. The whole load is bound by the GIL: ~1.0 s of CPU
+time over ~0.7 s of wall time on the H100 host (docs/performance.md, "Load").
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ log = logging.getLogger(__name__)
 # warm-up, and the GIL switch interval in seconds while loading (None: leave the process's).
 OVERLAP = True
 SWITCH_INTERVAL: float | None = 0.0005
+# The main thread waits (GIL released) for the warm thread's CUDA context before its first CUDA call:
+# torch's lazy CUDA init would otherwise wait for the driver while holding the GIL (~70 ms measured).
+WAIT_CTX = True
 
 
 @dataclass
@@ -53,6 +59,7 @@ class LoadedModel:
     weights_bytes: int  # bytes of weights held on the device (shared tensors counted once)
     load_seconds: float
     phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds (wall), see load_model
+    timeline: dict[str, float] = field(default_factory=dict)  # phase -> when it ended, s after the start
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -153,7 +160,9 @@ def load_model(path: str | Path, device: str | torch.device = "auto", dtype: tor
     (upload/dequantize; upload, part of it: the one copy of the tensor data section), tokenizer (its
     build, overlapped with weights), tokenizer_wait (main thread waiting for it after the weights),
     warm_cuda / warm_wait (CUDA only: `orcd.engine.warmup.warm_cuda` on a side thread from the start,
-    and the wait for it at the end; warm_*: its steps, see there)."""
+    and the wait for it at the end; warm_*: its steps, see there), cuda_wait (CUDA: the main thread
+    waiting for the warm thread's CUDA context, part of weights). `LoadedModel.timeline`: when each of
+    those steps ended, in seconds after the start of the load, in order (cuda_ready: the context)."""
     with gc_paused(), switch_interval(SWITCH_INTERVAL if OVERLAP else None):
         return _load(path, device, dtype, keep_quantized, tokenizer)
 
@@ -163,9 +172,10 @@ def _load(path: str | Path, device: str | torch.device, dtype: torch.dtype | Non
     t0 = time.perf_counter()
     dev = resolve_device(device)
     handoff: queue.SimpleQueue = queue.SimpleQueue()  # (file, config, dtype) for the warm-up, or None
+    cuda_ready = threading.Event()  # set by the warm thread once the CUDA context and torch's state exist
     warm = None
     if dev.type == "cuda" and OVERLAP:
-        warm = _in_thread(lambda: warm_cuda(dev, handoff), "orcd-warm-cuda")
+        warm = _in_thread(lambda: warm_cuda(dev, handoff, cuda_ready, t0), "orcd-warm-cuda")
     dtype = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
     keep_quantized = dev.type == "cuda" if keep_quantized is None else keep_quantized
     join_tok = None
@@ -183,6 +193,9 @@ def _load(path: str | Path, device: str | torch.device, dtype: torch.dtype | Non
             if not OVERLAP:
                 join_tok = _ready(join_tok())
         t2w = time.perf_counter()
+        if warm is not None and WAIT_CTX:
+            cuda_ready.wait()  # the GIL released: see WAIT_CTX
+        t2c = time.perf_counter()
         mirror = _mirror_for(f, cls, dev, keep_quantized)
         t2u = time.perf_counter()
         with torch.no_grad(), uploading_from(mirror):
@@ -203,10 +216,14 @@ def _load(path: str | Path, device: str | torch.device, dtype: torch.dtype | Non
         t4 = time.perf_counter()
         warm_steps, warm_s = warm() if warm is not None else ({}, 0.0)  # warm_cuda itself never raises
     t5 = time.perf_counter()
-    phases = {"open": t1 - t0, "check": t2 - t1, "weights": t3 - t2w, "upload": t2u - t2w,
-              "tokenizer": tok_s, "tokenizer_wait": t4 - t3, "warm_cuda": warm_s, "warm_wait": t5 - t4,
-              **warm_steps}
-    loaded = LoadedModel(cfg, model, tok, f, dev, dtype, weights_nbytes(model), t5 - t0, phases)
+    phases = {"open": t1 - t0, "check": t2 - t1, "weights": t3 - t2w, "cuda_wait": t2c - t2w,
+              "upload": t2u - t2c, "tokenizer": tok_s, "tokenizer_wait": t4 - t3, "warm_cuda": warm_s,
+              "warm_wait": t5 - t4, **{k: v for k, v in warm_steps.items() if k[0] != "@"}}
+    timeline = {"open": t1 - t0, "check": t2 - t0, "cuda_wait": t2c - t0, "upload": t2u - t0,
+                "weights": t3 - t0, "tokenizer": t2 - t0 + tok_s, "warm": t5 - t0,
+                **{k[1:]: v for k, v in warm_steps.items() if k[0] == "@"}}
+    loaded = LoadedModel(cfg, model, tok, f, dev, dtype, weights_nbytes(model), t5 - t0, phases,
+                         dict(sorted(timeline.items(), key=lambda kv: kv[1])))
     log.info("loaded %s (%s) on %s in %.2f s, %.1f MiB of weights", Path(path).name, cfg.arch, dev,
              loaded.load_seconds, loaded.weights_bytes / 2**20)
     return loaded

@@ -89,7 +89,7 @@ def _warm_layers(f: GGUFFile, cfg: ModelConfig, dev: torch.device, dtype: torch.
     if dtype in (torch.float16, torch.bfloat16):  # the prefill's varlen flash attention
         torch.ops.aten._flash_attention_forward(q, k, k, cu, cu, PROMPT, PROMPT, 0.0, True, False,
                                                 scale=cfg.head_dim**-0.5)
-    torch.zeros(1, cfg.vocab_size, dtype=torch.float32, device=dev).argmax(-1).item()
+    torch.zeros(1, cfg.vocab_size, dtype=torch.float32, device=dev).argmax(-1)  # no sync, as above
     return True
 
 
@@ -114,40 +114,54 @@ def retain_primary_context(index: int) -> None:
             raise RuntimeError(f"CUDA driver error {rc}")
 
 
-def _warm_triton(steps: dict[str, float]) -> None:
+def _warm_triton(steps: dict[str, float], origin: float) -> None:
     t = time.perf_counter()
     with contextlib.suppress(Exception):
         from orcd.quant.kernels.triton_key import install_cached_triton_key
 
         install_cached_triton_key()
-    steps["warm_triton_key"] = time.perf_counter() - t
+    t1 = time.perf_counter()
     with contextlib.suppress(Exception):
         import triton.experimental.gluon  # noqa: F401
-    steps["warm_gluon"] = time.perf_counter() - t - steps["warm_triton_key"]
+    t2 = time.perf_counter()
+    steps.update({"warm_triton_key": t1 - t, "@warm_triton_key": t1 - origin, "warm_gluon": t2 - t1,
+                  "@warm_gluon": t2 - origin})
 
 
-def warm_cuda(dev: torch.device, handoff: queue.SimpleQueue | None = None) -> dict[str, float]:
+def warm_cuda(dev: torch.device, handoff: queue.SimpleQueue | None = None,
+              cuda_ready: threading.Event | None = None, origin: float | None = None) -> dict[str, float]:
     """Best effort, nothing here changes results, any failure is ignored (the first forward then pays).
-    `handoff` gives (file, config, dtype) for `warm_first_forward`, or None (nothing to do). Returns the
-    seconds each step took: warm_ctx, warm_cublas, warm_triton_key, warm_gluon (second thread),
-    warm_triton_wait, warm_forward (waiting for the handoff included); and what the forward warm-up ran:
-    warm_products (count), warm_layers (1.0 if all)."""
+    `handoff` gives (file, config, dtype) for `warm_first_forward`, or None (nothing to do).
+    `cuda_ready` is set once the CUDA context and torch's CUDA state exist (or creating them failed):
+    until then another thread's first CUDA call would wait for the driver while holding the GIL.
+    Returns the seconds each step took: warm_ctx, warm_cublas, warm_triton_key, warm_gluon (on a second
+    thread), warm_triton_wait, warm_forward (waiting for the handoff included); what the forward warm-up
+    ran: warm_products (count), warm_layers (1.0 if all); and "@" + step: when it ended, in seconds after
+    `origin` (a time.perf_counter() instant; default: this call)."""
     steps: dict[str, float] = {}
-    tri = threading.Thread(target=_warm_triton, args=(steps,), name="orcd-warm-triton", daemon=True)
+    origin = time.perf_counter() if origin is None else origin
+    tri = threading.Thread(target=_warm_triton, args=(steps, origin), name="orcd-warm-triton", daemon=True)
     tri.start()
     t = time.perf_counter()
 
     def done(name: str) -> None:
         nonlocal t
         now = time.perf_counter()
-        steps[name], t = now - t, now
+        steps[name], steps["@" + name], t = now - t, now - origin, now
 
-    with contextlib.suppress(Exception):
-        retain_primary_context(dev.index or 0)
+    try:
+        with contextlib.suppress(Exception):
+            retain_primary_context(dev.index or 0)
+        with contextlib.suppress(Exception):
+            torch.cuda.init()
+    finally:
+        steps["@cuda_ready"] = time.perf_counter() - origin
+        if cuda_ready is not None:
+            cuda_ready.set()
+    done("warm_ctx")
     with contextlib.suppress(Exception):
         a = torch.ones(16, 16, device=dev, dtype=torch.bfloat16)
-        done("warm_ctx")
-        (a @ a).sum().item()
+        a @ a  # no sync (.item()): a thread that releases the GIL waits for it behind the tokenizer's build
     done("warm_cublas")
     tri.join()
     done("warm_triton_wait")

@@ -16,8 +16,9 @@ first token (like llama.cpp's detokenize) unless `strip_leading_space=False`.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from orcd.errors import TemplateError, TokenizerError
@@ -34,36 +35,50 @@ _SAFE_CUT = re.compile(r"(?<=[^\s]) (?=[A-Za-z])")
 _SPM_CUT = re.compile("(?<=[^▁])▁(?=[A-Za-z])")
 
 
-def _pieces(v: Vocab) -> list[bytes]:
-    """Bytes each token decodes to (control/unknown tokens: their text, see `_special_mask`)."""
-    out: list[bytes] = []
-    if v.model == "gpt2":
-        byte_of = {c: b for b, c in bytes_to_unicode().items()}
-        to_latin1 = str.maketrans({c: chr(b) for c, b in byte_of.items()})
-        for text, kind in zip(v.tokens, v.types, strict=True):
-            if kind == NORMAL:
-                if _RAW_HIGH.search(text) is None:  # fast path: every char maps to one byte
-                    try:
-                        out.append(text.translate(to_latin1).encode("latin-1"))
-                        continue
-                    except UnicodeEncodeError:
-                        pass
-                out.append(b"".join(bytes([byte_of[c]]) if c in byte_of else c.encode() for c in text))
-            elif kind in (CONTROL, UNKNOWN, USER_DEFINED):
-                out.append(text.encode())
-            else:
-                out.append(b"")
-        return out
-    for text, kind in zip(v.tokens, v.types, strict=True):
+class PieceTable:
+    """Bytes each token decodes to (control/unknown/user-defined tokens: their text), computed the first
+    time a token is decoded: the whole table (150k entries) would cost ~0.15 s of every load, and a
+    generation only ever decodes a few thousand distinct tokens (~1 us each, then a list lookup)."""
+
+    def __init__(self, vocab: Vocab):
+        self._v = vocab
+        self._known: list[bytes | None] = [None] * len(vocab.tokens)
+        if vocab.model == "gpt2":
+            self._byte_of = {c: b for b, c in bytes_to_unicode().items()}
+            self._to_latin1 = str.maketrans({c: chr(b) for c, b in self._byte_of.items()})
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    def __getitem__(self, i: int) -> bytes:
+        piece = self._known[i]
+        if piece is None:
+            piece = self._known[i] = self._piece(self._v.tokens[i], self._v.types[i])
+        return piece
+
+    @property
+    def computed(self) -> int:
+        """How many entries have been computed so far."""
+        return len(self._known) - self._known.count(None)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return map(self.__getitem__, range(len(self._known)))
+
+    def _piece(self, text: str, kind: int) -> bytes:
+        if kind in (CONTROL, UNKNOWN, USER_DEFINED):
+            return text.encode()
+        if self._v.model == "gpt2":
+            if kind != NORMAL:
+                return b""
+            if _RAW_HIGH.search(text) is None:  # fast path: every char maps to one byte
+                with contextlib.suppress(UnicodeEncodeError):
+                    return text.translate(self._to_latin1).encode("latin-1")
+            return b"".join(bytes([self._byte_of[c]]) if c in self._byte_of else c.encode() for c in text)
         if kind == NORMAL:
-            out.append(text.replace("▁", " ").encode())
-        elif kind == BYTE and len(text) == 6 and text.startswith("<0x"):
-            out.append(bytes([int(text[3:5], 16)]))
-        elif kind in (CONTROL, UNKNOWN, USER_DEFINED):
-            out.append(text.encode())
-        else:
-            out.append(b"")
-    return out
+            return text.replace("▁", " ").encode()
+        if kind == BYTE and len(text) == 6 and text.startswith("<0x"):
+            return bytes([int(text[3:5], 16)])
+        return b""
 
 
 class GGUFTokenizer:
@@ -72,10 +87,12 @@ class GGUFTokenizer:
         self._hf = build(vocab)
         self._spm = vocab.model == "llama"
         self._spm_cuttable = self._spm and not any(re.search("[^▁]▁", t) for t in vocab.tokens)
-        self.pieces = _pieces(vocab)
-        self.is_special = [t in (CONTROL, UNKNOWN) for t in vocab.types]  # hidden when skip_special
+        self.pieces = PieceTable(vocab)
+        types = vocab.types
+        marked = [i for i, t in enumerate(types) if t != NORMAL]  # one pass; NORMAL is ~all of a vocab
+        self.hidden_ids = frozenset(i for i in marked if types[i] in (CONTROL, UNKNOWN))  # skip_special
         # special-token partition candidates, longest text first (llama.cpp cache_special_tokens)
-        order = sorted((i for i, t in enumerate(vocab.types) if t in (CONTROL, UNKNOWN, USER_DEFINED)),
+        order = sorted((i for i in marked if types[i] in (CONTROL, UNKNOWN, USER_DEFINED)),
                        key=lambda i: -len(vocab.tokens[i]))
         self._split_all = [(vocab.tokens[i], i) for i in order]
         self._split_user = [(vocab.tokens[i], i) for i in order if vocab.types[i] == USER_DEFINED]
@@ -197,7 +214,7 @@ class GGUFTokenizer:
                 raise TokenizerError(f"token id {i!r} is outside the vocabulary (size {self.vocab_size})")
 
     def piece_bytes(self, i: int, skip_special: bool = False) -> bytes:
-        return b"" if skip_special and self.is_special[i] else self.pieces[i]
+        return b"" if skip_special and i in self.hidden_ids else self.pieces[i]
 
     def decode(self, ids: Sequence[int], skip_special: bool = False, strip_leading_space: bool = True) -> str:
         self.check_ids(ids)

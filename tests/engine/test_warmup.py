@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
 from orcd.engine.loader import load_model
-from orcd.engine.warmup import _products, warm_first_forward
+from orcd.engine.warmup import _products, warm_cuda, warm_first_forward
 from orcd.errors import GGUFError
 from orcd.gguf import open_gguf
 from orcd.gguf.config import model_config_from_gguf
@@ -38,11 +40,21 @@ def test_warm_up_on_the_cpu_is_harmless(tiny):
     assert ran["layers"]  # torch ops only on the CPU; the products need the GPU (or the interpreter)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the failure path: no CUDA on this machine")
+def test_without_cuda_the_warm_up_still_releases_the_main_thread():
+    """load_model's main thread waits for `cuda_ready` before its first CUDA call: the event must be set
+    even when there is no driver, so that the main thread goes on to raise CUDA's own error."""
+    ready = threading.Event()
+    steps = warm_cuda(torch.device("cuda"), None, ready, origin=0.0)
+    assert ready.is_set() and steps["@warm_ctx"] >= steps["warm_ctx"] >= 0
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_load_runs_the_warm_up_and_a_failed_load_does_not_hang(tiny, tmp_path):
     loaded = load_model(tiny, "cuda", tokenizer=False)
     assert loaded.phases["warm_products"] == len(_products(loaded.gguf)) and loaded.phases["warm_layers"] == 1
+    assert loaded.timeline["cuda_wait"] >= loaded.timeline["cuda_ready"]  # no CUDA call before the context
     bad = tmp_path / "bad.gguf"
     data = bytearray(open(tiny, "rb").read())
     bad.write_bytes(bytes(data[: len(data) // 2]))  # truncated: the tensor data is missing

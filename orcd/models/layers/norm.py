@@ -23,5 +23,5 @@ class RMSNorm(nn.Module):
             return add_rmsnorm(None, x.reshape(-1, h).contiguous(), self.weight, self.eps).view(x.shape)
         dtype = x.dtype
         xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        xf = xf * torch.rsqrt((xf * xf).mean(-1, keepdim=True) + self.eps)  # x*x: what pow(x, 2) computes
         return self.weight * xf.to(dtype)

@@ -23,13 +23,14 @@ class RotaryEmbedding:
         if rope_dim <= 0 or rope_dim % 2:
             raise GGUFError(f"rope dimension count {rope_dim} must be positive and even")
         self.rope_dim = rope_dim
-        exps = torch.arange(0, rope_dim, 2, dtype=torch.int64, device=device).float() / rope_dim
+        # computed on the CPU (as HF transformers does) and copied: no pow kernel to load on the device
+        exps = torch.arange(0, rope_dim, 2, dtype=torch.int64).float() / rope_dim
         inv_freq = 1.0 / (theta**exps)  # [rope_dim / 2], float32
         if scaling_type == "linear" and scaling_factor not in (0.0, 1.0):
             inv_freq = inv_freq / scaling_factor  # position p is rotated as if it were p / factor
         if freq_factors is not None:  # llama 3.1+ files: per-frequency divisors (tensor rope_freqs.weight)
-            inv_freq = inv_freq / freq_factors.to(device=inv_freq.device, dtype=torch.float32)
-        self.inv_freq = inv_freq
+            inv_freq = inv_freq / freq_factors.to(device="cpu", dtype=torch.float32)
+        self.inv_freq = inv_freq.to(device)
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """positions [T] int64 -> cos, sin [T, 1, rope_dim] in `dtype` (broadcast over heads)."""
