@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import dataclasses
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -83,8 +84,10 @@ class PieceTable:
 
 class GGUFTokenizer:
     def __init__(self, vocab: Vocab):
-        self.vocab = vocab
         self._hf = build(vocab)
+        # the merges now live in the `tokenizers` model: dropping the ~150k tuples here saves ~15 MB and
+        # the ~15 ms young-generation GC pass over them right after load_model turns the GC back on
+        vocab = self.vocab = dataclasses.replace(vocab, merges=[])
         self._spm = vocab.model == "llama"
         self._spm_cuttable = self._spm and not any(re.search("[^▁]▁", t) for t in vocab.tokens)
         self.pieces = PieceTable(vocab)

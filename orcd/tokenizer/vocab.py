@@ -29,7 +29,7 @@ class Vocab:
     tokens: list[str]
     types: list[int]  # one of the constants above per token
     scores: list[float] | None
-    merges: list[tuple[str, str]]
+    merges: list[tuple[str, str]]  # gpt2 only; GGUFTokenizer.vocab has none (its `tokenizers` model does)
     special: dict[str, int]  # "bos", "eos", "eot", ... -> id (only those present)
     add_bos: bool
     add_eos: bool
