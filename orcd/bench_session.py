@@ -45,7 +45,7 @@ class OrcdSession:
         """tok/s of an n-token prompt whose whole forward (model.forward: dequantize + cuBLAS GEMMs, flash
         attention) is replayed from a CUDA graph captured for that length."""
         if n not in self.prefill_graphs:
-            ids = torch.randint(0, self.vocab, (n,), device=self.dev)
+            ids = torch.randint(0, self.vocab, (n,)).to(self.dev)  # token ids come from the host
             meta, pos = self._meta(0, n)
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
@@ -81,7 +81,7 @@ class OrcdSession:
     @torch.inference_mode()
     def prefill(self, n: int) -> torch.Tensor:
         """A fresh n-token prompt at positions 0..n-1 -> greedy next token (device tensor)."""
-        ids = torch.randint(0, self.vocab, (n,), device=self.dev)
+        ids = torch.randint(0, self.vocab, (n,)).to(self.dev)  # token ids come from the host
         meta, pos = self._meta(0, n)
         hidden = self.model(ids, pos, meta, self.kv)
         return self.model.compute_logits(hidden[-1:]).argmax(-1)

@@ -50,6 +50,7 @@ def _products(f: GGUFFile) -> list[tuple[int, int, int, bool]]:
 def _warm_products(f: GGUFFile, vocab: int, dev: torch.device, dtype: torch.dtype) -> int:
     """Each distinct product as the prefill runs it (dequantize + GEMM), and the LM head (out = vocab) as
     the last token's logits do (GEMV); returns how many were run. A cold Triton cache compiles each."""
+    import orcd.models.layers.attention_triton  # noqa: F401  (the first attention call imports it)
     from orcd.quant.kernels import get_fused_linear
     from orcd.quant.registry import get_format
 
@@ -77,8 +78,9 @@ def _warm_layers(f: GGUFFile, cfg: ModelConfig, dev: torch.device, dtype: torch.
     from orcd.quant.dequant import dequantize
 
     emb = f.tensors.get("token_embd.weight")
-    if emb is not None:  # the embedding gathers rows and dequantizes them with torch ops
-        rows = torch.zeros(PROMPT, emb.data.shape[-1], dtype=torch.uint8, device=dev)
+    if emb is not None:  # the embedding gathers rows (uint8, int64 ids) and dequantizes them with torch ops
+        table = torch.zeros(PROMPT, emb.data.shape[-1], dtype=torch.uint8, device=dev)
+        rows = table[torch.zeros(PROMPT, dtype=torch.int64, device=dev)]
         dequantize(rows, emb.qtype, (PROMPT, cfg.hidden_size)).to(dtype)
     x = torch.zeros(PROMPT, cfg.hidden_size, dtype=dtype, device=dev)
     h = RMSNorm(torch.ones(cfg.hidden_size, dtype=dtype, device=dev), cfg.rms_eps)(x) + x
