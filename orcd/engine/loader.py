@@ -1,6 +1,6 @@
 """Load a GGUF file into a ready model: config, validation, weights on the device (once), tokenizer.
 
-The tokenizer (~0.3-0.6 s of Python and Rust for a 150k vocabulary) is built on a side thread while the
+The tokenizer (~0.3-0.5 s of Python and Rust for a 150k vocabulary) is built on a side thread while the
 main thread uploads the weights (host-to-device copies release the GIL), and on CUDA another side thread
 sets up what the first forward would otherwise pay for (`warm_cuda`, orcd/engine/warmup.py). While they
 run, the GIL switch interval is 0.5 ms instead of 5: each time the main thread comes back from a GIL-free
@@ -9,8 +9,8 @@ Until the warm thread has the CUDA context the main thread waits for it with the
 (`WAIT_CTX`): its first CUDA call would otherwise wait for the driver inside torch's lazy init, holding
 the GIL that the tokenizer's build needs. Python's cyclic GC is paused for the whole load: the ~300k
 vocabulary strings and merge tuples would otherwise trigger full collections over every live object
-(~0.1 s measured) and nothing built here is garbage. The whole load is bound by the GIL: ~1.0 s of CPU
-time over ~0.7 s of wall time on the H100 host (docs/performance.md, "Load").
+(~0.1 s measured) and nothing built here is garbage. The whole load is bound by the GIL: ~1.3 s of CPU
+time over ~0.8 s of wall time on the H100 host (docs/performance.md, "Load (session 4)").
 """
 
 from __future__ import annotations
