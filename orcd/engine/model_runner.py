@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from orcd.engine.graph_runner import GraphDecoder, graphs_supported
-from orcd.engine.io import ModelRunnerOutput, SchedulerOutput
+from orcd.engine.io import ModelRunnerOutput, ScheduledSeq, SchedulerOutput
 from orcd.engine.kv_cache import KVCache
 from orcd.engine.prefill_graphs import PrefillGraphs
 from orcd.engine.sampler import SampleRow, _has_penalty, sample
@@ -100,6 +100,7 @@ class ModelRunner:
         # fp16/bf16 only (fp32 attention loops over sequences on the host), not batch-invariant (its
         # attention kernel is not known capturable with a padded layout); ORCD_PREFILL_GRAPHS=0: off
         self.prefill_graphs: PrefillGraphs | None = None
+        self.split_steps = 0  # steps run as a prefill graph + a decode graph (_split_step)
         if (use_graphs and self.invariant_policy != "all"
                 and loaded.dtype in (torch.float16, torch.bfloat16)
                 and os.environ.get("ORCD_PREFILL_GRAPHS", "1") != "0"):
@@ -152,10 +153,12 @@ class ModelRunner:
             res = None
             graph = self.graph_invariant if invariant else self.graph
             if graph is not None and graph.eligible(sched.seqs):
-                res = self._graph_step(graph, sched)
-            elif (not invariant and self.prefill_graphs is not None
-                  and (key := self.prefill_graphs.bucket(sched.seqs))):
-                res = self.prefill_graphs.run(sched.seqs, key)  # None: capture failed, run it eagerly
+                res = self._graph_step(graph, sched.seqs)
+            elif not invariant and self.prefill_graphs is not None:
+                if key := self.prefill_graphs.bucket(sched.seqs):
+                    res = self.prefill_graphs.run(sched.seqs, key)  # None: capture failed, run it eagerly
+                elif graph is not None:
+                    res = self._split_step(graph, sched.seqs)  # None: not fresh prompts + decodes
             if res is not None:
                 tokens, to_sample = res
             else:
@@ -173,14 +176,34 @@ class ModelRunner:
         return ModelRunnerOutput(sampled={s.seq_id: tok for s, tok in zip(to_sample, tokens, strict=True)})
 
     @torch.inference_mode()
-    def _graph_step(self, graph: GraphDecoder, sched: SchedulerOutput) -> tuple[list[int], list]:
-        """A decode-only step from the CUDA graphs -> (tokens, the sequences they belong to)."""
-        logits, greedy = graph.run(sched.seqs)
-        idx = [i for i, s in enumerate(sched.seqs) if s.sample]
-        to_sample = [sched.seqs[i] for i in idx]
+    def _graph_step(self, graph: GraphDecoder, seqs: list[ScheduledSeq]) -> tuple[list[int], list]:
+        """Decode rows from the CUDA graphs -> (tokens, the sequences they belong to)."""
+        logits, greedy = graph.run(seqs)
+        idx = [i for i, s in enumerate(seqs) if s.sample]
+        to_sample = [seqs[i] for i in idx]
         rows = [SampleRow(s.sampling, s.penalty_token_ids, s.num_generated) for s in to_sample]
         if all(r.params.greedy and not (r.penalty_token_ids and _has_penalty(r.params)) for r in rows):
-            picked = greedy if len(idx) == len(sched.seqs) else greedy[idx]  # == sample()'s argmax
+            picked = greedy if len(idx) == len(seqs) else greedy[idx]  # == sample()'s argmax
         else:
-            picked = sample(logits if len(idx) == len(sched.seqs) else logits[idx], rows)
+            picked = sample(logits if len(idx) == len(seqs) else logits[idx], rows)
         return picked.tolist(), to_sample
+
+    def _split_step(self, graph: GraphDecoder, seqs: list[ScheduledSeq]) -> tuple[list[int], list] | None:
+        """A step of fresh prompts (or first chunks) beside one-token decode rows -- what continuous
+        batching schedules whenever a request arrives -- as two graph replays: the prompts from a prefill
+        graph, then the decode rows from a decode graph. The sequences are independent (each writes and
+        reads only its own blocks), so the split computes what one eager step would, at the graphs' cost
+        (~25 ms of host work for a 512-token prompt eagerly). None: not such a step (it runs eagerly)."""
+        fresh = [s for s in seqs if s.num_computed == 0]
+        decodes = [s for s in seqs if s.num_computed > 0]
+        if not fresh or not decodes or not graph.eligible(decodes):
+            return None
+        key = self.prefill_graphs.bucket(fresh)
+        if key is None:
+            return None
+        first = self.prefill_graphs.run(fresh, key)
+        if first is None:  # no prefill graph (capture failed): nothing ran, the whole step goes eagerly
+            return None
+        tokens, to_sample = self._graph_step(graph, decodes)
+        self.split_steps += 1
+        return first[0] + tokens, first[1] + to_sample
