@@ -139,8 +139,8 @@ def warm_cuda(dev: torch.device, handoff: queue.SimpleQueue | None = None,
     `cuda_ready` is set once the CUDA context and torch's CUDA state exist (or creating them failed):
     until then another thread's first CUDA call would wait for the driver while holding the GIL.
     Returns the seconds each step took: warm_ctx, warm_cublas (starting its thread, with PARALLEL_WARM),
-    warm_triton_key, warm_gluon (on a second thread), warm_triton_wait, warm_forward (the products; and
-    the layer ops without PARALLEL_WARM), warm_torch (third thread: cuBLAS and the layer ops) and
+    warm_triton_key, warm_gluon (on a second thread), warm_triton_wait, warm_forward (the products),
+    warm_torch (cuBLAS and the layer ops: a third thread, or first on this one without PARALLEL_WARM) and
     warm_torch_wait; what the warm-up ran: warm_products (count), warm_layers (1.0 if all); and "@" +
     step: when it ended, in seconds after `origin` (a time.perf_counter() instant; default: this call)."""
     steps: dict[str, float] = {}
@@ -170,9 +170,8 @@ def warm_cuda(dev: torch.device, handoff: queue.SimpleQueue | None = None,
         torch_ops = threading.Thread(target=_warm_torch_ops, args=(dev, handoff, given, steps, origin),
                                      name="orcd-warm-torch", daemon=True)
         torch_ops.start()
-    else:
-        _warm_cublas(dev)
-        given.put(handoff.get() if handoff is not None else None)
+    else:  # the same work, here and first
+        _warm_torch_ops(dev, handoff, given, steps, origin)
     done("warm_cublas")
     tri.join()
     done("warm_triton_wait")
@@ -181,9 +180,6 @@ def warm_cuda(dev: torch.device, handoff: queue.SimpleQueue | None = None,
         f, cfg, dtype = item
         with torch.inference_mode(), contextlib.suppress(Exception):
             steps["warm_products"] = _warm_products(f, cfg.vocab_size, dev, dtype)
-        if torch_ops is None:
-            with torch.inference_mode(), contextlib.suppress(Exception):
-                steps["warm_layers"] = float(_warm_layers(f, cfg, dev, dtype))
         done("warm_forward")
     if torch_ops is not None:
         torch_ops.join()
