@@ -61,7 +61,7 @@ def bench_engine(path: str, device: str, concurrency: list[int], prompt_len: int
                  warmup_len: int, max_num_seqs: int, enforce_eager: bool, deadline: Deadline,
                  batch_invariant: str = "seeded") -> dict:
     from orcd.engine.llm_engine import LLMEngine
-    from orcd.engine.loader import load_model
+    from orcd.loading.loader import load_model
 
     if torch.device(device).type == "cuda":
         torch.cuda.reset_peak_memory_stats()

@@ -14,7 +14,7 @@ from pathlib import Path
 from batching_common import Deadline, prompt_texts, split_phases
 
 REPO = Path(__file__).resolve().parent.parent
-SERVE = "import sys; from orcd.cli import main; sys.exit(main())"
+SERVE = "import sys; from orcd.cli.main import main; sys.exit(main())"
 
 
 def free_port() -> int:

@@ -82,7 +82,7 @@ def model_file(args: argparse.Namespace, out: Path) -> tuple[str, str]:
         return args.model, f"{Path(args.model).name}"
     path = out / f"{like}-Q4_K_M-synth.gguf"
     if not path.exists():
-        from orcd.synth_cli import synth_like
+        from orcd.cli.synth import synth_like
 
         t0 = time.perf_counter()
         print(f"synthesizing {path} (orcd synth --like {like} --quant Q4_K_M) ...", flush=True)

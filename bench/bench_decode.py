@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from orcd.bench_session import OrcdSession  # noqa: E402
+from orcd.cli.bench_session import OrcdSession  # noqa: E402
 
 PAGE = 16
 DEPTH = 4096
@@ -142,7 +142,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     path = args.file or str(out / "qwen2.5-0.5b-Q4_K_M-synth.gguf")
     if not os.path.exists(path):
-        from orcd.synth_cli import synth_like
+        from orcd.cli.synth import synth_like
 
         synth_like(path, "qwen2.5-0.5b", "Q4_K_M")
     rows = [bench_orcd(path)]

@@ -1,7 +1,7 @@
 """Prefill through the engine: one LLMEngine step per prompt (max_tokens=1), prefill CUDA graphs vs eager.
 
 usage: python bench/bench_prefill_engine.py MODEL.gguf [OUT.json]
-(e.g. after `python3 -m orcd.cli synth --like qwen2.5-0.5b --quant Q4_K_M /tmp/q.gguf`)
+(e.g. after `python3 -m orcd.cli.main synth --like qwen2.5-0.5b --quant Q4_K_M /tmp/q.gguf`)
 
 Measures, on the engine's own step loop: load (file -> engine ready, decode graphs included); the first
 512-token step (it captures that bucket's graph lazily) and so load-to-first-token; best / median step
@@ -23,8 +23,8 @@ import torch
 
 from orcd.engine.io import EngineRequest
 from orcd.engine.llm_engine import LLMEngine
-from orcd.engine.loader import load_model
 from orcd.engine.sampling_params import SamplingParams
+from orcd.loading.loader import load_model
 
 SP = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
 _rid = [0]

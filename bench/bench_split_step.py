@@ -1,7 +1,7 @@
 """A request arriving mid-generation: the step that prefills it beside the running decodes.
 
 usage: python bench/bench_split_step.py MODEL.gguf [OUT.json]
-(e.g. after `python3 -m orcd.cli synth --like qwen2.5-0.5b --quant Q4_K_M /tmp/q.gguf`)
+(e.g. after `python3 -m orcd.cli.main synth --like qwen2.5-0.5b --quant Q4_K_M /tmp/q.gguf`)
 
 With R requests decoding (64-token prompts, long max_tokens), one new P-token prompt is added and the
 next LLMEngine.step is timed (device synchronized): it holds R decode rows and the new prompt. Measured
@@ -22,8 +22,8 @@ import torch
 
 from orcd.engine.io import EngineRequest
 from orcd.engine.llm_engine import LLMEngine
-from orcd.engine.loader import load_model
 from orcd.engine.sampling_params import SamplingParams
+from orcd.loading.loader import load_model
 
 LONG = SamplingParams(max_tokens=4000, temperature=0.0, ignore_eos=True)
 ONE = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)

@@ -92,7 +92,7 @@ def main() -> int:
 
     path = Path(a.file)
     if not path.exists():
-        from orcd.synth_cli import synth_like
+        from orcd.cli.synth import synth_like
 
         print(f"writing {path} (synth --like {a.like}) ...", file=sys.stderr, flush=True)
         synth_like(str(path), a.like)

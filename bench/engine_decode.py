@@ -89,7 +89,7 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
-    from orcd.engine.loader import load_model
+    from orcd.loading.loader import load_model
 
     loaded = load_model(args.model, args.device)
     dev = torch.cuda.get_device_name() if loaded.device.type == "cuda" else "cpu"

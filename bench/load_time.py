@@ -3,9 +3,9 @@
     python bench/load_time.py --file F.gguf [--runs 3] [--device cuda] [--profile] [--serial]
         [--switch SECONDS] [--set MODULE.NAME=VALUE ...]
 
---serial: no side threads (orcd.engine.loader.OVERLAP = False: tokenizer before the weights, no CUDA
+--serial: no side threads (orcd.loading.loader.OVERLAP = False: tokenizer before the weights, no CUDA
 warm-up); --switch: the GIL switch interval while loading (loader.SWITCH_INTERVAL; 0 = leave it);
---set: any module-level switch, e.g. --set orcd.engine.warmup.CUBLAS_SIDE=True (VALUE: a Python literal).
+--set: any module-level switch, e.g. --set orcd.loading.warmup.CUBLAS_SIDE=True (VALUE: a Python literal).
 
 Each sample prints one JSON line: imports (torch + orcd), load_model and its phases (LoadedModel.phases:
 open, check, weights, tokenizer [built on a side thread during weights], tokenizer_wait), timeline
@@ -40,9 +40,9 @@ def child(path: str, device: str, profile: bool, serial: bool, switch: float | N
     t = time.perf_counter()
     import torch
 
-    from orcd.bench_session import OrcdSession
-    from orcd.engine import loader
-    from orcd.engine.loader import load_model
+    from orcd.cli.bench_session import OrcdSession
+    from orcd.loading import loader
+    from orcd.loading.loader import load_model
 
     if serial:
         loader.OVERLAP = False
@@ -66,12 +66,12 @@ def child(path: str, device: str, profile: bool, serial: bool, switch: float | N
         print("== load_model", file=sys.stderr)
         pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(45)
     # the rest of OrcdSession.__init__ (KV allocation and block tables), timed on its own
-    real_load = sys.modules["orcd.bench_session"].load_model
-    sys.modules["orcd.bench_session"].load_model = lambda *a, **k: loaded
+    real_load = sys.modules["orcd.cli.bench_session"].load_model
+    sys.modules["orcd.cli.bench_session"].load_model = lambda *a, **k: loaded
     try:
         OrcdSession.__init__(s, path, num_blocks=64, page=16, device=device)
     finally:
-        sys.modules["orcd.bench_session"].load_model = real_load
+        sys.modules["orcd.cli.bench_session"].load_model = real_load
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     t2 = time.perf_counter()
@@ -106,7 +106,7 @@ def main() -> None:
     ap.add_argument("--serial", action="store_true", help="no side threads while loading")
     ap.add_argument("--switch", type=float, default=None, help="GIL switch interval while loading (s)")
     ap.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=VALUE",
-                    help="set a module-level switch in the child, e.g. orcd.engine.loader.WAIT_CTX=False")
+                    help="set a module-level switch in the child, e.g. orcd.loading.loader.WAIT_CTX=False")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:

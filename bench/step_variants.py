@@ -23,9 +23,9 @@ def apply(v: dict) -> None:
     """Kernel settings of one variant over the code's defaults (DEFAULTS): pdl (fused_linear.PDL_MODE, 0 off),
     launch / glu ({qtype: (G, BO, warps)}), split ({qtype: (G, BO, warps, target programs)}), qkv_g
     ({qtype: G}), head_apart (FusedDecoder's LM-head norm as its own kernel)."""
-    import orcd.engine.fused_decode as fd
     import orcd.quant.kernels.fused_linear as fl
     import orcd.quant.kernels.gemv_multi as gm
+    import orcd.runner.fused_decode as fd
 
     set_pdl(v.get("pdl", DEFAULTS["pdl"]))
     for table, key in ((fl.GEMV_LAUNCH, "launch"), (fl.GLU_LAUNCH, "glu"), (fl.SPLIT_LAUNCH, "split"),
@@ -36,9 +36,9 @@ def apply(v: dict) -> None:
 
 
 def _defaults() -> dict:
-    import orcd.engine.fused_decode as fd
     import orcd.quant.kernels.fused_linear as fl
     import orcd.quant.kernels.gemv_multi as gm
+    import orcd.runner.fused_decode as fd
 
     return {"pdl": fl.PDL_MODE, "launch": dict(fl.GEMV_LAUNCH), "glu": dict(fl.GLU_LAUNCH),
             "split": dict(fl.SPLIT_LAUNCH), "qkv_g": dict(gm.QKV_G), "head_apart": fd.HEAD_NORM_APART}
@@ -72,11 +72,11 @@ def step_rates(rows: list[dict], variants: dict[str, dict], deep: int = 2) -> No
     the first one and the `deep` fastest at depth 4096."""
     import subprocess
 
-    from orcd.bench_session import OrcdSession
+    from orcd.cli.bench_session import OrcdSession
 
     path = "/tmp/orcd_q4km.gguf"
     if not Path(path).exists():
-        subprocess.run([sys.executable, "-m", "orcd.cli", "synth", "--like", "qwen2.5-0.5b", "--quant",
+        subprocess.run([sys.executable, "-m", "orcd", "synth", "--like", "qwen2.5-0.5b", "--quant",
                         "Q4_K_M", path], check=True, capture_output=True)
     sess = OrcdSession(path, num_blocks=300, page=16)
     ref, rates = None, {}

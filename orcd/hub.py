@@ -88,7 +88,7 @@ def resolve_model_path(spec: str | None, *, progress: bool = True) -> Path:
     return path
 
 
-resolve = resolve_model_path  # the name orcd.server.serve_cli calls
+resolve = resolve_model_path  # the name orcd.cli.serve calls
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -20,7 +20,7 @@ def free_port() -> int:
 
 
 class ServeProcess:
-    """Starts `python -m orcd.cli serve --model MODEL --port P *args`; output goes to `log_path`.
+    """Starts `python -m orcd.cli.main serve --model MODEL --port P *args`; output goes to `log_path`.
 
     `env` replaces variables of this process's environment; names mapped to None are removed.
     """
@@ -35,7 +35,7 @@ class ServeProcess:
                 full_env.pop(name, None)
             else:
                 full_env[name] = value
-        cmd = [sys.executable, "-m", "orcd.cli", "serve", "--model", str(model), "--port", str(self.port),
+        cmd = [sys.executable, "-m", "orcd", "serve", "--model", str(model), "--port", str(self.port),
                *args]
         self._log = open(log_path, "wb")  # closed in stop()
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=full_env)

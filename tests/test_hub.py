@@ -106,7 +106,7 @@ def hub_env(endpoint: str, cache: Path, **extra: str) -> dict[str, str]:
 
 
 def orcd(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orcd.cli", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "orcd", *args], env=env, capture_output=True,
                           text=True, timeout=120)
 
 

@@ -22,8 +22,8 @@ from orcd.distributed.runtime import TPContext
 from orcd.distributed.shard import shard_model
 from orcd.engine.io import ModelRunnerOutput, SchedulerOutput
 from orcd.engine.llm_engine import LLMEngine, auto_num_blocks
-from orcd.engine.loader import LoadedModel, load_model, weights_nbytes
-from orcd.engine.model_runner import ModelRunner
+from orcd.loading.loader import LoadedModel, load_model, weights_nbytes
+from orcd.runner.model_runner import ModelRunner
 
 log = logging.getLogger(__name__)
 

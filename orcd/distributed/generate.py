@@ -27,8 +27,8 @@ def generate_rank(ctx, args: argparse.Namespace) -> int:
     """Every rank loads its shard; rank 0 runs generate_cli.run with the shard and a leader engine."""
     import torch
 
+    from orcd.cli import generate as generate_cli
     from orcd.distributed.driver import load_sharded, run_rank
-    from orcd.engine import generate_cli
 
     dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
     loaded = load_sharded(args.model, ctx, dtype)

@@ -60,8 +60,8 @@ def rank_args_for(args) -> tuple[int, str, object]:
     Returns (world, device kind, a copy of args with the resolved model path and device)."""
     import argparse
 
+    from orcd.cli.default_model import resolve_model
     from orcd.distributed.partition import check_file_shardable
-    from orcd.engine.default_model import resolve_model
     from orcd.gguf import open_gguf
     from orcd.gguf.config import model_config_from_gguf
 

@@ -22,8 +22,8 @@ def run_tensor_parallel(args: argparse.Namespace) -> int:
 def serve_rank(ctx, args: argparse.Namespace) -> int:
     import torch
 
+    from orcd.cli import serve as serve_cli
     from orcd.distributed.driver import load_sharded, run_rank
-    from orcd.server import serve_cli
 
     if ctx.rank != 0:
         signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -1,1 +1,1 @@
-"""The engine: sequences, scheduler, KV cache blocks, model runner, sampler."""
+"""The engine core loop: requests, sequences, the scheduler and block manager, the step loop."""

@@ -24,7 +24,7 @@ CPU_KV_TOKENS = 32768  # on the CPU there is no free memory to measure: size the
 
 def auto_num_blocks(loaded, kv_fraction: float, block_size: int) -> int:
     """CUDA: blocks in kv_fraction of the free device memory; CPU: CPU_KV_TOKENS (or one context)."""
-    from orcd.engine.kv_cache import num_blocks_for
+    from orcd.models.kv_cache import num_blocks_for
 
     cpu_tokens = max(CPU_KV_TOKENS, loaded.cfg.context_length)
     return num_blocks_for(loaded.cfg, block_size, loaded.dtype, loaded.device, fraction=kv_fraction,
@@ -46,7 +46,7 @@ class LLMEngine:
         batch_invariant: str | bool = "seeded",
     ):
         """enforce_eager: never use CUDA graphs (otherwise decode-only steps on CUDA replay captured
-        graphs of the fused decode step; they are captured here, see orcd.engine.graph_runner).
+        graphs of the fused decode step; they are captured here, see orcd.runner.graph_runner).
         batch_invariant: "seeded" (default): on CUDA, steps that hold a request with a seed run the
         batch-invariant kernels (orcd.numerics), so a seeded request returns the same tokens alone or in any
         batch, and seeded requests share prefix-cache blocks only with each other; "all": every step
@@ -62,7 +62,7 @@ class LLMEngine:
         # A request must fit the context and, alone, the KV pool (or it would preempt itself forever).
         self.max_model_len = min(self.cfg.context_length, self.kv_capacity_tokens)
         if runner is None:
-            from orcd.engine.model_runner import ModelRunner
+            from orcd.runner.model_runner import ModelRunner
 
             # with graphs the runner's KV cache has one more block (the scratch block, id num_kv_blocks)
             # that the block manager below never hands out

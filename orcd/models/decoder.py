@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from orcd.engine.kv_cache import KVCache
 from orcd.gguf.config import ModelConfig
 from orcd.gguf.reader import GGUFFile, GGUFTensor
+from orcd.models.kv_cache import KVCache
 from orcd.models.layers.attention import Attention, AttnMetadata
 from orcd.models.layers.linear import dense, embedding, linear
 from orcd.models.layers.mlp import SwiGLU

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from orcd.cli import main
+from orcd.cli.main import main
 from orcd.distributed.partition import TensorParallelError, split_heads, split_units
 from orcd.distributed.shard import shard_model
-from orcd.engine.loader import load_model
 from orcd.gguf.synth import write_model_gguf
+from orcd.loading.loader import load_model
 
 DIMS = dict(vocab_size=321, hidden=64, n_layers=2, ffn=128, n_heads=4, context_length=128)
 

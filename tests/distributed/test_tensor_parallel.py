@@ -9,11 +9,11 @@ import torch
 from gguf import GGMLQuantizationType as Q
 from tp_workers import ENGINE_KW, greedy_rank, greedy_tokens
 
-from orcd.cli import main
+from orcd.cli.main import main
 from orcd.distributed.runtime import launch
 from orcd.engine.llm_engine import LLMEngine
-from orcd.engine.loader import load_model
 from orcd.gguf.synth import write_model_gguf
+from orcd.loading.loader import load_model
 
 N_TOKENS = 32
 PROMPTS = [[1, 17, 42, 99, 7, 3, 250, 61, 8, 12, 5, 77, 300, 2, 90, 44, 19, 23, 31], [5, 6, 7, 8, 9, 10, 11]]

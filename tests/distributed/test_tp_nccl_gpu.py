@@ -13,7 +13,7 @@ from tp_workers import ENGINE_KW, greedy_rank, greedy_tokens
 
 from orcd.distributed.runtime import launch
 from orcd.engine.llm_engine import LLMEngine
-from orcd.engine.loader import load_model
+from orcd.loading.loader import load_model
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")]

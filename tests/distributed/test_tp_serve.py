@@ -14,9 +14,9 @@ from gguf import GGMLQuantizationType as Q
 from orcd.distributed.runtime import free_port
 from orcd.engine.io import EngineRequest
 from orcd.engine.llm_engine import LLMEngine
-from orcd.engine.loader import load_model
 from orcd.engine.sampling_params import SamplingParams
 from orcd.gguf.synth import write_model_gguf
+from orcd.loading.loader import load_model
 
 PROMPT = "Hello there"
 
@@ -49,7 +49,7 @@ def test_two_rank_server_answers_like_one_rank_and_stops_on_sigterm(tmp_path):
     path = write_model_gguf(tmp_path / "m.gguf", "qwen2", vocab_size=320, hidden=64, n_layers=2, ffn=128,
                             n_heads=4, n_kv_heads=1, context_length=256, qtypes={"default": Q.Q8_0}, seed=5)
     port = free_port()
-    argv = [sys.executable, "-m", "orcd.cli", "serve", "--model", str(path), "--device", "cpu",
+    argv = [sys.executable, "-m", "orcd", "serve", "--model", str(path), "--device", "cpu",
             "--tensor-parallel", "2", "--port", str(port), "--num-kv-blocks", "64", "--log-level", "warning"]
     log = open(tmp_path / "serve.log", "w+")  # a file, not a pipe: a full pipe would block the server
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, text=True)

@@ -7,9 +7,9 @@ import torch
 
 from orcd.engine.io import EngineRequest
 from orcd.engine.llm_engine import LLMEngine
-from orcd.engine.loader import load_model
 from orcd.engine.sampling_params import SamplingParams
 from orcd.gguf.synth import write_model_gguf
+from orcd.loading.loader import load_model
 
 VOCAB = 384
 

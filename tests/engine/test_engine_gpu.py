@@ -8,9 +8,9 @@ from gguf import GGMLQuantizationType as Q
 
 from orcd.engine.io import EngineRequest
 from orcd.engine.llm_engine import LLMEngine
-from orcd.engine.loader import load_model
 from orcd.engine.sampling_params import SamplingParams
 from orcd.gguf.synth import write_model_gguf
+from orcd.loading.loader import load_model
 from tests.engine.test_engine_e2e import run  # checks block integrity after every step
 
 pytestmark = [

@@ -87,7 +87,7 @@ def mutate(data: bytes, fields: list[Field], draw: Draw) -> tuple[bytes, list[st
 def load(path: Path) -> str:
     """The whole load path on the CPU: reader, config, validation, tokenizer, model. Returns "ok" or the
     OrcdError's class name; any other exception propagates (that is a bug)."""
-    from orcd.engine.loader import load_model
+    from orcd.loading.loader import load_model
 
     try:
         lm = load_model(path, device="cpu")

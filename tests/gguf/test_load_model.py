@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from orcd.engine import loader
-from orcd.engine.loader import gc_paused, load_model
 from orcd.errors import GGUFError, TokenizerError
 from orcd.gguf import open_gguf
 from orcd.gguf.synth import write_model_gguf
+from orcd.loading import loader
+from orcd.loading.loader import gc_paused, load_model
 from orcd.tokenizer import load_tokenizer
 
 TINY = dict(vocab_size=320, hidden=64, n_layers=2, ffn=128, n_heads=4, n_kv_heads=2)

@@ -11,7 +11,7 @@ import torch
 from gguf import GGMLQuantizationType as Q
 from gguf import quants
 
-from orcd.cli import main
+from orcd.cli.main import main
 from orcd.gguf import open_gguf
 from orcd.gguf.presets import PRESETS, plan_qtypes
 from orcd.gguf.synth import resolve_qtype, tensor_shapes, write_model_gguf

@@ -10,7 +10,7 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFWriter
 
-from orcd.cli import main
+from orcd.cli.main import main
 from orcd.errors import GGUFError, UnsupportedQuantTypeError
 from orcd.gguf import open_gguf
 from orcd.gguf.config import model_config_from_gguf

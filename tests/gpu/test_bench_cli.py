@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from orcd.cli import main
+from orcd.cli.main import main
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from orcd.synth_cli import synth_like
+    from orcd.cli.synth import synth_like
 
     path, _ = synth_like(str(tmp_path_factory.mktemp("m") / "tiny.gguf"), "tiny-qwen2", "Q8_0")
     return str(path)

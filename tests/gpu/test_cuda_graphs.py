@@ -13,11 +13,11 @@ pytestmark = [
 
 @torch.inference_mode()
 def test_graph_decode_matches_eager(tmp_path):
-    from orcd.engine.cuda_graphs import DecodeGraphs
-    from orcd.engine.kv_cache import KVCache
-    from orcd.engine.loader import load_model
+    from orcd.cli.synth import synth_like
+    from orcd.loading.loader import load_model
+    from orcd.models.kv_cache import KVCache
     from orcd.models.layers.attention import AttnMetadata
-    from orcd.synth_cli import synth_like
+    from orcd.runner.cuda_graphs import DecodeGraphs
 
     path, _ = synth_like(str(tmp_path / "tiny.gguf"), "tiny-qwen2", "Q8_0")
     loaded = load_model(path, "cuda", tokenizer=False)

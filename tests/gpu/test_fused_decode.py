@@ -15,11 +15,11 @@ pytestmark = [
 @pytest.mark.parametrize("quant", ["Q8_0", "Q4_K_M"])
 @torch.inference_mode()
 def test_fused_decode_matches_model(tmp_path, quant, fuse_norm):
-    from orcd.engine.fused_decode import FusedDecoder
-    from orcd.engine.kv_cache import KVCache
-    from orcd.engine.loader import load_model
+    from orcd.cli.synth import synth_like
+    from orcd.loading.loader import load_model
+    from orcd.models.kv_cache import KVCache
     from orcd.models.layers.attention import AttnMetadata
-    from orcd.synth_cli import synth_like
+    from orcd.runner.fused_decode import FusedDecoder
 
     like = "tiny-qwen2" if quant == "Q8_0" else "tiny-qwen2-256"  # K-quants need widths % 256 == 0
     path, _ = synth_like(str(tmp_path / "m.gguf"), like, quant)

@@ -9,9 +9,9 @@ import torch
 from gguf import GGMLQuantizationType as Q
 
 from orcd.engine.io import ScheduledSeq, SchedulerOutput
-from orcd.engine.model_runner import ModelRunner
 from orcd.engine.sampling_params import SamplingParams
 from orcd.gguf.synth import write_model_gguf
+from orcd.runner.model_runner import ModelRunner
 
 TINY = dict(vocab_size=320, hidden=64, n_layers=2, ffn=128, n_heads=4, n_kv_heads=2)
 KQUANT = dict(vocab_size=512, hidden=256, n_layers=2, ffn=512, n_heads=4, n_kv_heads=2)

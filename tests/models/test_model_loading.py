@@ -10,10 +10,10 @@ import torch
 from gguf import GGUFReader, GGUFWriter
 from models_helpers import PROMPTS, orcd_last_logits, write_case
 
-from orcd.engine.loader import load_model
-from orcd.engine.model_runner import ModelRunner
 from orcd.errors import GGUFError, UnsupportedArchitectureError
+from orcd.loading.loader import load_model
 from orcd.models.registry import get_model_class, supported_architectures
+from orcd.runner.model_runner import ModelRunner
 
 
 def test_registry_knows_qwen2_and_llama():

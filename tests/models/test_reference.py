@@ -15,8 +15,8 @@ from models_helpers import (
     write_case,
 )
 
-from orcd.engine.loader import load_model
-from orcd.engine.model_runner import ModelRunner
+from orcd.loading.loader import load_model
+from orcd.runner.model_runner import ModelRunner
 
 pytest.importorskip("transformers")
 N_NEW = 32

@@ -4,9 +4,9 @@ uses it on CUDA; the logic is device-independent, so it is checked here on the C
 import numpy as np
 import pytest
 
-from orcd.engine.loader import _mirror_for
 from orcd.gguf import open_gguf
 from orcd.gguf.synth import write_model_gguf
+from orcd.loading.loader import _mirror_for
 from orcd.models.registry import get_model_class
 from orcd.quant.linear import DeviceMirror, raw_to_device, uploading_from
 

@@ -18,7 +18,7 @@ from live_server import free_port, tiny_model
 
 from orcd.engine.async_engine import AsyncEngine
 from orcd.engine.llm_engine import LLMEngine
-from orcd.engine.loader import load_model
+from orcd.loading.loader import load_model
 from orcd.server import ServerSettings, create_app
 
 

@@ -156,7 +156,7 @@ def _wait(cond, timeout: float = 20.0) -> None:
 def test_stream_equals_orcd_generate(client, tiny_model):
     """The same seed through `orcd generate` (its own process, chat template) gives the same text."""
     args = {"max_tokens": 16, "seed": 21, "temperature": 0.8, "top_k": 50, "ignore_eos": True}
-    cmd = [sys.executable, "-m", "orcd.cli", "generate", PROMPT, "--model", str(tiny_model),
+    cmd = [sys.executable, "-m", "orcd", "generate", PROMPT, "--model", str(tiny_model),
            "--device", "cpu", "--quiet", "--max-tokens", "16", "--seed", "21", "--temperature", "0.8",
            "--top-k", "50", "--ignore-eos"]
     cli = subprocess.run(cmd, capture_output=True, timeout=120)

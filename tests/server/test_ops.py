@@ -7,7 +7,7 @@ import argparse
 import httpx
 from server_helpers import KV_BLOCKS
 
-from orcd.server import serve_cli
+from orcd.cli import serve as serve_cli
 
 
 def test_health_fields(server):

@@ -10,14 +10,14 @@ import sys
 import pytest
 from tokenizer_testdata import tokenizer_for, vocab_path
 
-from orcd.cli import main
+from orcd.cli.main import main
 
 MODEL = str(vocab_path("phi-3"))
 TEXTS = ["Hello", "naïve 🦙\nline <|end|>", ""]
 
 
 def orcd(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orcd.cli", "tokenize", "--model", MODEL, *args],
+    return subprocess.run([sys.executable, "-m", "orcd", "tokenize", "--model", MODEL, *args],
                           input=stdin, capture_output=True, text=True, timeout=120)
 
 

@@ -9,13 +9,13 @@ import torch
 from gguf import GGMLQuantizationType as Q
 
 from orcd.engine.io import ScheduledSeq, SchedulerOutput
-from orcd.engine.kv_cache import KVCache
-from orcd.engine.loader import load_model
-from orcd.engine.model_runner import ModelRunner
-from orcd.engine.prefill_graphs import PrefillGraphs, fill_prefill_inputs, pick_bucket
-from orcd.engine.sampler import SampleRow, sample
 from orcd.engine.sampling_params import SamplingParams
 from orcd.gguf.synth import write_model_gguf
+from orcd.loading.loader import load_model
+from orcd.models.kv_cache import KVCache
+from orcd.runner.model_runner import ModelRunner
+from orcd.runner.prefill_graphs import PrefillGraphs, fill_prefill_inputs, pick_bucket
+from orcd.runner.sampler import SampleRow, sample
 
 GREEDY = SamplingParams(temperature=0.0)
 BS = 4  # block size

@@ -23,7 +23,7 @@ class DecodeGraphs:
     def __init__(self, model: torch.nn.Module, kv, max_blocks_per_seq: int, block_size: int,
                  scratch_block: int, buckets: tuple[int, ...] = DEFAULT_BUCKETS, step_fn=None):
         """step_fn(ids, pos, meta, kv) -> logits [b, V] float32 replaces model forward + compute_logits
-        (e.g. orcd.engine.fused_decode.FusedDecoder(model))."""
+        (e.g. orcd.runner.fused_decode.FusedDecoder(model))."""
         self.model, self.kv, self.block_size, self.step_fn = model, kv, block_size, step_fn
         self.buckets = tuple(sorted(buckets))
         self.scratch_block = scratch_block

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 import torch
 
-from orcd.engine.graph_runner import GraphDecoder, graphs_supported
 from orcd.engine.io import ModelRunnerOutput, ScheduledSeq, SchedulerOutput
-from orcd.engine.kv_cache import KVCache
-from orcd.engine.prefill_graphs import PrefillGraphs
-from orcd.engine.sampler import SampleRow, _has_penalty, sample
+from orcd.models.kv_cache import KVCache
 from orcd.models.layers.attention import AttnMetadata
 from orcd.numerics import batch_invariant_mode, invariant_policy
+from orcd.runner.graph_runner import GraphDecoder, graphs_supported
+from orcd.runner.prefill_graphs import PrefillGraphs
+from orcd.runner.sampler import SampleRow, _has_penalty, sample
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class ModelRunner:
                  max_num_seqs: int = 64, max_model_len: int | None = None,
                  batch_invariant: str | bool = "off"):
         """decode_graphs: on CUDA with triton, capture decode-only steps as CUDA graphs of the fused
-        decode step (orcd.engine.graph_runner) now; the KV cache then holds one extra block past the
+        decode step (orcd.runner.graph_runner) now; the KV cache then holds one extra block past the
         block manager's ids 0..num_kv_blocks-1, the scratch block padded graph rows write to.
         Elsewhere (CPU, no triton) the flag is ignored and every step runs eagerly.
         batch_invariant (orcd.numerics.invariant_policy): which steps run the batch-invariant kernels, with
@@ -96,7 +96,7 @@ class ModelRunner:
                 self.graph = self._capture(max_len, max_num_seqs, num_kv_blocks, invariant=False)
             if self.invariant_policy != "off":
                 self.graph_invariant = self._capture(max_len, max_num_seqs, num_kv_blocks, invariant=True)
-        # fresh-prompt prefill steps: CUDA graphs captured lazily per bucket (orcd.engine.prefill_graphs);
+        # fresh-prompt prefill steps: CUDA graphs captured lazily per bucket (orcd.runner.prefill_graphs);
         # fp16/bf16 only (fp32 attention loops over sequences on the host), not batch-invariant (its
         # attention kernel is not known capturable with a padded layout); ORCD_PREFILL_GRAPHS=0: off
         self.prefill_graphs: PrefillGraphs | None = None

@@ -2,7 +2,7 @@
 
 The tokenizer (~0.3-0.5 s of Python and Rust for a 150k vocabulary) is built on a side thread while the
 main thread uploads the weights (host-to-device copies release the GIL), and on CUDA another side thread
-sets up what the first forward would otherwise pay for (`warm_cuda`, orcd/engine/warmup.py). While they
+sets up what the first forward would otherwise pay for (`warm_cuda`, orcd/loading/warmup.py). While they
 run, the GIL switch interval is 0.5 ms instead of 5: each time the main thread comes back from a GIL-free
 copy it waits for a busy side thread to yield, up to one interval, a few hundred times per load.
 Until the warm thread has the CUDA context the main thread waits for it with the GIL released
@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from orcd.engine.warmup import warm_cuda
 from orcd.gguf import GGUFFile, open_gguf
 from orcd.gguf.config import ModelConfig, model_config_from_gguf
 from orcd.gguf.validate import validate_tensors
+from orcd.loading.warmup import warm_cuda
 from orcd.models.registry import get_model_class
 from orcd.quant.linear import DeviceMirror, uploading_from
 
@@ -159,7 +159,7 @@ def load_model(path: str | Path, device: str | torch.device = "auto", dtype: tor
     `LoadedModel.phases`: open (parse + check the header), check (config + tensor validation), weights
     (upload/dequantize; upload, part of it: the one copy of the tensor data section), tokenizer (its
     build, overlapped with weights), tokenizer_wait (main thread waiting for it after the weights),
-    warm_cuda / warm_wait (CUDA only: `orcd.engine.warmup.warm_cuda` on a side thread from the start,
+    warm_cuda / warm_wait (CUDA only: `orcd.loading.warmup.warm_cuda` on a side thread from the start,
     and the wait for it at the end; warm_*: its steps, see there), cuda_wait (CUDA: the main thread
     waiting for the warm thread's CUDA context, part of weights). `LoadedModel.timeline`: when each of
     those steps ended, in seconds after the start of the load, in order (cuda_ready: the context)."""

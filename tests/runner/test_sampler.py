@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from orcd.engine.sampler import SampleRow, _apply_penalties, sample, uniform_noise
 from orcd.engine.sampling_params import SamplingParams as SP
+from orcd.runner.sampler import SampleRow, _apply_penalties, sample, uniform_noise
 
 PROBS = torch.tensor([0.5, 0.3, 0.15, 0.05])
 LOGITS = PROBS.log()

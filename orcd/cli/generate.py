@@ -10,8 +10,8 @@ import argparse
 import sys
 import time
 
-from orcd.engine.cli_options import add_engine_options
-from orcd.engine.default_model import resolve_model
+from orcd.cli.default_model import resolve_model
+from orcd.cli.options import add_engine_options
 from orcd.engine.io import EngineRequest
 from orcd.engine.sampling_params import SamplingParams
 from orcd.errors import OrcdError
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace, load_model=None, engine_cls=None) -> int:
 
         return run_tensor_parallel(args)
     from orcd.engine.llm_engine import LLMEngine
-    from orcd.engine.loader import load_model as default_load
+    from orcd.loading.loader import load_model as default_load
 
     load_model, LLMEngine = load_model or default_load, engine_cls or LLMEngine  # noqa: N806
 

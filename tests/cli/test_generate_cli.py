@@ -1,13 +1,13 @@
 import pytest
 import torch
 
-from orcd.cli import main
-from orcd.engine.generate_cli import encode
+from orcd.cli.generate import encode
+from orcd.cli.main import main
 from orcd.engine.io import EngineRequest
 from orcd.engine.llm_engine import LLMEngine
-from orcd.engine.loader import load_model
 from orcd.engine.sampling_params import SamplingParams
 from orcd.gguf.synth import write_model_gguf
+from orcd.loading.loader import load_model
 
 
 @pytest.fixture(scope="module")

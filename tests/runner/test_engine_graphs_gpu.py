@@ -10,11 +10,11 @@ import torch
 from gguf import GGMLQuantizationType as Q
 
 from orcd.engine.io import EngineRequest
-from orcd.engine.kv_cache import KVCache
 from orcd.engine.llm_engine import LLMEngine
-from orcd.engine.loader import load_model
 from orcd.engine.sampling_params import SamplingParams
 from orcd.gguf.synth import write_model_gguf
+from orcd.loading.loader import load_model
+from orcd.models.kv_cache import KVCache
 from orcd.models.layers.attention import AttnMetadata
 
 pytestmark = [

@@ -22,8 +22,8 @@ import time
 
 import torch
 
-from orcd.engine.cuda_graphs import DEFAULT_BUCKETS, DecodeGraphs
 from orcd.engine.io import ScheduledSeq
+from orcd.runner.cuda_graphs import DEFAULT_BUCKETS, DecodeGraphs
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class GraphDecoder:
         step_fn = None
         if fuse:
             try:
-                from orcd.engine.fused_decode import FusedDecoder  # imports triton: only when fusing
+                from orcd.runner.fused_decode import FusedDecoder  # imports triton: only when fusing
 
                 step_fn = FusedDecoder(model)
             except ValueError as err:

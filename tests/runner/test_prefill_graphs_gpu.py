@@ -12,10 +12,10 @@ from gguf import GGMLQuantizationType as Q
 
 from orcd.engine.io import EngineRequest, ScheduledSeq, SchedulerOutput
 from orcd.engine.llm_engine import LLMEngine
-from orcd.engine.loader import load_model
 from orcd.engine.sampling_params import SamplingParams
 from orcd.gguf.synth import write_model_gguf
-from tests.engine.test_engine_graphs_gpu import _NoText
+from orcd.loading.loader import load_model
+from tests.runner.test_engine_graphs_gpu import _NoText
 
 pytestmark = [
     pytest.mark.gpu,

@@ -7,11 +7,11 @@ import torch
 from gguf import GGMLQuantizationType as Q
 
 from orcd.engine.io import ScheduledSeq, SchedulerOutput
-from orcd.engine.kv_cache import KVCache, KVCacheMemoryError, bytes_per_block, num_blocks_for
-from orcd.engine.loader import load_model
-from orcd.engine.model_runner import ModelRunner, prepare_inputs
 from orcd.engine.sampling_params import SamplingParams
 from orcd.gguf.synth import write_model_gguf
+from orcd.loading.loader import load_model
+from orcd.models.kv_cache import KVCache, KVCacheMemoryError, bytes_per_block, num_blocks_for
+from orcd.runner.model_runner import ModelRunner, prepare_inputs
 
 GREEDY = SamplingParams(temperature=0.0)
 PROMPT = [3, 141, 59, 26, 53, 58, 97, 93, 23, 84, 62, 64]

@@ -14,13 +14,13 @@ from orcd.errors import OrcdError
 
 # subcommand -> (module, help). Each module provides add_arguments(parser) and run(args) -> int.
 SUBCOMMANDS = {
-    "serve": ("orcd.server.serve_cli", "serve a model over HTTP (SSE + OpenAI API)"),
-    "generate": ("orcd.engine.generate_cli", "generate a completion, streamed to stdout"),
-    "tokenize": ("orcd.tokenizer.cli", "tokenize text with the model file's vocabulary"),
-    "inspect": ("orcd.gguf.inspect_cli", "print a summary of a GGUF file"),
+    "serve": ("orcd.cli.serve", "serve a model over HTTP (SSE + OpenAI API)"),
+    "generate": ("orcd.cli.generate", "generate a completion, streamed to stdout"),
+    "tokenize": ("orcd.cli.tokenize", "tokenize text with the model file's vocabulary"),
+    "inspect": ("orcd.cli.inspect", "print a summary of a GGUF file"),
     "pull": ("orcd.hub", "download a GGUF from the Hugging Face Hub"),
-    "synth": ("orcd.synth_cli", "write a random-weight GGUF shaped like a real model"),
-    "bench": ("orcd.bench_cli", "measure load, prefill and decode speed"),
+    "synth": ("orcd.cli.synth", "write a random-weight GGUF shaped like a real model"),
+    "bench": ("orcd.cli.bench", "measure load, prefill and decode speed"),
 }
 
 

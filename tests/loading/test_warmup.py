@@ -1,4 +1,4 @@
-"""The first-forward warm-up (orcd/engine/warmup.py): what it runs, and that it never raises or hangs."""
+"""The first-forward warm-up (orcd/loading/warmup.py): what it runs, and that it never raises or hangs."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import threading
 import pytest
 import torch
 
-from orcd.engine.loader import load_model
-from orcd.engine.warmup import _products, warm_cuda, warm_first_forward
+from orcd.cli.synth import synth_like
 from orcd.errors import GGUFError
 from orcd.gguf import open_gguf
 from orcd.gguf.config import model_config_from_gguf
-from orcd.synth_cli import synth_like
+from orcd.loading.loader import load_model
+from orcd.loading.warmup import _products, warm_cuda, warm_first_forward
 
 
 @pytest.fixture(scope="module")

@@ -27,8 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    from orcd.bench_session import OrcdSession
-    from orcd.engine.loader import resolve_device
+    from orcd.cli.bench_session import OrcdSession
+    from orcd.loading.loader import resolve_device
 
     for name in ("prompt", "steps", "page"):
         if getattr(args, name) < 1:

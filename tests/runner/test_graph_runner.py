@@ -7,12 +7,12 @@ static buffers a graph would read); the engine's tokens must equal the plain eag
 import numpy as np
 import pytest
 
-from orcd.engine.graph_runner import GraphDecoder, buckets_for, fill_decode_inputs, table_width
 from orcd.engine.io import ScheduledSeq
-from orcd.engine.kv_cache import KVCache
 from orcd.engine.llm_engine import LLMEngine
-from orcd.engine.model_runner import ModelRunner
 from orcd.engine.sampling_params import SamplingParams
+from orcd.models.kv_cache import KVCache
+from orcd.runner.graph_runner import GraphDecoder, buckets_for, fill_decode_inputs, table_width
+from orcd.runner.model_runner import ModelRunner
 from tests.engine.test_engine_e2e import loaded, run, workload  # noqa: F401 (fixture)
 
 

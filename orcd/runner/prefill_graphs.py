@@ -36,8 +36,8 @@ import numpy as np
 import torch
 
 from orcd.engine.io import ScheduledSeq
-from orcd.engine.sampler import SampleRow, _has_penalty, sample
 from orcd.models.layers.attention import AttnMetadata
+from orcd.runner.sampler import SampleRow, _has_penalty, sample
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ import time
 
 import torch
 
-from orcd.engine.cuda_graphs import DecodeGraphs
-from orcd.engine.kv_cache import KVCache
-from orcd.engine.loader import load_model
+from orcd.loading.loader import load_model
+from orcd.models.kv_cache import KVCache
 from orcd.models.layers.attention import AttnMetadata
+from orcd.runner.cuda_graphs import DecodeGraphs
 
 
 class OrcdSession:
@@ -34,7 +34,7 @@ class OrcdSession:
         tok = self.prefill(depth)
         meta, pos = self._meta(depth, 1)
         eager = self.model.compute_logits(self.model(tok, pos, meta, self.kv))
-        from orcd.engine.fused_decode import FusedDecoder  # needs triton: CUDA only
+        from orcd.runner.fused_decode import FusedDecoder  # needs triton: CUDA only
 
         fused = FusedDecoder(self.model, fuse_norm=fuse_norm)(tok, pos, meta, self.kv)
         err = float((fused - eager).norm() / eager.norm())
@@ -107,7 +107,7 @@ class OrcdSession:
         """tok/s of `steps` greedy decode steps replayed from the batch-1 CUDA graph of `mode`: "model"
         (model.forward), "fused" (FusedDecoder, separate norm kernels), "fused_norm" (norms in GEMVs)."""
         if mode not in self.graphs:
-            from orcd.engine.fused_decode import FusedDecoder  # needs triton: CUDA only
+            from orcd.runner.fused_decode import FusedDecoder  # needs triton: CUDA only
 
             step_fn = None if mode == "model" else FusedDecoder(self.model, fuse_norm=mode == "fused_norm")
             graphs = DecodeGraphs(self.model, self.kv, self.width, self.page, scratch_block=self.width,

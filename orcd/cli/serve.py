@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from orcd.engine.cli_options import add_engine_options
+from orcd.cli.options import add_engine_options
 from orcd.errors import OrcdError
 from orcd.server.settings import ServerSettings
 
@@ -67,7 +67,7 @@ def _settings(args: argparse.Namespace, api_key: str | None) -> ServerSettings:
 def build_engine(args: argparse.Namespace, path: Path):
     from orcd.engine.async_engine import AsyncEngine
     from orcd.engine.llm_engine import LLMEngine
-    from orcd.engine.loader import load_model
+    from orcd.loading.loader import load_model
 
     print(f"orcd serve: loading {path} on {args.device} ...", file=sys.stderr, flush=True)
     import torch

@@ -1,0 +1,1 @@
+"""The `orcd` command line: one module per subcommand, dispatched by main.py."""

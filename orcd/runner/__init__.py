@@ -1,0 +1,1 @@
+"""Execution of one scheduled step: inputs, the model forward (eager or CUDA graphs), sampling."""
