@@ -10,11 +10,13 @@ import argparse
 import sys
 import time
 
-from orcd.cli.default_model import resolve_model
 from orcd.cli.options import add_engine_options
+from orcd.distributed.partition import TensorParallelError
+from orcd.distributed.runtime import launch, rank_args_for
 from orcd.engine.io import EngineRequest
 from orcd.engine.sampling_params import SamplingParams
 from orcd.errors import OrcdError
+from orcd.hub import resolve_model_path
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 _D = SamplingParams()
@@ -66,8 +68,6 @@ def run(args: argparse.Namespace, load_model=None, engine_cls=None) -> int:
     import torch
 
     if getattr(args, "tensor_parallel", 1) != 1 and load_model is None:
-        from orcd.distributed.generate import run_tensor_parallel
-
         return run_tensor_parallel(args)
     from orcd.engine.llm_engine import LLMEngine
     from orcd.loading.loader import load_model as default_load
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace, load_model=None, engine_cls=None) -> int:
             print(msg, file=sys.stderr, flush=True)
 
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
-    path = resolve_model(args.model)
+    path = resolve_model_path(args.model)
     dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
     loaded = load_model(path, device=args.device, dtype=dtype)
     say(f"orcd: {path.name} ({loaded.cfg.arch}) on {loaded.device}, {loaded.weights_bytes / 2**20:.1f} MiB "
@@ -117,3 +117,30 @@ def run(args: argparse.Namespace, load_model=None, engine_cls=None) -> int:
     say(f"orcd: {len(ids)} prompt tokens, {last.generated_tokens} generated ({last.finish_reason}); "
         f"first token {t_first - t0:.3f} s, decode {rate:.1f} tok/s")
     return 0
+
+
+# --tensor-parallel N: the parent spawns N ranks; rank 0 runs `run` above with its shard.
+
+def run_tensor_parallel(args: argparse.Namespace) -> int:
+    world, device, rank_args = rank_args_for(args)
+    if rank_args.prompt == "-":  # ranks have no stdin: read it here
+        rank_args.prompt = sys.stdin.read()
+        if rank_args.prompt == "-":  # rank 0 would take it for "read stdin" again
+            raise TensorParallelError("a prompt of exactly '-' on stdin is not supported")
+    sys.stdout.flush()
+    return launch(world, device, generate_rank, (rank_args,))
+
+
+def generate_rank(ctx, args: argparse.Namespace) -> int:
+    """Every rank loads its shard; rank 0 runs `run` with the shard and a leader engine."""
+    import torch
+
+    from orcd.distributed.driver import load_sharded, run_rank
+
+    dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
+    loaded = load_sharded(args.model, ctx, dtype)
+
+    def lead(make_engine) -> int:
+        return run(args, load_model=lambda *a, **kw: loaded, engine_cls=make_engine)
+
+    return run_rank(ctx, loaded, lead) or 0

@@ -18,7 +18,7 @@ SUBCOMMANDS = {
     "generate": ("orcd.cli.generate", "generate a completion, streamed to stdout"),
     "tokenize": ("orcd.cli.tokenize", "tokenize text with the model file's vocabulary"),
     "inspect": ("orcd.cli.inspect", "print a summary of a GGUF file"),
-    "pull": ("orcd.hub", "download a GGUF from the Hugging Face Hub"),
+    "pull": ("orcd.cli.pull", "download a GGUF from the Hugging Face Hub"),
     "synth": ("orcd.cli.synth", "write a random-weight GGUF shaped like a real model"),
     "bench": ("orcd.cli.bench", "measure load, prefill and decode speed"),
 }

@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 
 from orcd.cli.options import add_engine_options
+from orcd.distributed.runtime import launch, rank_args_for
 from orcd.errors import OrcdError
+from orcd.hub import resolve_model_path
 from orcd.server.settings import ServerSettings
 
 
@@ -47,12 +49,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up generation")
     add_engine_options(p)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-
-
-def _resolve_model(spec: str | None) -> Path:
-    from orcd.hub import resolve_model_path
-
-    return resolve_model_path(spec)  # None -> bundled demo model; hf:OWNER/REPO/FILE -> HF cache
 
 
 def _settings(args: argparse.Namespace, api_key: str | None) -> ServerSettings:
@@ -89,8 +85,6 @@ def build_engine(args: argparse.Namespace, path: Path):
 def run(args: argparse.Namespace, build=None) -> int:
     """build(args, path) -> AsyncEngine: the hook tensor parallelism's rank 0 uses (default: build_engine)."""
     if getattr(args, "tensor_parallel", 1) != 1 and build is None:
-        from orcd.distributed.serve import run_tensor_parallel
-
         return run_tensor_parallel(args)
     import uvicorn
 
@@ -100,7 +94,7 @@ def run(args: argparse.Namespace, build=None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     api_key = args.api_key or os.environ.get("ORCD_API_KEY") or None
     settings = _settings(args, api_key)
-    path = _resolve_model(args.model)
+    path = resolve_model_path(args.model)  # None -> the demo model
     t0 = time.perf_counter()
     engine = (build or build_engine)(args, path)
     if settings.served_model_name is None:
@@ -123,3 +117,36 @@ def run(args: argparse.Namespace, build=None) -> int:
           file=sys.stderr, flush=True)
     server.run()
     return 0 if server.started else 1
+
+
+# --tensor-parallel N: the parent spawns N ranks; rank 0 runs `run` above with its shard.
+
+def run_tensor_parallel(args: argparse.Namespace) -> int:
+    world, device, rank_args = rank_args_for(args)
+    return launch(world, device, serve_rank, (rank_args,), forward_signals=True)
+
+
+def serve_rank(ctx, args: argparse.Namespace) -> int:
+    import torch
+
+    from orcd.distributed.driver import load_sharded, run_rank
+
+    if ctx.rank != 0:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
+    loaded = load_sharded(args.model, ctx, dtype)
+
+    def lead(make_engine) -> int:
+        from orcd.engine.async_engine import AsyncEngine
+
+        def build(args, path):
+            print(f"orcd serve: rank 0 of {ctx.world} loaded {loaded.cfg.arch} in {loaded.load_seconds:.2f} "
+                  f"s on {loaded.device}, {loaded.weights_bytes / 2**20:.1f} MiB of weights (its shard)",
+                  file=sys.stderr, flush=True)
+            return AsyncEngine(make_engine(loaded, kv_fraction=args.kv_fraction,
+                                           num_kv_blocks=args.num_kv_blocks, max_num_seqs=args.max_num_seqs,
+                                           max_num_batched_tokens=args.max_num_batched_tokens))
+
+        return run(args, build=build)
+
+    return run_rank(ctx, loaded, lead) or 0

@@ -60,16 +60,16 @@ def rank_args_for(args) -> tuple[int, str, object]:
     Returns (world, device kind, a copy of args with the resolved model path and device)."""
     import argparse
 
-    from orcd.cli.default_model import resolve_model
     from orcd.distributed.partition import check_file_shardable
     from orcd.gguf import open_gguf
     from orcd.gguf.config import model_config_from_gguf
+    from orcd.hub import resolve_model_path
 
     world = args.tensor_parallel
     if world < 1:
         raise TensorParallelError(f"--tensor-parallel {world}: need at least 1 rank")
     device = resolve_tp_device(args.device, world)
-    path = resolve_model(args.model)
+    path = resolve_model_path(args.model)
     f = open_gguf(path)
     check_file_shardable(f, model_config_from_gguf(f), world)
     rank_args = argparse.Namespace(**vars(args))
