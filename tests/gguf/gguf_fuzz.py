@@ -1,4 +1,4 @@
-"""Fuzz harness shared by tests/gguf/test_fuzz.py (hypothesis, CI) and bench/fuzz_gguf.py (10k cases).
+"""Fuzz harness shared by tests/gguf/test_fuzz.py (hypothesis, CI) and tests/gguf/fuzz_gguf.py (10k cases).
 
 A mutation is driven by `draw(lo, hi) -> int` (hypothesis' data.draw or random.randint), so both
 drivers exercise the same mutations: header fields set to boundary values, truncation, byte flips,

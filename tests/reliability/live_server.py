@@ -1,4 +1,5 @@
-"""A real `orcd serve` subprocess on a free loopback port, for the reliability tests and bench/soak.py."""
+"""A real `orcd serve` subprocess on a free loopback port, for the reliability tests and
+bench/serving/soak.py."""
 
 from __future__ import annotations
 

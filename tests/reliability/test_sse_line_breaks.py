@@ -1,5 +1,5 @@
 """Every SSE data payload stays on one line for clients that split with str.splitlines (httpx's
-aiter_lines): NEL, LS and PS in token text are escaped. Found by bench/soak.py (a random model's token
+aiter_lines): NEL, LS and PS in token text are escaped. Found by bench/serving/soak.py (a random model's token
 held U+0085 and the client saw a JSON line cut in two)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Soak benchmark (issue 8 item 8): minutes of mixed load against a real `orcd serve` on the CPU build.
 
-    python bench/soak.py [--minutes 10] [--clients 12] [--out bench/results/soak]
+    python bench/serving/soak.py [--minutes 10] [--clients 12] [--out bench/results/soak]
 
 Starts `orcd serve` on a tiny random-weight qwen2 GGUF (loopback, free port, CPU) and runs `--clients`
 concurrent loops, each picking at random: /v1/generate streamed or not, OpenAI chat (streamed) and
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "tests" / d) for d in ("reliability", "")]
+sys.path[:0] = [str(Path(__file__).resolve().parents[2] / "tests" / d) for d in ("reliability", "")]
 from live_server import LiveServer, rss_bytes, tiny_model  # noqa: E402
 
 KINDS = ("gen_stream", "gen_json", "chat_stream", "completion_json", "drop_stream", "bad_field",
@@ -214,7 +214,7 @@ def summarize(res: dict, args: argparse.Namespace) -> dict:
 def write_md(s: dict, path: Path, machine: str) -> None:
     r = s["rss_mib"]
     lines = [f"# Soak: {s['minutes']} min of mixed load, {s['clients']} concurrent clients, CPU build", "",
-             f"Machine: {machine}. Command: `python bench/soak.py --minutes {s['minutes']} "
+             f"Machine: {machine}. Command: `python bench/serving/soak.py --minutes {s['minutes']} "
              f"--clients {s['clients']}`. Result: **{'PASS' if s['pass'] else 'FAIL'}**.", "",
              f"- requests: {s['requests']} in {s['duration_s']} s",
              f"- by outcome: {s['by_outcome']}",

@@ -5,9 +5,9 @@ the orcd engine alone (LLMEngine.step()), orcd through HTTP (`orcd serve` child,
 /v1/generate) and HF transformers' batched `generate` on the same shapes (bf16, random init) as the peer.
 Writes OUT/batching.json, OUT/batching.md and OUT/batching.png (if matplotlib is there).
 
-Usage: python bench/bench_batching.py [--out-dir bench/results] [--model F.gguf] [--concurrency 1,8,32,64]
+Usage: python bench/serving/batching.py [--out-dir bench/results] [--model F.gguf] [--concurrency 1,8,32,64]
        [--skip-hf] [--skip-http] [--max-seconds 420]
-Smoke test on the CPU: python bench/bench_batching.py --small --concurrency 1,4 (writes under /tmp).
+Smoke test on the CPU: python bench/serving/batching.py --small --concurrency 1,4 (writes under /tmp).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from batching_common import Deadline, missing_modules  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 WEIGHTS = {"engine": 0.45, "http": 0.35, "hf": 0.20}  # shares of the time left after the model file exists
 
 

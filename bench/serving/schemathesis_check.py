@@ -1,11 +1,11 @@
 """schemathesis against orcd's own OpenAPI schema on a live `orcd serve` (issue 8 item 2): no 5xx.
 
-    python bench/schemathesis_check.py [--max-examples 100] [--schemathesis PATH]
+    python bench/serving/schemathesis_check.py [--max-examples 100] [--schemathesis PATH]
                                        [--out bench/results/schemathesis]
 
 Starts `orcd serve` on a tiny random qwen2 GGUF (CPU, loopback, API key on), runs
 `schemathesis run <url>/openapi.json --checks not_a_server_error` over every operation (all phases:
-examples, coverage, fuzzing, stateful; bench/schemathesis_hooks.py makes most bodies name the served
+examples, coverage, fuzzing, stateful; bench/serving/schemathesis_hooks.py makes most bodies name the served
 model), writes OUT.md with schemathesis's summary and the junit report,
 and exits with schemathesis's status (non-zero on any 5xx). schemathesis is not an orcd dependency:
 pass the path of its CLI (e.g. from a separate virtualenv) or have `schemathesis` on PATH.
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "reliability"))
+sys.path[:0] = [str(Path(__file__).resolve().parents[2] / "tests" / d) for d in ("reliability", "")]
 from live_server import LiveServer, tiny_model  # noqa: E402
 
 KEY = "sk-schemathesis-check"
@@ -59,7 +59,7 @@ def main() -> int:
     tail = run.stdout[-6000:]
     five = len(re.findall(r"HTTP/1.1\" 5\d\d", log)) + log.count("Traceback")
     md = ["# schemathesis vs orcd's OpenAPI schema (issue 8 item 2)", "",
-          f"Command: `python bench/schemathesis_check.py --max-examples {args.max_examples}` "
+          f"Command: `python bench/serving/schemathesis_check.py --max-examples {args.max_examples}` "
           f"(schemathesis {_version(args.schemathesis)}, check `not_a_server_error`, all phases, seed "
           f"{args.seed}). Tiny random qwen2 on CPU, API key on.", "",
           f"- schemathesis exit status: {run.returncode} ({seconds:.0f} s)",

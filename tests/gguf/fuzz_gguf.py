@@ -1,6 +1,6 @@
 """Fuzz orcd's GGUF load path with mutated/truncated valid files (issue 8 item 1).
 
-    python bench/fuzz_gguf.py --cases 10000 [--seed 0] [--json OUT]
+    python tests/gguf/fuzz_gguf.py --cases 10000 [--seed 0] [--json OUT]
 
 Each case mutates a small valid file (header counts, string/array lengths, types, dims, tensor offsets,
 truncation, byte flips, inserts, deletes: see tests/gguf/gguf_fuzz.py) and runs the full CPU load
@@ -22,7 +22,6 @@ import tracemalloc
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gguf"))
 from gguf_fuzz import load, mutate, write_seeds  # noqa: E402
 from gguf_layout import header_fields  # noqa: E402
 

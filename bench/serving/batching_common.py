@@ -1,4 +1,4 @@
-"""Shared pieces of bench_batching.py: time guard, device sync, prompts, phase splitting."""
+"""Shared pieces of batching.py: time guard, device sync, prompts, phase splitting."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ For each mode (CUDA graphs of the fused decode step, then --enforce-eager) and e
 C random prompts of --prompt-len tokens, greedy, ignore_eos, --steps new tokens each. Decode tok/s =
 tokens generated after every stream has its first token / the time from then to the last token.
 Writes OUT/engine_decode.json and prints a table.
-Usage: python bench/engine_decode.py --model F.gguf [--out DIR] [--concurrency 1,8,32,64] [--steps 128]
+Usage: python bench/decode/engine_decode.py --model F.gguf [--out DIR] [--concurrency 1,8,32,64] [--steps 128]
 """
 
 from __future__ import annotations

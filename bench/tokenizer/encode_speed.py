@@ -1,6 +1,6 @@
 """Encode speed of orcd's GGUF tokenizer (MB of UTF-8 text per second), not a test.
 
-    python bench/tokenizer_speed.py [--mb 4] [--vocab gpt-2 --vocab llama-spm ...]
+    python bench/tokenizer/encode_speed.py [--mb 4] [--vocab gpt-2 --vocab llama-spm ...]
 
 Text: a deterministic mix of English prose, code, numbers and non-Latin script, generated here.
 Each vocabulary encodes the whole text once as one string (no special-token parsing), best of --repeat.
@@ -16,7 +16,7 @@ from pathlib import Path
 from orcd.gguf import open_gguf
 from orcd.tokenizer import load_tokenizer
 
-VOCAB_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "testdata" / "vocab"
+VOCAB_DIR = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "vocab"
 WORDS = ("the of and to in is that for it as was with be by on not he this are or his from at which but "
          "have an they you were her she there been one all we their has would when if so no will more "
          "tokenizer inference model sequence attention cache kernel quantized").split()

@@ -3,8 +3,11 @@
 Times, each from a CUDA graph replayed after warm-up (so launch gaps are as in a captured decode step):
   - each weight shape's fused GEMV (N = 1) over enough copies of the weight to defeat the 50 MB L2;
   - all of one token's matrix products (24 layers x 7 + LM head) in one graph: fused vs bf16 F.linear;
-  - paged decode attention at 4096 tokens of context, 24 layers.
-Usage: python bench/bench_kernels.py [--out DIR]   (writes kernels.json there)
+  - paged decode attention at 4096 tokens of context, 24 layers;
+  - with --step-kernels: each decode-step kernel as FusedDecoder (fuse_norm) launches it (norm, residual,
+    SwiGLU, split-K epilogues), with the code's own launch settings.
+Usage: python bench/kernels/kernel_times.py [--out DIR] [--sweep] [--step-kernels] [--only]
+       (writes kernels.json there)
 """
 
 from __future__ import annotations
@@ -19,9 +22,8 @@ import torch
 import torch.nn.functional as F
 from gguf import GGMLQuantizationType as T
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "gpu"))
 from gpu_blocks import random_blocks  # noqa: E402
-from step_variants import STEP_VARIANTS, apply, step_rates  # noqa: E402  (bench/ is on sys.path)
 
 from orcd.models.layers.attention_triton import paged_decode_attention  # noqa: E402
 from orcd.quant.kernels import get_fused_linear  # noqa: E402
@@ -167,11 +169,11 @@ SWEEP_GLU = [(16, 4, 2), (32, 4, 2), (8, 4, 2), (16, 4, 4), (16, 2, 1), (16, 2, 
              (32, 8, 4), (16, 1, 1), (32, 1, 1)]
 
 
-def whole_token(rows: list[dict], n: int, gemv_max_n: int = 4) -> None:
-    """All matrix products of one decode step for n tokens: fused over raw blocks vs bf16."""
-    import orcd.quant.kernels.fused_linear as fl
+def whole_token(rows: list[dict], n: int) -> None:
+    """All matrix products of one decode step for n tokens: fused over raw blocks vs bf16 (n above
+    fused_linear.GEMV_MAX_N takes the dequantize + cuBLAS path)."""
+    from orcd.quant.kernels.fused_linear import GEMV_MAX_N
 
-    fl.GEMV_MAX_N = gemv_max_n
     layers = [(random_blocks(qt, o, i, seed=li).cuda(), qt, o, i)
               for li in range(N_LAYERS) for (_, qt, o, i) in LAYER[:7]]
     layers.append((random_blocks(HEAD[1], HEAD[2], HEAD[3], seed=99).cuda(), *HEAD[1:]))
@@ -179,8 +181,7 @@ def whole_token(rows: list[dict], n: int, gemv_max_n: int = 4) -> None:
     xs = {i: torch.randn(n, i, device="cuda", dtype=torch.bfloat16) for i in (896, 4864)}
     fns = [(get_fused_linear(qt, "cuda"), r, o, i) for r, qt, o, i in layers]
     ms = graph_time_ms(calls(lambda f, *a: f(*a), [(f, xs[i], r, o, i) for f, r, o, i in fns]))
-    fl.GEMV_MAX_N = 4
-    rows.append({"kernel": f"all GEMMs of one step, N={n}, fused, gemv<={gemv_max_n}", "us": ms * 1e3,
+    rows.append({"kernel": f"all GEMMs of one step, N={n}, fused, gemv<={GEMV_MAX_N}", "us": ms * 1e3,
                  "GB/s": nbytes / ms / 1e6, "MiB": nbytes / 2**20})
     del fns, layers
     ws = [(torch.randn(o, i, device="cuda", dtype=torch.bfloat16), i)
@@ -209,24 +210,20 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--sweep", action="store_true", help="also sweep GEMV launch shapes")
-    ap.add_argument("--pdl", action="store_true", help="decode-step kernels: no PDL/split-K vs defaults")
-    ap.add_argument("--step", action="store_true", help="whole decode step per STEP_VARIANTS (synth file)")
+    ap.add_argument("--step-kernels", action="store_true",
+                    help="each decode-step kernel as FusedDecoder (fuse_norm) launches it")
     ap.add_argument("--only", action="store_true", help="only the parts asked for by the flags above")
     args = ap.parse_args()
     rows: list[dict] = []
-    if args.pdl:  # each decode-step kernel before (first STEP_VARIANTS entry) and with the defaults
-        for tag, v in (("before", next(iter(STEP_VARIANTS.values()))), ("defaults", {})):
-            apply(v)
-            step_kernels(rows, tag)
-    if args.step:
-        step_rates(rows, STEP_VARIANTS)
+    if args.step_kernels:
+        step_kernels(rows, "defaults")
     if args.sweep:
         sweep(rows)
     if args.only:
         return report(rows, args.out)
     per_shape(rows)
-    for n, gmax in ((1, 4), (4, 4), (8, 4), (16, 4), (32, 4), (64, 4)):
-        whole_token(rows, n, gmax)
+    for n in (1, 4, 8, 16, 32, 64):
+        whole_token(rows, n)
     for depth, batch in ((4096, 1), (512, 1), (1024, 32)):
         attention(rows, depth, batch)
     report(rows, args.out)

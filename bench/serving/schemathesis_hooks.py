@@ -1,5 +1,6 @@
-"""schemathesis hooks for bench/schemathesis_check.py (loaded through SCHEMATHESIS_HOOKS): most generated
-bodies name the served model, so the OpenAI routes get past the 404 into validation and generation."""
+"""schemathesis hooks for bench/serving/schemathesis_check.py (loaded through SCHEMATHESIS_HOOKS): most
+generated bodies name the served model, so the OpenAI routes get past the 404 into validation and
+generation."""
 
 from __future__ import annotations
 

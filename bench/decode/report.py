@@ -1,4 +1,4 @@
-"""Markdown table and PNG bar chart for bench_decode.py results."""
+"""Markdown table and PNG bar chart for graph_vs_hf.py results."""
 
 from __future__ import annotations
 

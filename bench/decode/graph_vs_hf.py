@@ -3,7 +3,9 @@
 Measures, for each engine: load (file to first token), prefill tok/s of a 512-token prompt, decode tok/s
 for one stream with an empty cache and with 4096 tokens in it, and device memory. Writes
 OUT/decode.json, OUT/decode.md and OUT/decode.png (if matplotlib is there).
-Usage: python bench/bench_decode.py [--out bench/results] [--file PATH] [--skip-hf]
+Decode is the graph replay alone (OrcdSession.decode_graph: no scheduler, sampler or detokenizer); the
+figure through the engine is bench/decode/engine_decode.py's.
+Usage: python bench/decode/graph_vs_hf.py [--out bench/results] [--file PATH] [--skip-hf]
 """
 
 from __future__ import annotations

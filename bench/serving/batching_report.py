@@ -1,4 +1,4 @@
-"""Markdown table, terminal table and PNG plot for bench_batching.py results."""
+"""Markdown table, terminal table and PNG plot for batching.py results."""
 
 from __future__ import annotations
 
