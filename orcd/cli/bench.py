@@ -2,7 +2,7 @@
 
 Decode on CUDA replays the batch-1 decode step from a CUDA graph (FusedDecoder's kernels when the
 model allows it); on the CPU it runs eagerly. The side-by-side comparison with HF transformers and
-the committed results live in bench/bench_decode.py and docs/performance.md.
+the committed results live in bench/decode/graph_vs_hf.py and docs/performance.md.
 """
 
 from __future__ import annotations

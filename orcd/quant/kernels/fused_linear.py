@@ -140,7 +140,7 @@ def _gemv_glu_kernel(x_ptr, g8, g16, g32, u8, u16, u32, y_ptr, OUT, K, row_bytes
 
 
 # GEMV launch shapes per type: (max groups per pass, rows per program, warps). Picked from a sweep on
-# an H100 (bench/bench_kernels.py; results in docs/performance.md): small tiles of 4 rows beat whole-K
+# an H100 (bench/kernels/kernel_times.py; results in docs/performance.md): small tiles of 4 rows beat whole-K
 # passes because more programs are in flight; x is loaded once per program and reused by its 4 rows.
 GEMV_LAUNCH = {8: (8, 4, 1), 6: (16, 4, 2), 12: (32, 4, 4), 14: (16, 4, 4)}
 GLU_LAUNCH = dict(GEMV_LAUNCH)  # the SwiGLU kernel (two matrices per program)
