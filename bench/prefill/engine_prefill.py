@@ -1,7 +1,7 @@
 """Prefill through the engine: one LLMEngine step per prompt (max_tokens=1), prefill CUDA graphs vs eager.
 
-usage: python bench/bench_prefill_engine.py MODEL.gguf [OUT.json]
-(e.g. after `python3 -m orcd.cli.main synth --like qwen2.5-0.5b --quant Q4_K_M /tmp/q.gguf`)
+usage: python bench/prefill/engine_prefill.py MODEL.gguf [OUT.json]
+(e.g. after `orcd synth --like qwen2.5-0.5b --quant Q4_K_M /tmp/q.gguf`; needs CUDA and triton)
 
 Measures, on the engine's own step loop: load (file -> engine ready, decode graphs included); the first
 512-token step (it captures that bucket's graph lazily) and so load-to-first-token; best / median step
@@ -12,11 +12,11 @@ the device memory the captured graphs reserve.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import random
 import statistics
-import sys
 import time
 
 import torch
@@ -71,8 +71,11 @@ def compare(eng: LLMEngine, n_prompts: int, plen: int, reps: int) -> dict:
 
 
 def main() -> None:
-    path = sys.argv[1]
-    out_path = sys.argv[2] if len(sys.argv) > 2 else "bench/results/prefill_engine.json"
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", help="GGUF file")
+    ap.add_argument("out", nargs="?", default="bench/results/prefill_engine.json", help="result JSON")
+    args = ap.parse_args()
+    path, out_path = args.model, args.out
     random.seed(0)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     t0 = time.perf_counter()

@@ -1,14 +1,15 @@
 """Tensor-parallel throughput: a Qwen2.5-7B-shaped Q4_K_M file at 1 and 2 GPUs (NCCL), eager steps.
 
-NOT RUN in the session that wrote it (no multi-GPU machine was lent); meant for a host with >= 2 GPUs:
-    python bench/bench_tp.py                      # synthesizes the 7B-shaped file if --file is absent
-    python bench/bench_tp.py --ranks 1,2,4 --file /path/qwen2.5-7b-q4_k_m.gguf
+Not yet run on GPUs (no figures in bench/results); meant for a host with >= 2 GPUs:
+    python bench/tp/tp_scaling.py                 # synthesizes the 7B-shaped file if --file is absent
+    python bench/tp/tp_scaling.py --ranks 1,2,4 --file /path/qwen2.5-7b-q4_k_m.gguf
 Per rank count N it spawns N ranks (orcd.distributed: rank r on cuda:r, NCCL_NVLS_ENABLE=0) and, on
 rank 0, measures through the leader engine (the same path as `orcd generate --tensor-parallel N`):
 - prefill tok/s: one request of --prompt-len tokens, max_tokens=1 (one step, K/V of every token);
 - decode tok/s: --streams requests decoding --decode-tokens tokens each (ignore_eos), generated tokens
   per second after every stream has its first token.
-Writes OUT/tp.json and OUT/tp.md. Smoke test on the CPU (gloo): --device cpu --file TINY.gguf.
+Writes OUT/tp.json and OUT/tp.md. On the CPU (gloo; tests/test_bench_scripts.py runs it at 2 ranks):
+    python bench/tp/tp_scaling.py --device cpu --file TINY.gguf --prompt-len 16 --decode-tokens 4
 """
 
 from __future__ import annotations
