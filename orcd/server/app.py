@@ -101,9 +101,10 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
     if settings.api_key:
         app.add_middleware(APIKeyMiddleware, api_key=settings.api_key)
     if settings.cors_origins:  # outermost, so preflights are answered before the key check
+        # Any request header: SDKs send their own (the OpenAI JS SDK's x-stainless-*, anthropic-version);
+        # the origin allowlist is what guards the server.
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
-                           allow_methods=["GET", "POST"], allow_headers=["authorization", "content-type",
-                                                                         "x-api-key"])
+                           allow_methods=["GET", "POST"], allow_headers=["*"], expose_headers=["retry-after"])
     return app
 
 

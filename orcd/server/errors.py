@@ -7,6 +7,7 @@ User mistakes are 4xx with the offending field in `param`; only real server faul
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -14,7 +15,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from orcd.errors import OrcdError, RequestError, TemplateError, TokenizerError
+from orcd.errors import ContextLengthExceededError, OrcdError, RequestError, TemplateError, TokenizerError
+from orcd.server.text_checks import printable
 
 log = logging.getLogger("orcd.server")
 
@@ -48,7 +50,8 @@ MAX_MESSAGE = 300  # characters; messages may quote user values, which must not 
 
 def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
     err_type = _TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
-    message = " ".join(message.split())
+    message = printable(" ".join(message.split()))  # a quoted user value may hold a lone surrogate
+    param = None if param is None else printable(param)
     if len(message) > MAX_MESSAGE:
         message = message[: MAX_MESSAGE - 1] + "…"
     return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
@@ -57,6 +60,20 @@ def error_body(status: int, message: str, param: str | None = None, code: str | 
 def error_response(status: int, message: str, param: str | None = None, code: str | None = None,
                    headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(error_body(status, message, param, code), status_code=status, headers=headers)
+
+
+def context_overflow(ctx: int, n_prompt: int, requested: int | None, *, what: str = "prompt",
+                     param: str | None = None, at_least: bool = False) -> ContextLengthExceededError:
+    """OpenAI's wording, which clients match on (LiteLLM's context-window fallbacks look for "This model's
+    maximum context length is"); code context_length_exceeded."""
+    head = f"This model's maximum context length is {ctx} tokens. However, "
+    if requested is None:
+        n = f"at least {n_prompt}" if at_least else str(n_prompt)
+        text = f"your {what} resulted in {n} tokens. Please reduce the length of the {what}."
+    else:
+        text = (f"you requested {n_prompt + requested} tokens ({n_prompt} in the {what}, {requested} in the "
+                f"completion). Please reduce the length of the {what} or completion.")
+    return ContextLengthExceededError(head + text, param=param)
 
 
 def api_error_from(err: Exception) -> APIError:
@@ -73,12 +90,28 @@ def api_error_from(err: Exception) -> APIError:
     return APIError(500, "internal server error", code="internal_error")
 
 
+def _input_path(loc: tuple, body: Any, missing: bool) -> list[str]:
+    """The parts of a pydantic error location that index into the request body. Union members add
+    their type to the location (`prompt.str`): those are dropped, so `param` is a real field path."""
+    parts, cur = [], body
+    for i, p in enumerate(loc):
+        if isinstance(cur, dict) and p in cur or isinstance(cur, list) and isinstance(p, int) \
+                and 0 <= p < len(cur):
+            parts.append(str(p))
+            cur = cur[p]
+        elif missing and i == len(loc) - 1:
+            parts.append(str(p))
+    return parts
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     errors = exc.errors()
     if not errors:
         return "invalid request body", None
     first = errors[0]
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    loc = tuple(first.get("loc", ()))
+    loc = _input_path(loc[1:] if loc[:1] == ("body",) else loc, getattr(exc, "body", None),
+                      first.get("type") in ("missing", "extra_forbidden"))
     if not loc and first.get("type") == "missing":
         return "the request body is missing: send a JSON object", None
     if not loc and first.get("type") in ("model_attributes_type", "dict_type"):

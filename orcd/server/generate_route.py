@@ -84,7 +84,7 @@ async def generate(body: GenerateRequest, request: Request):
     check_model(body.model, model)
     precheck_sampling(body)
     hub.check_request_id(body.request_id)
-    ids = await encode_text(hub.engine.tokenizer, body.prompt, body.chat)
+    ids = await encode_text(hub.engine.tokenizer, body.prompt, body.chat, hub.context_length)
     max_tokens = hub.resolve_max_tokens(body.max_tokens, len(ids), DEFAULT_MAX_TOKENS, "prompt")
     job = hub.admit("generate", ids, build_sampling(body, max_tokens), body.request_id)
     if not body.stream:

@@ -21,8 +21,8 @@ import anyio
 from orcd.engine.async_engine import EngineStoppedError
 from orcd.engine.io import EngineRequest, TokenEvent
 from orcd.engine.sampling_params import SamplingParams
-from orcd.errors import ContextLengthExceededError, RequestError
-from orcd.server.errors import APIError
+from orcd.errors import RequestError
+from orcd.server.errors import APIError, context_overflow
 from orcd.server.metrics import ServerMetrics
 from orcd.server.settings import ServerSettings
 
@@ -90,20 +90,19 @@ class JobHub:
 
     # --- admission ----------------------------------------------------------------------------
     def resolve_max_tokens(self, requested: int | None, n_prompt: int, default: int | None,
-                           prompt_param: str) -> int:
+                           prompt_param: str, max_param: str = "max_tokens") -> int:
+        """The max_tokens a request runs with. `prompt_param` / `max_param` name the fields an error
+        points at (chat: `messages`, and `max_completion_tokens` when that is what the client sent)."""
         ctx = self.context_length
-        room = ctx - n_prompt
-        if room < 1:
-            raise ContextLengthExceededError(
-                f"the prompt has {n_prompt} tokens; the model's context is {ctx} tokens", param=prompt_param)
+        what = "messages" if prompt_param == "messages" else "prompt"
+        if ctx - n_prompt < 1:
+            raise context_overflow(ctx, n_prompt, None, what=what, param=prompt_param)
         if requested is None:
-            return room if default is None else min(default, room)
+            return ctx - n_prompt if default is None else min(default, ctx - n_prompt)
         if requested < 1:
-            raise RequestError(f"max_tokens={requested} must be at least 1", param="max_tokens")
+            raise RequestError(f"{max_param}={requested} must be at least 1", param=max_param)
         if n_prompt + requested > ctx:
-            raise ContextLengthExceededError(
-                f"prompt ({n_prompt} tokens) + max_tokens ({requested}) = {n_prompt + requested} tokens "
-                f"exceeds the context of {ctx} tokens")
+            raise context_overflow(ctx, n_prompt, requested, what=what, param=max_param)
         return requested
 
     def admit(self, route: str, prompt_ids: list[int], sampling: SamplingParams,

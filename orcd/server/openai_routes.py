@@ -64,7 +64,7 @@ def _check_chat(body: ChatCompletionRequest) -> None:
 
 def _check_completion(body: CompletionRequest) -> None:
     _check_common(body)
-    if body.logprobs:
+    if body.logprobs is not None:
         _refuse("logprobs")
     if body.best_of not in (None, 1):
         _refuse("best_of", f"={body.best_of}: only best_of=1 is supported")
@@ -97,7 +97,8 @@ def _stream_error(job: Job) -> bytes:
 
 async def _openai_stream(hub: JobHub, job: Job, chunk: Callable[[dict], dict], first: dict | None,
                          text_field: Callable[[str], dict], include_usage: bool) -> AsyncIterator[bytes]:
-    """`chunk(choice)` wraps one choice into the route's chunk object; `text_field` builds its text."""
+    """`chunk(choice)` wraps one choice into the route's chunk object; `text_field` builds its text (the
+    finishing chunk carries `text_field("")`: `text: ""` on completions, as OpenAI sends)."""
     def emit(choice: dict | None, usage: dict | None = None) -> bytes:
         body = chunk(choice)
         if include_usage:
@@ -119,7 +120,7 @@ async def _openai_stream(hub: JobHub, job: Job, chunk: Callable[[dict], dict], f
                 if ev.finished and job.finish_reason == "error":
                     out.append(_stream_error(job))
                 elif ev.finished:
-                    empty = text_field("") if first is None else {"delta": {}}
+                    empty = text_field("")
                     reason = _FINISH[job.finish_reason]
                     out.append(emit({"index": 0, **empty, "logprobs": None, "finish_reason": reason}))
                     if include_usage:
@@ -178,9 +179,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     model = request.app.state.model_id
     check_model(body.model, model)
     _check_chat(body)
-    ids = await encode_chat(hub.engine.tokenizer, chat_messages(body.messages))
-    requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    max_tokens = hub.resolve_max_tokens(requested, len(ids), None, "messages")
+    ids = await encode_chat(hub.engine.tokenizer, chat_messages(body.messages), hub.context_length)
+    max_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
+    max_tokens = hub.resolve_max_tokens(getattr(body, max_param), len(ids), None, "messages", max_param)
     job = hub.admit("chat", ids, build_sampling(body, max_tokens), prefix="chatcmpl-")
     created = int(time.time())
 
@@ -198,7 +199,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     if body.stream:
         include = bool(body.stream_options and body.stream_options.include_usage)
         first = {"delta": {"role": "assistant", "content": ""}}
-        stream = _openai_stream(hub, job, chunk, first, lambda t: {"delta": {"content": t}}, include)
+        stream = _openai_stream(hub, job, chunk, first, lambda t: {"delta": {"content": t} if t else {}},
+                                include)
     return await _respond(hub, job, stream, build, request)
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from anyio import to_thread
 
 from orcd.engine.sampling_params import SamplingParams
-from orcd.errors import RequestError
-from orcd.server.errors import APIError
+from orcd.errors import ContextLengthExceededError, RequestError
+from orcd.server.errors import APIError, context_overflow
 from orcd.server.schemas import ChatMessage, SamplingFields
+from orcd.tokenizer.chat import MAX_OUTPUT_CHARS
 
 _DEFAULTS = SamplingParams()
 
@@ -40,15 +41,26 @@ def precheck_sampling(f: SamplingFields) -> None:
     build_sampling(f, max_tokens=1)
 
 
-async def encode_text(tokenizer, text: str, chat: bool) -> list[int]:
+async def encode_text(tokenizer, text: str, chat: bool, ctx: int) -> list[int]:
     """Tokenize off the event loop: a multi-megabyte prompt must not stall other requests."""
     if chat:
-        return await encode_chat(tokenizer, [{"role": "user", "content": text}])
+        return await encode_chat(tokenizer, [{"role": "user", "content": text}], ctx, param="prompt")
     return await to_thread.run_sync(tokenizer.encode_prompt, text)
 
 
-async def encode_chat(tokenizer, messages: list[dict]) -> list[int]:
-    """A file without a chat template gets the tokenizer's documented default (ChatML)."""
+async def encode_chat(tokenizer, messages: list[dict], ctx: int, param: str = "messages") -> list[int]:
+    """A file without a chat template gets the tokenizer's documented default (ChatML).
+    Text beyond what a template may render (1 MiB) is a context overflow, counted without the template."""
+    contents = [m["content"] for m in messages]
+    if sum(map(len, contents)) > MAX_OUTPUT_CHARS:
+        n = len(await to_thread.run_sync(tokenizer.encode_prompt, "".join(contents)))
+        what = "messages" if param == "messages" else "prompt"
+        if n > ctx:
+            raise context_overflow(ctx, n, None, what=what, param=param, at_least=True)
+        raise ContextLengthExceededError(
+            f"This model's maximum context length is {ctx} tokens. However, your {what} hold more than "
+            f"{MAX_OUTPUT_CHARS} characters, more than a chat template may render. Please reduce the length "
+            f"of the {what}.", param=param)
     return await to_thread.run_sync(tokenizer.encode_chat, messages)
 
 

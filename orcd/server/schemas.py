@@ -2,39 +2,55 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StrictStr, model_validator
+
+from orcd.server.text_checks import check_no_surrogates
 
 RequestId = Field(default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:\-]+$")
+# JSON types are strict, as OpenAI's are: `true` is not 1, "5" is not 5, "no" is not false.
+# A float field takes an integer (temperature=1), as OpenAI does.
+Int, Bool, Str = StrictInt, StrictBool, StrictStr
+Float = Annotated[float, Strict()]
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class SamplingFields(_Strict):
+class _Body(_Strict):
+    """A whole request body: a lone UTF-16 surrogate anywhere in it is a 400 naming where."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_surrogates(cls, data: Any) -> Any:
+        check_no_surrogates(data)
+        return data
+
+
+class SamplingFields(_Body):
     """Sampling knobs shared by every generation route; ranges are checked by SamplingParams.validate."""
 
-    temperature: float | None = Field(default=None, description="0 = greedy; default 1.0")
-    top_k: int | None = Field(default=None, description="0 = off (orcd extension on OpenAI routes)")
-    top_p: float | None = Field(default=None, description="1 = off")
-    min_p: float | None = Field(default=None, description="0 = off (orcd extension on OpenAI routes)")
-    repetition_penalty: float | None = Field(default=None, description="1 = off")
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    seed: int | None = Field(default=None, description="same seed + same input -> same output")
-    stop: str | list[str] | None = Field(default=None, description="stop strings (not returned)")
-    ignore_eos: bool = Field(default=False, description="keep generating past end-of-generation tokens")
+    temperature: Float | None = Field(default=None, description="0 = greedy; default 1.0")
+    top_k: Int | None = Field(default=None, description="0 = off (orcd extension on OpenAI routes)")
+    top_p: Float | None = Field(default=None, description="1 = off")
+    min_p: Float | None = Field(default=None, description="0 = off (orcd extension on OpenAI routes)")
+    repetition_penalty: Float | None = Field(default=None, description="1 = off")
+    presence_penalty: Float | None = None
+    frequency_penalty: Float | None = None
+    seed: Int | None = Field(default=None, description="same seed + same input -> same output")
+    stop: Str | list[Str] | None = Field(default=None, description="stop strings (not returned)")
+    ignore_eos: Bool = Field(default=False, description="keep generating past end-of-generation tokens")
 
 
 class GenerateRequest(SamplingFields):
-    prompt: str
-    max_tokens: int | None = Field(default=None, description="default 256, capped by the context")
-    chat: bool = Field(default=False, description="wrap the prompt with the model's chat template")
-    stream: bool = True
-    request_id: str | None = RequestId
-    model: str | None = Field(default=None, description="if given, must name the served model")
+    prompt: Str
+    max_tokens: Int | None = Field(default=None, description="default 256, capped by the context")
+    chat: Bool = Field(default=False, description="wrap the prompt with the model's chat template")
+    stream: Bool = True
+    request_id: Str | None = RequestId
+    model: Str | None = Field(default=None, description="if given, must name the served model")
 
 
 class GenerateResponse(BaseModel):
@@ -49,8 +65,8 @@ class GenerateResponse(BaseModel):
     tokens_per_s: float | None
 
 
-class CancelRequest(_Strict):
-    request_id: str = Field(min_length=1, max_length=128)
+class CancelRequest(_Body):
+    request_id: Str = Field(min_length=1, max_length=128)
 
 
 class CancelResponse(BaseModel):
@@ -59,54 +75,54 @@ class CancelResponse(BaseModel):
 
 
 class StreamOptions(_Strict):
-    include_usage: bool = False
+    include_usage: Bool = False
 
 
 class _OpenAIFields(SamplingFields):
-    model: str
-    n: int = 1
-    stream: bool = False
+    model: Str
+    n: Int = 1
+    stream: Bool = False
     stream_options: StreamOptions | None = None
-    logit_bias: dict[str, float] | None = None
-    user: str | None = Field(default=None, max_length=256, description="accepted; recorded nowhere")
+    logit_bias: dict[str, Float] | None = None
+    user: Str | None = Field(default=None, max_length=256, description="accepted; recorded nowhere")
 
 
 class CompletionRequest(_OpenAIFields):
-    prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = Field(default=16, description="OpenAI default 16; null = up to the context")
-    echo: bool = False
-    logprobs: int | None = None
-    best_of: int | None = None
-    suffix: str | None = None
+    prompt: Str | list[Str] | list[Int] | list[list[Int]]
+    max_tokens: Int | None = Field(default=16, description="OpenAI default 16; null = up to the context")
+    echo: Bool = False
+    logprobs: Int | None = None
+    best_of: Int | None = None
+    suffix: Str | None = None
 
 
 class ContentPart(_Strict):
-    type: str
-    text: str | None = None
+    type: Str
+    text: Str | None = None
     image_url: Any = None
 
 
 class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
+    content: Str | list[ContentPart] | None = None
+    name: Str | None = None
     tool_calls: list[Any] | None = None
-    tool_call_id: str | None = None
+    tool_call_id: Str | None = None
     function_call: Any = None
-    refusal: str | None = None
+    refusal: Str | None = None
     audio: Any = None
 
 
 class ChatCompletionRequest(_OpenAIFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    logprobs: bool | None = None
-    top_logprobs: int | None = None
+    max_tokens: Int | None = None
+    max_completion_tokens: Int | None = None
+    logprobs: Bool | None = None
+    top_logprobs: Int | None = None
     response_format: dict[str, Any] | None = None
     tools: list[Any] | None = None
     tool_choice: Any = None
-    parallel_tool_calls: bool | None = None
+    parallel_tool_calls: Bool | None = None
     functions: list[Any] | None = None
     function_call: Any = None
 

@@ -21,7 +21,7 @@ GOOD = {"prompt": "hello", "max_tokens": 3, "stream": False}
     ({**GOOD, "unknown_knob": 1}, 400, "unknown_knob", "unrecognized"),
     ({**GOOD, "request_id": "bad id!"}, 400, "request_id", "pattern"),
     ({"max_tokens": 3}, 400, "prompt", "required"),
-    ({**GOOD, "max_tokens": 40000}, 400, "max_tokens", "exceeds the context of 32768"),
+    ({**GOOD, "max_tokens": 40000}, 400, "max_tokens", "maximum context length is 32768 tokens"),
     ({**GOOD, "model": "other-model"}, 404, "model", "does not exist"),
 ])
 def test_generate_bad_input(client, body, status, param, words):
