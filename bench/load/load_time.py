@@ -1,38 +1,41 @@
 """File to first token, phase by phase; every sample is a fresh process (what starting a server pays).
 
-    python bench/load_time.py --file F.gguf [--runs 3] [--device cuda] [--profile] [--serial]
-        [--switch SECONDS] [--set MODULE.NAME=VALUE ...]
+    python bench/load/load_time.py --file F.gguf [--runs 3] [--device cuda] [--profile] [--serial]
+        [--switch SECONDS] [--option NAME=VALUE ...]
 
---serial: no side threads (orcd.loading.loader.OVERLAP = False: tokenizer before the weights, no CUDA
-warm-up); --switch: the GIL switch interval while loading (loader.SWITCH_INTERVAL; 0 = leave it);
---set: any module-level switch, e.g. --set orcd.loading.warmup.CUBLAS_SIDE=True (VALUE: a Python literal).
+--serial: no side threads (LoadOptions(overlap=False): tokenizer before the weights, no CUDA warm-up);
+--switch: the GIL switch interval while loading (LoadOptions.switch_interval; 0 = leave it);
+--option: any LoadOptions field, e.g. --option wait_ctx=False (VALUE: a Python literal).
 
 Each sample prints one JSON line: imports (torch + orcd), load_model and its phases (LoadedModel.phases:
 open, check, weights, tokenizer [built on a side thread during weights], tokenizer_wait), timeline
 (LoadedModel.timeline: when each phase ended), load_cpu (CPU seconds of all threads during load_model),
 kv (cache allocation), first_token (an 8-token eager prefill + argmax .item(): CUDA/Triton/cuBLAS
 warm-up), second_token (the same again, warm), encode (first tokenizer.encode of a short prompt) and
-total = load + kv + first_token (bench_decode.py's load_to_first_token_s). --profile also prints the top
-functions of load_model and of the first forward by cumulative time (cProfile) to stderr.
+total = load + kv + first_token (bench/decode/graph_vs_hf.py's load_to_first_token_s). --profile also
+prints the top functions of load_model and of the first forward by cumulative time (cProfile) to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import importlib
 import json
 import subprocess
 import sys
 import time
 
 
-def apply_settings(settings: list[str]) -> None:
-    """["pkg.module.NAME=literal", ...] -> setattr on the imported module."""
-    for item in settings:
-        target, value = item.split("=", 1)
-        module, name = target.rsplit(".", 1)
-        setattr(importlib.import_module(module), name, ast.literal_eval(value))
+def load_options(serial: bool, switch: float | None, settings: list[str]):
+    """--serial, --switch and ["field=literal", ...] -> orcd.loading.loader.LoadOptions."""
+    from orcd.loading.loader import LoadOptions
+
+    fields = {name: ast.literal_eval(value) for name, value in (item.split("=", 1) for item in settings)}
+    if serial:
+        fields["overlap"] = False
+    if switch is not None:
+        fields["switch_interval"] = switch or None
+    return LoadOptions(**fields)
 
 
 def child(path: str, device: str, profile: bool, serial: bool, switch: float | None,
@@ -41,14 +44,9 @@ def child(path: str, device: str, profile: bool, serial: bool, switch: float | N
     import torch
 
     from orcd.cli.bench_session import OrcdSession
-    from orcd.loading import loader
     from orcd.loading.loader import load_model
 
-    if serial:
-        loader.OVERLAP = False
-    if switch is not None:
-        loader.SWITCH_INTERVAL = switch or None
-    apply_settings(settings)
+    options = load_options(serial, switch, settings)
 
     imports = time.perf_counter() - t
     if profile:
@@ -59,7 +57,7 @@ def child(path: str, device: str, profile: bool, serial: bool, switch: float | N
         prof.enable()
     t0, c0 = time.perf_counter(), time.process_time()
     s = OrcdSession.__new__(OrcdSession)
-    loaded = load_model(path, device)
+    loaded = load_model(path, device, options=options)
     t1, c1 = time.perf_counter(), time.process_time()
     if profile:
         prof.disable()
@@ -105,18 +103,18 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="cProfile the first forward (one run)")
     ap.add_argument("--serial", action="store_true", help="no side threads while loading")
     ap.add_argument("--switch", type=float, default=None, help="GIL switch interval while loading (s)")
-    ap.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=VALUE",
-                    help="set a module-level switch in the child, e.g. orcd.loading.loader.WAIT_CTX=False")
+    ap.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                    help="a LoadOptions field in the child, e.g. wait_ctx=False")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        return child(args.file, args.device, args.profile, args.serial, args.switch, args.set)
+        return child(args.file, args.device, args.profile, args.serial, args.switch, args.option)
     for i in range(args.runs):
         cmd = [sys.executable, __file__, "--child", "--file", args.file, "--device", args.device]
         cmd += ["--serial"] if args.serial else []
         cmd += ["--switch", str(args.switch)] if args.switch is not None else []
         cmd += ["--profile"] if args.profile and i == args.runs - 1 else []
-        cmd += [f"--set={item}" for item in args.set]
+        cmd += [f"--option={item}" for item in args.option]
         subprocess.run(cmd, check=True)
 
 

@@ -13,7 +13,7 @@ import torch
 from orcd.loading.loader import load_model
 from orcd.models.kv_cache import KVCache
 from orcd.models.layers.attention import AttnMetadata
-from orcd.runner.cuda_graphs import DecodeGraphs
+from orcd.runner.decode_graphs import DecodeGraphs
 
 
 class OrcdSession:
@@ -110,7 +110,7 @@ class OrcdSession:
             from orcd.runner.fused_decode import FusedDecoder  # needs triton: CUDA only
 
             step_fn = None if mode == "model" else FusedDecoder(self.model, fuse_norm=mode == "fused_norm")
-            graphs = DecodeGraphs(self.model, self.kv, self.width, self.page, scratch_block=self.width,
+            graphs = DecodeGraphs(self.model, self.kv, self.page, self.width, scratch_block=self.width,
                                   buckets=(1,), step_fn=step_fn)
             graphs.capture()
             self.graphs[mode] = graphs
@@ -119,10 +119,10 @@ class OrcdSession:
         pos = torch.arange(depth, depth + steps, device=self.dev)
         lens = (pos + 1).to(torch.int32)
         for i in range(3):  # warm-up replays (overwritten below)
-            graphs.run(tok, pos[i:i + 1], pos[i:i + 1], lens[i:i + 1], self.tables)
+            graphs.replay(tok, pos[i:i + 1], pos[i:i + 1], lens[i:i + 1], self.tables)
         self._sync()
         t0 = time.perf_counter()
         for i in range(steps):
-            _, tok = graphs.run(tok, pos[i:i + 1], pos[i:i + 1], lens[i:i + 1], self.tables)
+            _, tok = graphs.replay(tok, pos[i:i + 1], pos[i:i + 1], lens[i:i + 1], self.tables)
         self._sync()
         return steps / (time.perf_counter() - t0)

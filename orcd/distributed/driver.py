@@ -85,9 +85,7 @@ def _agree_blocks(ctx: TPContext, loaded, num_kv_blocks, kv_fraction: float, blo
 def _eager_runner(loaded, num_kv_blocks: int, block_size: int) -> ModelRunner:
     """A ModelRunner that runs every step through model.forward: fused/graph decode paths read the
     QuantLinear buffers directly and would skip the sharded model's all-reduces."""
-    runner = ModelRunner(loaded, num_kv_blocks, block_size)
-    runner.graph = runner.graph_invariant = None
-    return runner
+    return ModelRunner(loaded, num_kv_blocks, block_size, decode_graphs=False)
 
 
 def _slim(sched: SchedulerOutput) -> SchedulerOutput:

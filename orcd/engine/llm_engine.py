@@ -44,9 +44,11 @@ class LLMEngine:
         runner=None,
         enforce_eager: bool = False,
         batch_invariant: str | bool = "seeded",
+        prefill_graphs: bool = True,
     ):
         """enforce_eager: never use CUDA graphs (otherwise decode-only steps on CUDA replay captured
-        graphs of the fused decode step; they are captured here, see orcd.runner.graph_runner).
+        graphs of the fused decode step; they are captured here, see orcd.runner.decode_graphs).
+        prefill_graphs: with decode graphs, also replay fresh-prompt steps from prefill graphs.
         batch_invariant: "seeded" (default): on CUDA, steps that hold a request with a seed run the
         batch-invariant kernels (orcd.numerics), so a seeded request returns the same tokens alone or in any
         batch, and seeded requests share prefix-cache blocks only with each other; "all": every step
@@ -68,7 +70,7 @@ class LLMEngine:
             # that the block manager below never hands out
             runner = ModelRunner(loaded, num_kv_blocks, block_size, decode_graphs=not enforce_eager,
                                  max_num_seqs=max_num_seqs, max_model_len=self.max_model_len,
-                                 batch_invariant=batch_invariant)
+                                 batch_invariant=batch_invariant, prefill_graphs=prefill_graphs)
         self.runner = runner
         self.block_manager = BlockManager(num_kv_blocks, block_size, enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, max_num_seqs, max_num_batched_tokens)

@@ -32,6 +32,8 @@ class GGUFTensor:
     qtype: GGMLQuantizationType
     shape: tuple[int, ...]  # torch order (outermost first): a [out, in] weight is (out, in); GGUF ne reversed
     data: np.ndarray  # raw bytes, uint8 [prod(shape[:-1]), row_bytes] (1 row for 1-D); read-only mmap view
+    # the same bytes already on a device (a view of quant.linear.DeviceMirror's one upload), or None
+    device_copy: Any = None
 
     @property
     def n_bytes(self) -> int:

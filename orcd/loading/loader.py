@@ -4,14 +4,13 @@ The tokenizer (~0.3-0.5 s of Python and Rust for a 150k vocabulary) is built on 
 main thread uploads the weights (host-to-device copies release the GIL), and on CUDA another side thread
 sets up what the first forward would otherwise pay for (`warm_cuda`, orcd/loading/warmup.py). While they
 run, the GIL switch interval is 0.5 ms instead of 5: each time the main thread comes back from a GIL-free
-copy it waits for a busy side thread to yield, up to one interval, a few hundred times per load.
-Until the warm thread has the CUDA context the main thread waits for it with the GIL released
-(`WAIT_CTX`): its first CUDA call would otherwise wait for the driver inside torch's lazy init, holding
-the GIL that the tokenizer's build needs. Python's cyclic GC is paused for the whole load: the ~300k
-vocabulary strings and merge tuples would otherwise trigger full collections over every live object
-(~0.1 s measured) and nothing built here is garbage. The whole load is bound by the GIL: ~1.3 s of CPU
-time over ~0.8 s of wall time on the H100 host (docs/performance.md, "Load (session 4)").
-"""
+copy it waits for a busy side thread to yield, up to one interval, a few hundred times per load. Until the
+warm thread has the CUDA context the main thread waits for it with the GIL released
+(`LoadOptions.wait_ctx`): its first CUDA call would otherwise wait for the driver inside torch's lazy
+init, holding the GIL that the tokenizer's build needs. Python's cyclic GC is paused for the whole load:
+the ~300k vocabulary strings and merge tuples would otherwise trigger full collections over every live
+object (~0.1 s measured) and nothing built here is garbage. The whole load is bound by the GIL: ~1.3 s of
+CPU time over ~0.8 s of wall time on the H100 host (docs/performance.md, "Load (session 4)")."""
 
 from __future__ import annotations
 
@@ -35,17 +34,22 @@ from orcd.gguf.config import ModelConfig, model_config_from_gguf
 from orcd.gguf.validate import validate_tensors
 from orcd.loading.warmup import warm_cuda
 from orcd.models.registry import get_model_class
-from orcd.quant.linear import DeviceMirror, uploading_from
+from orcd.quant.linear import DeviceMirror
 
 log = logging.getLogger(__name__)
 
-# Module-level switches (bench/load_time.py compares them): side threads for the tokenizer and the CUDA
-# warm-up, and the GIL switch interval in seconds while loading (None: leave the process's).
-OVERLAP = True
-SWITCH_INTERVAL: float | None = 0.0005
-# The main thread waits (GIL released) for the warm thread's CUDA context before its first CUDA call:
-# torch's lazy CUDA init would otherwise wait for the driver while holding the GIL (~70 ms measured).
-WAIT_CTX = True
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How a load overlaps its parts; the defaults are the fast path (bench/load/load_time.py compares)."""
+
+    overlap: bool = True  # the tokenizer and the CUDA warm-up on side threads
+    switch_interval: float | None = 0.0005  # GIL switch interval (s) while loading; None: the process's
+    # The main thread waits (GIL released) for the warm thread's CUDA context before its first CUDA call:
+    # torch's lazy CUDA init would otherwise wait for the driver while holding the GIL (~70 ms measured).
+    wait_ctx: bool = True
+    parallel_warm: bool = True  # cuBLAS and the torch layer ops on a third thread (warmup.warm_cuda)
 
 
 @dataclass
@@ -153,7 +157,8 @@ def _mirror_for(f, cls, dev: torch.device, keep_quantized: bool):
 
 
 def load_model(path: str | Path, device: str | torch.device = "auto", dtype: torch.dtype | None = None,
-               keep_quantized: bool | None = None, tokenizer: bool = True) -> LoadedModel:
+               keep_quantized: bool | None = None, tokenizer: bool = True,
+               options: LoadOptions = LoadOptions()) -> LoadedModel:
     """device "auto" = CUDA when available. dtype default: float32 on CPU, bfloat16 on CUDA.
     keep_quantized default: True on CUDA (raw GGUF blocks on the device), False on CPU.
     `LoadedModel.phases`: open (parse + check the header), check (config + tensor validation), weights
@@ -163,19 +168,20 @@ def load_model(path: str | Path, device: str | torch.device = "auto", dtype: tor
     and the wait for it at the end; warm_*: its steps, see there), cuda_wait (CUDA: the main thread
     waiting for the warm thread's CUDA context, part of weights). `LoadedModel.timeline`: when each of
     those steps ended, in seconds after the start of the load, in order (cuda_ready: the context)."""
-    with gc_paused(), switch_interval(SWITCH_INTERVAL if OVERLAP else None):
-        return _load(path, device, dtype, keep_quantized, tokenizer)
+    with gc_paused(), switch_interval(options.switch_interval if options.overlap else None):
+        return _load(path, device, dtype, keep_quantized, tokenizer, options)
 
 
 def _load(path: str | Path, device: str | torch.device, dtype: torch.dtype | None,
-          keep_quantized: bool | None, tokenizer: bool) -> LoadedModel:
+          keep_quantized: bool | None, tokenizer: bool, options: LoadOptions) -> LoadedModel:
     t0 = time.perf_counter()
     dev = resolve_device(device)
     handoff: queue.SimpleQueue = queue.SimpleQueue()  # (file, config, dtype) for the warm-up, or None
     cuda_ready = threading.Event()  # set by the warm thread once the CUDA context and torch's state exist
     warm = None
-    if dev.type == "cuda" and OVERLAP:
-        warm = _in_thread(lambda: warm_cuda(dev, handoff, cuda_ready, t0), "orcd-warm-cuda")
+    if dev.type == "cuda" and options.overlap:
+        warm = _in_thread(lambda: warm_cuda(dev, handoff, cuda_ready, t0, parallel=options.parallel_warm),
+                          "orcd-warm-cuda")
     dtype = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
     keep_quantized = dev.type == "cuda" if keep_quantized is None else keep_quantized
     join_tok = None
@@ -190,15 +196,17 @@ def _load(path: str | Path, device: str | torch.device, dtype: torch.dtype | Non
         t2 = time.perf_counter()
         if tokenizer:
             join_tok = _in_thread(lambda: _build_tokenizer(f.metadata), "orcd-tokenizer")
-            if not OVERLAP:
+            if not options.overlap:
                 join_tok = _ready(join_tok())
         t2w = time.perf_counter()
-        if warm is not None and WAIT_CTX:
-            cuda_ready.wait()  # the GIL released: see WAIT_CTX
+        if warm is not None and options.wait_ctx:
+            cuda_ready.wait()  # the GIL released: see LoadOptions.wait_ctx
         t2c = time.perf_counter()
         mirror = _mirror_for(f, cls, dev, keep_quantized)
         t2u = time.perf_counter()
-        with torch.no_grad(), uploading_from(mirror):
+        if mirror is not None:
+            mirror.attach(f.tensors)  # tensors in the upload become views of it
+        with torch.no_grad():
             model = cls.from_gguf(f, cfg, dev, dtype, keep_quantized).eval()
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)

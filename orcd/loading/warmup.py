@@ -8,16 +8,15 @@ installs its cache key (orcd/quant/kernels/triton_key.py: hashing libtriton take
 remembered across processes) and imports the module Triton loads on its first launch.
 
 Then, once the main thread hands over (file, config, dtype), the first eager forward's one-time costs:
-each Triton kernel's cache lookup and module load, Triton's driver, each CUDA kernel of torch's ops
-(lazy module loading, ~1-30 ms each), cuBLAS's handle and heuristics for each GEMM shape, the
-flash-attention module. The warm-up runs the same kernels, with the file's own weight shapes and quant
-types, on zero-filled stand-ins (zero blocks decode to zeros: nothing non-finite), so that the first
-real forward only does its own work. With PARALLEL_WARM a third thread runs cuBLAS and the torch layer
-ops while the warm thread waits for Triton and runs the products: torch releases the GIL while an op
+each Triton kernel's cache lookup and module load, Triton's driver, each CUDA kernel of torch's ops (lazy
+module loading, ~1-30 ms each), cuBLAS's handle and heuristics for each GEMM shape, the flash-attention
+module. The warm-up runs the same kernels, with the file's own weight shapes and quant types, on zero-
+filled stand-ins (zero blocks decode to zeros: nothing non-finite), so that the first real forward only
+does its own work. With `parallel` (LoadOptions.parallel_warm) a third thread runs cuBLAS and the torch
+layer ops while the warm thread waits for Triton and runs the products: torch releases the GIL while an op
 runs, so those module loads overlap Python elsewhere (load 0.90 -> 0.82 s, median of 8 each, A/B on an
-H200). Results are thrown away; nothing here touches the model, and the model never waits for it except
-at the end of load_model. `warm_first_forward` is the same work on the calling thread.
-"""
+H200). Results are thrown away; nothing here touches the model, and the model never waits for it except at
+the end of load_model. `warm_first_forward` is the same work on the calling thread."""
 
 from __future__ import annotations
 
@@ -33,7 +32,6 @@ import torch.nn.functional as F
 from orcd.gguf.config import ModelConfig
 from orcd.gguf.reader import GGUFFile
 
-PARALLEL_WARM = True  # cuBLAS and the torch layer ops on their own thread (_warm_torch_ops)
 PROMPT = 8  # tokens of the stand-in prefill (more than GEMV_MAX_N: the dequantize + GEMM path)
 MAX_STANDIN_BYTES = 32 << 20  # larger matrices (the vocabulary ones) get a stand-in of 64 rows
 
@@ -133,14 +131,15 @@ def _warm_triton(steps: dict[str, float], origin: float) -> None:
 
 
 def warm_cuda(dev: torch.device, handoff: queue.SimpleQueue | None = None,
-              cuda_ready: threading.Event | None = None, origin: float | None = None) -> dict[str, float]:
+              cuda_ready: threading.Event | None = None, origin: float | None = None,
+              parallel: bool = True) -> dict[str, float]:
     """Best effort, nothing here changes results, any failure is ignored (the first forward then pays).
     `handoff` gives (file, config, dtype) for `warm_first_forward`, or None (nothing to do).
     `cuda_ready` is set once the CUDA context and torch's CUDA state exist (or creating them failed):
     until then another thread's first CUDA call would wait for the driver while holding the GIL.
-    Returns the seconds each step took: warm_ctx, warm_cublas (starting its thread, with PARALLEL_WARM),
+    Returns the seconds each step took: warm_ctx, warm_cublas (starting its thread, with `parallel`),
     warm_triton_key, warm_gluon (on a second thread), warm_triton_wait, warm_forward (the products),
-    warm_torch (cuBLAS and the layer ops: a third thread, or first on this one without PARALLEL_WARM) and
+    warm_torch (cuBLAS and the layer ops: a third thread, or first on this one without `parallel`) and
     warm_torch_wait; what the warm-up ran: warm_products (count), warm_layers (1.0 if all); and "@" +
     step: when it ended, in seconds after `origin` (a time.perf_counter() instant; default: this call)."""
     steps: dict[str, float] = {}
@@ -166,7 +165,7 @@ def warm_cuda(dev: torch.device, handoff: queue.SimpleQueue | None = None,
     done("warm_ctx")
     given: queue.SimpleQueue = queue.SimpleQueue()  # the handoff's item, passed on by the torch thread
     torch_ops = None
-    if PARALLEL_WARM:
+    if parallel:
         torch_ops = threading.Thread(target=_warm_torch_ops, args=(dev, handoff, given, steps, origin),
                                      name="orcd-warm-torch", daemon=True)
         torch_ops.start()

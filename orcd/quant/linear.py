@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -45,27 +44,20 @@ class DeviceMirror:
             return None
         return self.blob[off:off + data.nbytes].view(data.shape)
 
-
-_mirror: list[DeviceMirror | None] = [None]
-
-
-@contextmanager
-def uploading_from(mirror: DeviceMirror | None) -> Iterator[None]:
-    """raw_to_device takes views of `mirror` (when it holds the bytes) while the block runs."""
-    prev = _mirror[0]
-    _mirror[0] = mirror
-    try:
-        yield
-    finally:
-        _mirror[0] = prev
+    def attach(self, tensors: dict[str, GGUFTensor]) -> None:
+        """Give every tensor whose bytes lie in the section its device view (GGUFTensor.device_copy)."""
+        for name, t in tensors.items():
+            view = self.view(t.data if t.data.ndim == 2 else t.data.reshape(1, -1), self.device)
+            if view is not None:
+                tensors[name] = dataclasses.replace(t, device_copy=view)
 
 
 def raw_to_device(t: GGUFTensor, device: torch.device | str) -> torch.Tensor:
-    """The tensor's bytes as uint8 [rows, row_bytes] on `device`: a private copy (never the mmap), or a
-    view of the active DeviceMirror's upload (see uploading_from)."""
+    """The tensor's bytes as uint8 [rows, row_bytes] on `device`: its device_copy when that lives on
+    `device` (DeviceMirror.attach), else a private copy (never the mmap)."""
     data = t.data if t.data.ndim == 2 else t.data.reshape(1, -1)
-    if _mirror[0] is not None and (view := _mirror[0].view(data, device)) is not None:
-        return view
+    if t.device_copy is not None and t.device_copy.device == torch.device(device):
+        return t.device_copy
     with warnings.catch_warnings():  # the mmap is read-only; we copy before anything could write
         warnings.simplefilter("ignore", UserWarning)
         raw = torch.from_numpy(data)

@@ -20,9 +20,6 @@ from orcd.quant.kernels.decode_ops import add_rmsnorm, rope_and_write_kv
 from orcd.quant.kernels.fused_linear import GEMV_MAX_N, fused_gemv, fused_glu, fused_linear
 from orcd.quant.kernels.gemv_multi import fused_gemv3
 
-# the final RMSNorm as its own kernel before the LM head GEMV (True) or inside it (False)
-HEAD_NORM_APART = True
-
 
 def _linear(m, x: torch.Tensor) -> torch.Tensor:
     """QuantLinear m applied to x [N, in]: fused GEMV over raw blocks (+ bias), else dense."""
@@ -36,6 +33,8 @@ class FusedDecoder:
         """fuse_norm: also fold each RMSNorm into the GEMVs that read it and each residual add into the
         GEMV that writes it (~7 kernels per layer), for batches of <= GEMV_MAX_N raw-weight models."""
         self.model = model
+        if not getattr(model, "fused_decode", True):  # e.g. gemma3, qwen3: blocks this class does not run
+            raise ValueError(f"{model.cfg.arch} has no fused decode step")
         rot = model.rotary
         a0 = model.blocks[0].attn
         if rot.rope_dim != a0.head_dim or a0.head_dim & (a0.head_dim - 1):
@@ -109,8 +108,7 @@ class FusedDecoder:
             m = mlp.down
             fused_gemv(act, m.raw, m.out_features, m.in_features, m.qtype, residual=res)
         m = model.lm_head
-        if HEAD_NORM_APART:  # one small norm kernel: the head's ~38k programs would each redo the RMS
-            h = add_rmsnorm(None, res, model.norm.weight, model.norm.eps)
-            return fused_gemv(h, m.raw, m.out_features, m.in_features, m.qtype, m.bias).float()
-        return fused_gemv(res, m.raw, m.out_features, m.in_features, m.qtype, m.bias,
-                          norm=(model.norm.weight, model.norm.eps)).float()
+        # the final RMSNorm as one small kernel of its own: inside the head GEMV, each of its ~38k
+        # programs would redo the RMS
+        h = add_rmsnorm(None, res, model.norm.weight, model.norm.eps)
+        return fused_gemv(h, m.raw, m.out_features, m.in_features, m.qtype, m.bias).float()

@@ -1,13 +1,14 @@
-"""ModelRunner: SchedulerOutput -> flattened input tensors -> model -> logits of sampled rows -> tokens.
+"""ModelRunner: SchedulerOutput -> one of the executors (orcd/runner/executors.py) -> sampled tokens.
 
-The runner owns the KV cache tensors. Block bookkeeping (which block holds what) is the scheduler's;
-the runner trusts each ScheduledSeq's block_table and num_computed.
+The runner owns the KV cache tensors and the CUDA graphs, and picks how each step runs: the first
+executor that accepts it (decode graph, prefill graph, split step, else eager model.forward). Block
+bookkeeping (which block holds what) is the scheduler's; the runner trusts each ScheduledSeq's
+block_table and num_computed.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from array import array
 from dataclasses import dataclass
 
@@ -17,9 +18,14 @@ from orcd.engine.io import ModelRunnerOutput, ScheduledSeq, SchedulerOutput
 from orcd.models.kv_cache import KVCache
 from orcd.models.layers.attention import AttnMetadata
 from orcd.numerics import batch_invariant_mode, invariant_policy
-from orcd.runner.graph_runner import GraphDecoder, graphs_supported
+from orcd.runner.decode_graphs import DecodeGraphs, graphs_supported
+from orcd.runner.executors import (
+    DecodeGraphExecutor,
+    EagerExecutor,
+    PrefillGraphExecutor,
+    SplitStepExecutor,
+)
 from orcd.runner.prefill_graphs import PrefillGraphs
-from orcd.runner.sampler import SampleRow, _has_penalty, sample
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +76,15 @@ def prepare_inputs(sched: SchedulerOutput, block_size: int, device: torch.device
 
 class ModelRunner:
     def __init__(self, loaded, num_kv_blocks: int, block_size: int, *, decode_graphs: bool = False,
-                 max_num_seqs: int = 64, max_model_len: int | None = None,
+                 prefill_graphs: bool = True, max_num_seqs: int = 64, max_model_len: int | None = None,
                  batch_invariant: str | bool = "off"):
         """decode_graphs: on CUDA with triton, capture decode-only steps as CUDA graphs of the fused
-        decode step (orcd.runner.graph_runner) now; the KV cache then holds one extra block past the
+        decode step (orcd.runner.decode_graphs) now; the KV cache then holds one extra block past the
         block manager's ids 0..num_kv_blocks-1, the scratch block padded graph rows write to.
         Elsewhere (CPU, no triton) the flag is ignored and every step runs eagerly.
+        prefill_graphs: with decode graphs, fresh-prompt steps replay prefill graphs captured lazily per
+        bucket (orcd.runner.prefill_graphs); fp16/bf16 only (fp32 attention loops over sequences on the
+        host), never batch-invariant (its attention kernel is not known capturable padded).
         batch_invariant (orcd.numerics.invariant_policy): which steps run the batch-invariant kernels, with
         which a row's tokens do not depend on the rest of the batch, at a cost in speed
         (docs/performance.md): "off", "seeded" (steps holding a sequence with a seed) or "all". Their
@@ -85,34 +94,31 @@ class ModelRunner:
         self.model = loaded.model
         self.device = loaded.device
         self.block_size = block_size
-        self.graph: GraphDecoder | None = None  # decode graphs of the fast (fused) step
-        self.graph_invariant: GraphDecoder | None = None  # ... of model.forward, batch-invariant kernels
+        self.graph: DecodeGraphs | None = None  # decode graphs of the fast (fused) step
+        self.graph_invariant: DecodeGraphs | None = None  # ... of model.forward, batch-invariant kernels
+        self.prefill_graphs: PrefillGraphs | None = None
+        self.steps_by_executor: dict[str, int] = {}
         use_graphs = decode_graphs and graphs_supported(torch.device(loaded.device))
         extra = 1 if use_graphs else 0  # the scratch block, index num_kv_blocks
         self.kv = KVCache.allocate(loaded.cfg, num_kv_blocks + extra, block_size, loaded.device, loaded.dtype)
-        if use_graphs:
-            max_len = max_model_len or min(loaded.cfg.context_length, num_kv_blocks * block_size)
-            if self.invariant_policy != "all":
-                self.graph = self._capture(max_len, max_num_seqs, num_kv_blocks, invariant=False)
-            if self.invariant_policy != "off":
-                self.graph_invariant = self._capture(max_len, max_num_seqs, num_kv_blocks, invariant=True)
-        # fresh-prompt prefill steps: CUDA graphs captured lazily per bucket (orcd.runner.prefill_graphs);
-        # fp16/bf16 only (fp32 attention loops over sequences on the host), not batch-invariant (its
-        # attention kernel is not known capturable with a padded layout); ORCD_PREFILL_GRAPHS=0: off
-        self.prefill_graphs: PrefillGraphs | None = None
-        self.split_steps = 0  # steps run as a prefill graph + a decode graph (_split_step)
-        if (use_graphs and self.invariant_policy != "all"
-                and loaded.dtype in (torch.float16, torch.bfloat16)
-                and os.environ.get("ORCD_PREFILL_GRAPHS", "1") != "0"):
+        if not use_graphs:
+            return
+        max_len = max_model_len or min(loaded.cfg.context_length, num_kv_blocks * block_size)
+        if self.invariant_policy != "all":
+            self.graph = self._capture(max_len, max_num_seqs, num_kv_blocks, invariant=False)
+        if self.invariant_policy != "off":
+            self.graph_invariant = self._capture(max_len, max_num_seqs, num_kv_blocks, invariant=True)
+        if (prefill_graphs and self.invariant_policy != "all"
+                and loaded.dtype in (torch.float16, torch.bfloat16)):
             self.prefill_graphs = PrefillGraphs(self.model, self.kv, block_size, num_kv_blocks, max_num_seqs)
 
     def _capture(self, max_model_len: int, max_num_seqs: int, scratch_block: int,
-                 invariant: bool) -> GraphDecoder | None:
+                 invariant: bool) -> DecodeGraphs | None:
         """Capture decode graphs; on failure (e.g. out of memory) log it and return None (stay eager)."""
         try:
             with batch_invariant_mode(invariant):
-                graph = GraphDecoder(self.model, self.kv, self.block_size, max_model_len, max_num_seqs,
-                                     scratch_block, fuse=not invariant)
+                graph = DecodeGraphs.for_engine(self.model, self.kv, self.block_size, max_model_len,
+                                                max_num_seqs, scratch_block, fuse=not invariant)
                 secs = graph.capture()
         except Exception as err:  # noqa: BLE001 - any capture failure: stay eager, keep serving
             log.warning("CUDA graph capture failed, decoding eagerly: %s", str(err).splitlines()[0])
@@ -123,6 +129,22 @@ class ModelRunner:
                  "fused" if graph.fused else "model.forward", ", batch-invariant" if invariant else "",
                  graph.width, secs)
         return graph
+
+    @property
+    def split_steps(self) -> int:
+        """Steps run as a prefill graph + a decode graph (SplitStepExecutor)."""
+        return self.steps_by_executor.get(SplitStepExecutor.name, 0)
+
+    def executors(self, invariant: bool) -> list:
+        """This step's executors in the order they are tried (the last, eager, accepts every step)."""
+        eager = EagerExecutor(self.forward_seqs)
+        graph = self.graph_invariant if invariant else self.graph
+        decode = DecodeGraphExecutor(graph) if graph is not None else None
+        prefill = None
+        if not invariant and self.prefill_graphs is not None:
+            prefill = PrefillGraphExecutor(self.prefill_graphs, eager)
+        split = SplitStepExecutor(prefill, decode) if prefill and decode else None
+        return [e for e in (decode, prefill, split) if e is not None] + [eager]
 
     def step_is_invariant(self, sched: SchedulerOutput) -> bool:
         """Whether this step runs the batch-invariant kernels (policy "seeded": any seeded sequence)."""
@@ -136,74 +158,28 @@ class ModelRunner:
         with batch_invariant_mode(self.step_is_invariant(sched)):
             return self.run(prepare_inputs(sched, self.block_size, self.device))
 
+    @torch.inference_mode()
+    def forward_seqs(self, seqs: list[ScheduledSeq]) -> torch.Tensor:
+        """forward() of these sequences, under the batch-invariant mode already set by execute()."""
+        return self.run(prepare_inputs(SchedulerOutput(seqs, sum(len(s.token_ids) for s in seqs)),
+                                       self.block_size, self.device))
+
     def run(self, inp: StepInputs) -> torch.Tensor:
         """Device work only (no host syncs on the decode path): the hook a CUDA-graph runner replaces."""
         hidden = self.model(inp.input_ids, inp.positions, inp.attn, self.kv)
         return self.model.compute_logits(hidden[inp.sample_rows])
 
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
-        invariant = self.step_is_invariant(sched)
-        with batch_invariant_mode(invariant):
-            return self._execute(sched, invariant)
-
-    def _execute(self, sched: SchedulerOutput, invariant: bool) -> ModelRunnerOutput:
         if sched.empty:
             return ModelRunnerOutput(sampled={})
+        invariant = self.step_is_invariant(sched)
+        executor = next(e for e in self.executors(invariant) if e.accepts(sched.seqs))
         try:
-            res = None
-            graph = self.graph_invariant if invariant else self.graph
-            if graph is not None and graph.eligible(sched.seqs):
-                res = self._graph_step(graph, sched.seqs)
-            elif not invariant and self.prefill_graphs is not None:
-                if key := self.prefill_graphs.bucket(sched.seqs):
-                    res = self.prefill_graphs.run(sched.seqs, key)  # None: capture failed, run it eagerly
-                elif graph is not None:
-                    res = self._split_step(graph, sched.seqs)  # None: not fresh prompts + decodes
-            if res is not None:
-                tokens, to_sample = res
-            else:
-                logits = self.forward(sched)
-                to_sample = [s for s in sched.seqs if s.sample]
-                if not to_sample:
-                    return ModelRunnerOutput(sampled={})
-                rows = [SampleRow(s.sampling, s.penalty_token_ids, s.num_generated) for s in to_sample]
-                with torch.inference_mode():
-                    tokens = sample(logits, rows).tolist()
+            with batch_invariant_mode(invariant):
+                tokens, to_sample = executor.run(sched.seqs)
         except (RuntimeError, torch.cuda.OutOfMemoryError) as err:  # a failed step fails its sequences
             log.exception("model step failed")
             msg = f"model step failed: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
             return ModelRunnerOutput(sampled={}, failed={s.seq_id: msg for s in sched.seqs})
+        self.steps_by_executor[executor.name] = self.steps_by_executor.get(executor.name, 0) + 1
         return ModelRunnerOutput(sampled={s.seq_id: tok for s, tok in zip(to_sample, tokens, strict=True)})
-
-    @torch.inference_mode()
-    def _graph_step(self, graph: GraphDecoder, seqs: list[ScheduledSeq]) -> tuple[list[int], list]:
-        """Decode rows from the CUDA graphs -> (tokens, the sequences they belong to)."""
-        logits, greedy = graph.run(seqs)
-        idx = [i for i, s in enumerate(seqs) if s.sample]
-        to_sample = [seqs[i] for i in idx]
-        rows = [SampleRow(s.sampling, s.penalty_token_ids, s.num_generated) for s in to_sample]
-        if all(r.params.greedy and not (r.penalty_token_ids and _has_penalty(r.params)) for r in rows):
-            picked = greedy if len(idx) == len(seqs) else greedy[idx]  # == sample()'s argmax
-        else:
-            picked = sample(logits if len(idx) == len(seqs) else logits[idx], rows)
-        return picked.tolist(), to_sample
-
-    def _split_step(self, graph: GraphDecoder, seqs: list[ScheduledSeq]) -> tuple[list[int], list] | None:
-        """A step of fresh prompts (or first chunks) beside one-token decode rows -- what continuous
-        batching schedules whenever a request arrives -- as two graph replays: the prompts from a prefill
-        graph, then the decode rows from a decode graph. The sequences are independent (each writes and
-        reads only its own blocks), so the split computes what one eager step would, at the graphs' cost
-        (~25 ms of host work for a 512-token prompt eagerly). None: not such a step (it runs eagerly)."""
-        fresh = [s for s in seqs if s.num_computed == 0]
-        decodes = [s for s in seqs if s.num_computed > 0]
-        if not fresh or not decodes or not graph.eligible(decodes):
-            return None
-        key = self.prefill_graphs.bucket(fresh)
-        if key is None:
-            return None
-        first = self.prefill_graphs.run(fresh, key)
-        if first is None:  # no prefill graph (capture failed): nothing ran, the whole step goes eagerly
-            return None
-        tokens, to_sample = self._graph_step(graph, decodes)
-        self.split_steps += 1
-        return first[0] + tokens, first[1] + to_sample

@@ -10,7 +10,7 @@ sequences the largest sequence bucket. Everything else runs eagerly.
 Padded layout of a step with n sequences and T tokens in bucket (tb, sb), n <= sb, T <= tb:
 - rows 0..T-1 are the sequences' tokens, flattened; rows T..tb-1 are padding (token 0, position 0)
   whose K/V go to the scratch block (a KV block past the block manager's pool that no sequence owns,
-  see graph_runner) and are never read by a real row;
+  see decode_graphs) and are never read by a real row;
 - sb + 1 attention sequences: the n real ones, sb - n empty ones (length 0), then the padding rows as
   one dummy sequence: cu_seqlens [sb + 2] = [0, c1, .., cn, T, .., T, tb];
 - sample rows [sb]: row k is the last row of the k-th sampling sequence, the rest point at row tb - 1.
@@ -37,7 +37,8 @@ import torch
 
 from orcd.engine.io import ScheduledSeq
 from orcd.models.layers.attention import AttnMetadata
-from orcd.runner.sampler import SampleRow, _has_penalty, sample
+from orcd.runner.decode_graphs import host_buffer
+from orcd.runner.sampler import pick_tokens, sample_rows
 
 log = logging.getLogger(__name__)
 
@@ -111,17 +112,12 @@ class PrefillGraphs:
         below = [b for b in sorted(seq_buckets) if b < max_num_seqs]
         self.seq_buckets = tuple(below + [b for b in sorted(seq_buckets) if b >= max_num_seqs][:1])
         self.capture = capture
-        self._varlen = [True]  # attention_triton._VARLEN: captured graphs need its varlen path
-        if capture:
-            from orcd.models.layers import attention_triton  # imports triton: only when capturing
-
-            self._varlen = attention_triton._VARLEN
         dev = kv.k[0].device
         tmax, smax = self.token_buckets[-1], self.seq_buckets[-1]
         pin = capture and dev.type == "cuda"
-        self.h64 = _host(torch.zeros((3, tmax), dtype=torch.int64), pin)  # ids, positions, slots
-        self.h32 = _host(torch.zeros((2, smax + 2), dtype=torch.int32), pin)  # cu_seqlens, lengths
-        self.hsamp = _host(torch.zeros(smax, dtype=torch.int64), pin)
+        self.h64 = host_buffer(torch.zeros((3, tmax), dtype=torch.int64), pin)  # ids, positions, slots
+        self.h32 = host_buffer(torch.zeros((2, smax + 2), dtype=torch.int32), pin)  # cu_seqlens, lengths
+        self.hsamp = host_buffer(torch.zeros(smax, dtype=torch.int64), pin)
         self.d64 = torch.zeros((3, tmax), dtype=torch.int64, device=dev)
         self.d32 = torch.zeros((2, smax + 2), dtype=torch.int32, device=dev)
         self.dsamp = torch.zeros(smax, dtype=torch.int64, device=dev)
@@ -135,7 +131,7 @@ class PrefillGraphs:
         self._copied: torch.cuda.Event | None = None  # recorded after the last step's host -> device copies
 
     def bucket(self, seqs: list[ScheduledSeq]) -> tuple[int, int] | None:
-        if self.failed or not self._varlen[0]:
+        if self.failed:
             return None
         return pick_bucket(seqs, self.token_buckets, self.seq_buckets)
 
@@ -229,13 +225,4 @@ def _pick(seqs: list[ScheduledSeq], idx: list[int], logits: torch.Tensor, greedy
     if not to_sample:
         return [], []
     k = len(to_sample)
-    rows = [SampleRow(s.sampling, s.penalty_token_ids, s.num_generated) for s in to_sample]
-    if all(r.params.greedy and not (r.penalty_token_ids and _has_penalty(r.params)) for r in rows):
-        picked = greedy[:k]  # == sample()'s argmax
-    else:
-        picked = sample(logits[:k], rows)
-    return picked.tolist(), to_sample
-
-
-def _host(t: torch.Tensor, pin: bool) -> torch.Tensor:
-    return t.pin_memory() if pin else t
+    return pick_tokens(logits[:k], greedy[:k], sample_rows(to_sample)).tolist(), to_sample

@@ -129,3 +129,16 @@ def sample(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
 
 def _has_penalty(p: SamplingParams) -> bool:
     return p.repetition_penalty != 1.0 or p.presence_penalty != 0.0 or p.frequency_penalty != 0.0
+
+
+def sample_rows(seqs) -> list[SampleRow]:
+    """The sampling state of scheduled sequences (orcd.engine.io.ScheduledSeq), in order."""
+    return [SampleRow(s.sampling, s.penalty_token_ids, s.num_generated) for s in seqs]
+
+
+def pick_tokens(logits: torch.Tensor, greedy: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+    """Tokens of `rows` from logits [k, V] float32 and their argmax greedy [k]: `greedy` itself when
+    every row is greedy without penalties (what sample() would return), else sample(logits, rows)."""
+    if all(r.params.greedy and not (r.penalty_token_ids and _has_penalty(r.params)) for r in rows):
+        return greedy
+    return sample(logits, rows)

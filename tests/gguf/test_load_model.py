@@ -13,8 +13,7 @@ import pytest
 from orcd.errors import GGUFError, TokenizerError
 from orcd.gguf import open_gguf
 from orcd.gguf.synth import write_model_gguf
-from orcd.loading import loader
-from orcd.loading.loader import gc_paused, load_model
+from orcd.loading.loader import LoadOptions, gc_paused, load_model
 from orcd.tokenizer import load_tokenizer
 
 TINY = dict(vocab_size=320, hidden=64, n_layers=2, ffn=128, n_heads=4, n_kv_heads=2)
@@ -26,13 +25,11 @@ def side_threads() -> list[str]:
 
 
 @pytest.mark.parametrize(("gc_on", "overlap"), [(True, True), (False, True), (True, False)])
-def test_same_tokenizer_and_state_restored(tiny_qwen2_gguf: Path, gc_on: bool, overlap: bool,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loader, "OVERLAP", overlap)
+def test_same_tokenizer_and_state_restored(tiny_qwen2_gguf: Path, gc_on: bool, overlap: bool) -> None:
     (gc.enable if gc_on else gc.disable)()
     interval = sys.getswitchinterval()
     try:
-        loaded = load_model(tiny_qwen2_gguf, "cpu")
+        loaded = load_model(tiny_qwen2_gguf, "cpu", options=LoadOptions(overlap=overlap))
         assert gc.isenabled() == gc_on and sys.getswitchinterval() == interval
     finally:
         gc.enable()
@@ -53,14 +50,12 @@ def test_without_tokenizer(tiny_qwen2_gguf: Path) -> None:
 
 
 @pytest.mark.parametrize("overlap", [True, False])
-def test_tokenizer_error_reaches_the_caller(tmp_path: Path, overlap: bool,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loader, "OVERLAP", overlap)
+def test_tokenizer_error_reaches_the_caller(tmp_path: Path, overlap: bool) -> None:
     path = write_model_gguf(tmp_path / "bad-pre.gguf", "qwen2", seed=3, **TINY,
                             extra_metadata={"tokenizer.ggml.pre": "mystery-bpe"})
     interval = sys.getswitchinterval()
     with pytest.raises(TokenizerError, match="unknown tokenizer.ggml.pre 'mystery-bpe'"):
-        load_model(path, "cpu")
+        load_model(path, "cpu", options=LoadOptions(overlap=overlap))
     assert gc.isenabled() and side_threads() == []
     assert sys.getswitchinterval() == interval
 

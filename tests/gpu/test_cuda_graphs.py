@@ -17,13 +17,13 @@ def test_graph_decode_matches_eager(tmp_path):
     from orcd.loading.loader import load_model
     from orcd.models.kv_cache import KVCache
     from orcd.models.layers.attention import AttnMetadata
-    from orcd.runner.cuda_graphs import DecodeGraphs
+    from orcd.runner.decode_graphs import DecodeGraphs
 
     path, _ = synth_like(str(tmp_path / "tiny.gguf"), "tiny-qwen2", "Q8_0")
     loaded = load_model(path, "cuda", tokenizer=False)
     page, width = 16, 8
     kv = KVCache.allocate(loaded.cfg, 3 * width + 1, page, "cuda", loaded.dtype)  # last block: scratch
-    graphs = DecodeGraphs(loaded.model, kv, width, page, scratch_block=3 * width, buckets=(1, 4))
+    graphs = DecodeGraphs(loaded.model, kv, page, width, scratch_block=3 * width, buckets=(1, 4))
     graphs.capture()
     tables = torch.arange(3 * width, dtype=torch.int32, device="cuda").view(3, width)
     ids = torch.randint(0, loaded.cfg.vocab_size, (3,), device="cuda")
@@ -31,7 +31,7 @@ def test_graph_decode_matches_eager(tmp_path):
         pos = torch.tensor([ctx, ctx + 7, ctx + 20], device="cuda")
         slots = tables.gather(1, (pos // page)[:, None].int()).view(-1).long() * page + pos % page
         lens = (pos + 1).int()
-        logits_g, tok_g = graphs.run(ids, pos, slots, lens, tables)
+        logits_g, tok_g = graphs.replay(ids, pos, slots, lens, tables)
         logits_g = logits_g.clone()
         meta = AttnMetadata(cu_seqlens_q=torch.arange(4, dtype=torch.int32, device="cuda"), seq_lens=lens,
                             block_tables=tables, slot_mapping=slots, max_query_len=1,

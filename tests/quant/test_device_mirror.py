@@ -8,7 +8,7 @@ from orcd.gguf import open_gguf
 from orcd.gguf.synth import write_model_gguf
 from orcd.loading.loader import _mirror_for
 from orcd.models.registry import get_model_class
-from orcd.quant.linear import DeviceMirror, raw_to_device, uploading_from
+from orcd.quant.linear import DeviceMirror, raw_to_device
 
 
 @pytest.fixture(scope="module")
@@ -26,14 +26,16 @@ def section_of(f) -> np.ndarray:
 
 
 def test_every_tensor_is_an_aligned_view_with_its_bytes(gguf_file):
+    plain = next(iter(gguf_file.tensors.values()))
     mirror = DeviceMirror(section_of(gguf_file), "cpu")
-    with uploading_from(mirror):
-        for t in gguf_file.tensors.values():
-            v = raw_to_device(t, "cpu")
-            assert v.untyped_storage().data_ptr() == mirror.blob.untyped_storage().data_ptr(), t.name
-            assert v.storage_offset() % 32 == 0, t.name
-            assert np.array_equal(v.numpy(), t.data.reshape(v.shape)), t.name
-    copy = raw_to_device(next(iter(gguf_file.tensors.values())), "cpu")  # no mirror active: a private copy
+    tensors = dict(gguf_file.tensors)
+    mirror.attach(tensors)
+    for t in tensors.values():
+        v = raw_to_device(t, "cpu")
+        assert v.untyped_storage().data_ptr() == mirror.blob.untyped_storage().data_ptr(), t.name
+        assert v.storage_offset() % 32 == 0, t.name
+        assert np.array_equal(v.numpy(), t.data.reshape(v.shape)), t.name
+    copy = raw_to_device(plain, "cpu")  # no device copy attached: a private copy
     assert copy.untyped_storage().data_ptr() != mirror.blob.untyped_storage().data_ptr()
 
 

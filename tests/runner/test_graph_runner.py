@@ -1,6 +1,6 @@
 """The decode-graph plumbing of ModelRunner on the CPU: inputs, padding, the scratch block, sampling.
 
-CUDA graphs cannot be captured here, so GraphDecoder runs its step uncaptured (model.forward on the same
+CUDA graphs cannot be captured here, so DecodeGraphs runs its step uncaptured (model.forward on the same
 static buffers a graph would read); the engine's tokens must equal the plain eager engine's.
 """
 
@@ -11,7 +11,7 @@ from orcd.engine.io import ScheduledSeq
 from orcd.engine.llm_engine import LLMEngine
 from orcd.engine.sampling_params import SamplingParams
 from orcd.models.kv_cache import KVCache
-from orcd.runner.graph_runner import GraphDecoder, buckets_for, fill_decode_inputs, table_width
+from orcd.runner.decode_graphs import DecodeGraphs, buckets_for, fill_decode_inputs, table_width
 from orcd.runner.model_runner import ModelRunner
 from tests.engine.test_engine_e2e import loaded, run, workload  # noqa: F401 (fixture)
 
@@ -40,8 +40,8 @@ def graph_engine(loaded, num_blocks: int, **kw) -> LLMEngine:  # noqa: F811
     runner = ModelRunner(loaded, num_blocks, 16)
     runner.kv = KVCache.allocate(loaded.cfg, num_blocks + 1, 16, "cpu", loaded.dtype)
     max_len = min(loaded.cfg.context_length, num_blocks * 16)
-    runner.graph = GraphDecoder(loaded.model, runner.kv, 16, max_len, kw.get("max_num_seqs", 64),
-                                scratch_block=num_blocks, fuse=False)
+    runner.graph = DecodeGraphs.for_engine(loaded.model, runner.kv, 16, max_len, kw.get("max_num_seqs", 64),
+                                           scratch_block=num_blocks, fuse=False)
     return LLMEngine(loaded, num_kv_blocks=num_blocks, block_size=16, runner=runner, **kw)
 
 
