@@ -150,10 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     phases = [p for p in ("engine", "http", "hf") if not getattr(args, f"skip_{p}")]
     missing = missing_modules(["engine", *[p for p in phases if p != "engine"]])
     if missing:
-        print("bench_batching: missing Python modules:\n  " + "\n  ".join(missing), file=sys.stderr)
+        print("batching: missing Python modules:\n  " + "\n  ".join(missing), file=sys.stderr)
         return 2
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print("bench_batching: --device cuda but CUDA is not available (use --small --device cpu)",
+        print("batching: --device cuda but CUDA is not available (use --small --device cpu)",
               file=sys.stderr)
         return 2
     if args.device == "cpu":  # a shared, loaded CPU box: more threads only spin against each other
