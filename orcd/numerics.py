@@ -1,4 +1,4 @@
-"""The batch-invariant numerics switch.
+"""Batch-invariant numerics: a per-layer setting the runner turns on for the steps that need it.
 
 With it on, every row of a step (a token) is computed by the same kernels with the same reduction order
 whatever else shares the step: how many rows, prefill or decode, which chunk of its prompt, whether it is
@@ -19,23 +19,27 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-_enabled = [False]
+import torch
 
 
-def batch_invariant() -> bool:
-    """Whether forwards running now must be batch-invariant."""
-    return _enabled[0]
+def invariant_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The layers of `model` with a batch-invariant variant: those with a `batch_invariant` attribute
+    (RMSNorm, Attention, QuantLinear), which their forward reads."""
+    return [m for m in model.modules() if hasattr(m, "batch_invariant")]
 
 
 @contextmanager
-def batch_invariant_mode(on: bool = True) -> Iterator[None]:
-    """Run the enclosed forwards (and CUDA-graph captures) with batch-invariant kernels when `on`."""
-    prev = _enabled[0]
-    _enabled[0] = on
+def batch_invariant_mode(layers: list[torch.nn.Module], on: bool = True) -> Iterator[None]:
+    """Run the enclosed forwards (and CUDA-graph captures) of these layers (invariant_layers(model))
+    with their batch-invariant kernels when `on`; each layer's previous setting comes back after."""
+    before = [m.batch_invariant for m in layers]
+    for m in layers:
+        m.batch_invariant = on
     try:
         yield
     finally:
-        _enabled[0] = prev
+        for m, b in zip(layers, before, strict=True):
+            m.batch_invariant = b
 
 
 POLICIES = ("off", "seeded", "all")  # which steps of an engine run batch-invariant

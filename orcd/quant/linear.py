@@ -13,7 +13,6 @@ from torch.nn import functional as F
 
 from orcd.errors import GGUFError
 from orcd.gguf.reader import GGUFTensor
-from orcd.numerics import batch_invariant
 from orcd.quant.dequant import dequantize, dequantize_to
 from orcd.quant.registry import get_format
 
@@ -84,6 +83,8 @@ def _check_2d(t: GGUFTensor) -> tuple[int, int]:
 class QuantLinear(nn.Module):
     """y = x @ W.T + b with W [out, in] held dense (`weight`) or as raw GGUF blocks (`raw`)."""
 
+    batch_invariant = False  # on CUDA, the fixed-tile invariant GEMM (orcd.numerics.batch_invariant_mode)
+
     def __init__(self, out_features: int, in_features: int, qtype: GGMLQuantizationType, dtype: torch.dtype,
                  weight: torch.Tensor | None = None, raw: torch.Tensor | None = None,
                  bias: torch.Tensor | None = None):
@@ -118,7 +119,7 @@ class QuantLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in] -> [..., out] in self.dtype."""
         x = x.to(self.dtype)
-        if batch_invariant() and x.is_cuda:
+        if self.batch_invariant and x.is_cuda:
             return self._invariant(x.reshape(-1, self.in_features)).reshape(*x.shape[:-1], self.out_features)
         if self.weight is not None:
             return F.linear(x, self.weight, self.bias)

@@ -17,7 +17,7 @@ import torch
 from orcd.engine.io import ModelRunnerOutput, ScheduledSeq, SchedulerOutput
 from orcd.models.kv_cache import KVCache
 from orcd.models.layers.attention import AttnMetadata
-from orcd.numerics import batch_invariant_mode, invariant_policy
+from orcd.numerics import batch_invariant_mode, invariant_layers, invariant_policy
 from orcd.runner.decode_graphs import DecodeGraphs, graphs_supported
 from orcd.runner.executors import (
     DecodeGraphExecutor,
@@ -92,6 +92,7 @@ class ModelRunner:
         self.invariant_policy = invariant_policy(batch_invariant)
         self.loaded = loaded
         self.model = loaded.model
+        self.invariant_layers = invariant_layers(loaded.model)  # switched per step (orcd.numerics)
         self.device = loaded.device
         self.block_size = block_size
         self.graph: DecodeGraphs | None = None  # decode graphs of the fast (fused) step
@@ -116,7 +117,7 @@ class ModelRunner:
                  invariant: bool) -> DecodeGraphs | None:
         """Capture decode graphs; on failure (e.g. out of memory) log it and return None (stay eager)."""
         try:
-            with batch_invariant_mode(invariant):
+            with batch_invariant_mode(self.invariant_layers, invariant):
                 graph = DecodeGraphs.for_engine(self.model, self.kv, self.block_size, max_model_len,
                                                 max_num_seqs, scratch_block, fuse=not invariant)
                 secs = graph.capture()
@@ -155,7 +156,7 @@ class ModelRunner:
     @torch.inference_mode()
     def forward(self, sched: SchedulerOutput) -> torch.Tensor:
         """Run the model on one step; returns logits [N, V] float32 of the rows with sample=True."""
-        with batch_invariant_mode(self.step_is_invariant(sched)):
+        with batch_invariant_mode(self.invariant_layers, self.step_is_invariant(sched)):
             return self.run(prepare_inputs(sched, self.block_size, self.device))
 
     @torch.inference_mode()
@@ -175,11 +176,12 @@ class ModelRunner:
         invariant = self.step_is_invariant(sched)
         executor = next(e for e in self.executors(invariant) if e.accepts(sched.seqs))
         try:
-            with batch_invariant_mode(invariant):
+            with batch_invariant_mode(self.invariant_layers, invariant):
                 tokens, to_sample = executor.run(sched.seqs)
         except (RuntimeError, torch.cuda.OutOfMemoryError) as err:  # a failed step fails its sequences
             log.exception("model step failed")
             msg = f"model step failed: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
             return ModelRunnerOutput(sampled={}, failed={s.seq_id: msg for s in sched.seqs})
         self.steps_by_executor[executor.name] = self.steps_by_executor.get(executor.name, 0) + 1
-        return ModelRunnerOutput(sampled={s.seq_id: tok for s, tok in zip(to_sample, tokens, strict=True)})
+        return ModelRunnerOutput(sampled={s.seq_id: tok for s, tok in zip(to_sample, tokens, strict=True)},
+                                 logprobs=executor.logprobs)

@@ -6,7 +6,7 @@ import pytest
 from orcd.engine.io import EngineRequest, ScheduledSeq, SchedulerOutput
 from orcd.engine.llm_engine import LLMEngine
 from orcd.engine.sampling_params import SamplingParams
-from orcd.numerics import batch_invariant, batch_invariant_mode, invariant_policy
+from orcd.numerics import batch_invariant_mode, invariant_layers, invariant_policy
 from tests.engine.test_engine_e2e import loaded, run  # noqa: F401 - fixture
 
 PROMPT = list(range(10, 74))  # 64 tokens: 3 full blocks of 16 can be shared (one token is left to compute)
@@ -21,13 +21,23 @@ def test_policy_values():
     assert [invariant_policy(p) for p in ("off", "seeded", "all")] == ["off", "seeded", "all"]
     with pytest.raises(ValueError, match="seeded"):
         invariant_policy("sometimes")
-    assert not batch_invariant()
-    with batch_invariant_mode():
-        assert batch_invariant()
-        with batch_invariant_mode(False):
-            assert not batch_invariant()
-        assert batch_invariant()
-    assert not batch_invariant()
+
+
+def test_mode_switches_the_model_layers_and_restores_them(loaded):  # noqa: F811
+    layers = invariant_layers(loaded.model)
+    kinds = {type(m).__name__ for m in layers}
+    assert {"RMSNorm", "Attention", "QuantLinear"} <= kinds, kinds
+
+    def state() -> set[bool]:
+        return {m.batch_invariant for m in layers}
+
+    assert state() == {False}
+    with batch_invariant_mode(layers):
+        assert state() == {True}
+        with batch_invariant_mode(layers, False):
+            assert state() == {False}
+        assert state() == {True}
+    assert state() == {False}
 
 
 @pytest.mark.parametrize("policy,unseeded,seeded", [("seeded", False, True), ("all", True, True),

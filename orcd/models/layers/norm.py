@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from orcd.numerics import batch_invariant
-
 
 class RMSNorm(nn.Module):
+    batch_invariant = False  # on CUDA, one program per row (orcd.numerics.batch_invariant_mode)
+
     def __init__(self, weight: torch.Tensor, eps: float):
         super().__init__()
         self.weight = nn.Parameter(weight, requires_grad=False)  # [H], model dtype
@@ -16,7 +16,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, ..., H] -> same shape and dtype."""
-        if batch_invariant() and x.is_cuda:  # one program per row, fixed order (orcd.numerics)
+        if self.batch_invariant and x.is_cuda:  # one program per row, fixed order (orcd.numerics)
             from orcd.quant.kernels.decode_ops import add_rmsnorm
 
             h = x.shape[-1]
