@@ -45,9 +45,18 @@ class SchedulerOutput:
 
 
 @dataclass
+class TokenLogprobs:
+    """Log-probabilities at one sampled position (SamplingParams.logprobs = k)."""
+
+    logprob: float  # of the sampled token
+    top: list[tuple[int, float]]  # the k most likely (token id, logprob), best first
+
+
+@dataclass
 class ModelRunnerOutput:
     sampled: dict[int, int]  # seq_id -> sampled token id (only for ScheduledSeq.sample == True)
     failed: dict[int, str] = field(default_factory=dict)  # seq_id -> error message (step failed)
+    logprobs: dict[int, TokenLogprobs] = field(default_factory=dict)  # seq_id -> (rows that asked only)
 
 
 @dataclass
@@ -70,3 +79,4 @@ class TokenEvent:
     error: str | None = None
     prompt_tokens: int = 0
     generated_tokens: int = 0
+    logprobs: TokenLogprobs | None = None  # of token_id, when the request asked (SamplingParams.logprobs)

@@ -86,10 +86,11 @@ class LLMEngine:
         req.sampling.validate()
         n_prompt = len(req.prompt_token_ids)
         if n_prompt == 0:
-            raise RequestError("the prompt is empty (0 tokens)", param="prompt")
-        vocab = self.cfg.vocab_size
-        if any(not 0 <= t < vocab for t in req.prompt_token_ids):
-            raise RequestError(f"prompt holds a token id outside the vocabulary [0, {vocab})", param="prompt")
+            raise RequestError("the prompt is empty (no tokens)", param="prompt")
+        vocab = int(self.cfg.vocab_size)
+        bad = next((t for t in req.prompt_token_ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise RequestError(f"token id {bad} is outside the vocabulary (0..{vocab - 1})", param="prompt")
         total = n_prompt + req.sampling.max_tokens
         ctx = self.cfg.context_length
         if total > ctx:
@@ -104,7 +105,12 @@ class LLMEngine:
             )
 
     def add_request(self, req: EngineRequest) -> None:
+        """Validate (the one place requests are checked), then queue. Raises at once on a bad request."""
         self.validate(req)
+        self.add_validated(req)
+
+    def add_validated(self, req: EngineRequest) -> None:
+        """Queue a request that validate() accepted (AsyncEngine validates on the caller's thread)."""
         if req.request_id in self._requests:
             raise RequestError(f"request id {req.request_id!r} is already running", param="request_id")
         seq = Sequence(req.request_id, req.prompt_token_ids, req.sampling)
@@ -149,7 +155,9 @@ class LLMEngine:
             if upd.error is not None:
                 events.append(self._finish(out, "error", error=upd.error))
             elif upd.new_token is not None:
-                events.append(self._on_token(out, upd.new_token))
+                event = self._on_token(out, upd.new_token)
+                event.logprobs = result.logprobs.get(upd.seq.seq_id)  # None unless the request asked
+                events.append(event)
         return events
 
     def _on_token(self, out: RequestOutput, token_id: int) -> TokenEvent:

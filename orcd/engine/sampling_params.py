@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from orcd.errors import RequestError
 
+MAX_LOGPROBS = 20  # most top logprobs one token may return (OpenAI's top_logprobs bound)
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -21,6 +23,9 @@ class SamplingParams:
     stop: tuple[str, ...] = ()  # stop strings; the matched string is not returned
     stop_token_ids: tuple[int, ...] = ()  # extra stop ids besides the tokenizer's EOS/EOT
     ignore_eos: bool = False
+    # Log-probabilities to return with each token: None = none; k >= 0 = the sampled token's and the k most
+    # likely (log-softmax of the logits the sampler used, after penalties, before temperature/filters)
+    logprobs: int | None = None
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -40,6 +45,7 @@ class SamplingParams:
             ("frequency_penalty", -2.0 <= self.frequency_penalty <= 2.0),
             ("seed", self.seed is None or 0 <= self.seed < 2**63),
             ("stop", len(self.stop) <= 16 and all(0 < len(s) <= 256 for s in self.stop)),
+            ("logprobs", self.logprobs is None or 0 <= self.logprobs <= MAX_LOGPROBS),
         ]
         for name, ok in checks:
             if not ok:

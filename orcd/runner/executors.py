@@ -9,6 +9,9 @@ step runs it. Each `run(seqs)` returns (tokens, the sequences they were sampled 
 | EagerExecutor | anything | model.forward on flattened inputs, then sample |
 
 A prefill graph that fails to capture runs its step eagerly and turns prefill graphs off for good.
+Rows that ask for logprobs get them (`executor.logprobs`, seq_id -> TokenLogprobs) from the eager and
+decode-graph executors, which hold the sampled rows' logits; the prefill-graph and split-step executors
+decline steps holding such rows.
 """
 
 from __future__ import annotations
@@ -17,12 +20,25 @@ from collections.abc import Callable
 
 import torch
 
-from orcd.engine.io import ScheduledSeq
+from orcd.engine.io import ScheduledSeq, TokenLogprobs
 from orcd.runner.decode_graphs import DecodeGraphs
 from orcd.runner.prefill_graphs import PrefillGraphs
-from orcd.runner.sampler import pick_tokens, sample, sample_rows
+from orcd.runner.sampler import SampleRow, pick_tokens, sample, sample_rows, token_logprobs
 
 Sampled = tuple[list[int], list[ScheduledSeq]]  # (tokens, the sequences they belong to)
+
+
+def wants_logprobs(seqs: list[ScheduledSeq]) -> bool:
+    return any(s.sample and s.sampling.logprobs is not None for s in seqs)
+
+
+def _logprobs_of(logits: torch.Tensor, rows: list[SampleRow], tokens: torch.Tensor,
+                 seqs: list[ScheduledSeq]) -> dict[int, TokenLogprobs]:
+    """seq_id -> TokenLogprobs for the rows that asked (empty, and no work, when none did)."""
+    if not wants_logprobs(seqs):
+        return {}
+    lps = token_logprobs(logits, rows, tokens)
+    return {s.seq_id: lp for s, lp in zip(seqs, lps, strict=True) if lp is not None}
 
 
 class EagerExecutor:
@@ -31,6 +47,7 @@ class EagerExecutor:
     def __init__(self, forward: Callable[[list[ScheduledSeq]], torch.Tensor]):
         """forward(seqs) -> logits [N, V] float32 of the sampling rows (ModelRunner.forward_seqs)."""
         self.forward = forward
+        self.logprobs: dict[int, TokenLogprobs] = {}
 
     def accepts(self, seqs: list[ScheduledSeq]) -> bool:
         return True
@@ -40,8 +57,11 @@ class EagerExecutor:
         to_sample = [s for s in seqs if s.sample]
         if not to_sample:
             return [], []
+        rows = sample_rows(to_sample)
         with torch.inference_mode():
-            return sample(logits, sample_rows(to_sample)).tolist(), to_sample
+            tokens = sample(logits, rows)
+            self.logprobs = _logprobs_of(logits, rows, tokens, to_sample)
+            return tokens.tolist(), to_sample
 
 
 class DecodeGraphExecutor:
@@ -49,6 +69,7 @@ class DecodeGraphExecutor:
 
     def __init__(self, graphs: DecodeGraphs):
         self.graphs = graphs
+        self.logprobs: dict[int, TokenLogprobs] = {}
 
     def accepts(self, seqs: list[ScheduledSeq]) -> bool:
         return self.graphs.eligible(seqs)
@@ -60,7 +81,10 @@ class DecodeGraphExecutor:
         to_sample = [seqs[i] for i in idx]
         if len(idx) != len(seqs):
             logits, greedy = logits[idx], greedy[idx]
-        return pick_tokens(logits, greedy, sample_rows(to_sample)).tolist(), to_sample
+        rows = sample_rows(to_sample)
+        tokens = pick_tokens(logits, greedy, rows)
+        self.logprobs = _logprobs_of(logits, rows, tokens, to_sample)
+        return tokens.tolist(), to_sample
 
 
 class PrefillGraphExecutor:
@@ -68,9 +92,10 @@ class PrefillGraphExecutor:
 
     def __init__(self, graphs: PrefillGraphs, eager: EagerExecutor):
         self.graphs, self.eager = graphs, eager
+        self.logprobs: dict[int, TokenLogprobs] = {}  # never any: steps that want them are declined
 
     def accepts(self, seqs: list[ScheduledSeq]) -> bool:
-        return self.graphs.bucket(seqs) is not None
+        return not wants_logprobs(seqs) and self.graphs.bucket(seqs) is not None
 
     def run(self, seqs: list[ScheduledSeq]) -> Sampled:
         out = self.graphs.run(seqs, self.graphs.bucket(seqs))
@@ -89,6 +114,7 @@ class SplitStepExecutor:
     def __init__(self, prefill: PrefillGraphExecutor, decode: DecodeGraphExecutor):
         self.prefill, self.decode = prefill, decode
         self.steps = 0
+        self.logprobs: dict[int, TokenLogprobs] = {}  # never any: steps that want them are declined
 
     @staticmethod
     def _split(seqs: list[ScheduledSeq]) -> tuple[list[ScheduledSeq], list[ScheduledSeq]]:
@@ -96,7 +122,9 @@ class SplitStepExecutor:
 
     def accepts(self, seqs: list[ScheduledSeq]) -> bool:
         fresh, decodes = self._split(seqs)
-        return bool(fresh and decodes) and self.decode.accepts(decodes) and self.prefill.accepts(fresh)
+        if not (fresh and decodes) or wants_logprobs(seqs):
+            return False
+        return self.decode.accepts(decodes) and self.prefill.accepts(fresh)
 
     def run(self, seqs: list[ScheduledSeq]) -> Sampled:
         fresh, decodes = self._split(seqs)

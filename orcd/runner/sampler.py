@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from orcd.engine.io import TokenLogprobs
 from orcd.engine.sampling_params import SamplingParams
 
 M32 = 0xFFFFFFFF
@@ -124,6 +125,31 @@ def sample(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
     keys = torch.tensor(keys, dtype=torch.int64, device=logits.device)
     gumbel = -torch.log(-torch.log(uniform_noise(keys, logits.shape[1]))).float()
     out[hot_idx] = (scaled + gumbel).argmax(dim=-1)
+    return out
+
+
+def token_logprobs(logits: torch.Tensor, rows: list[SampleRow], tokens: torch.Tensor
+                   ) -> list[TokenLogprobs | None]:
+    """Per row, None, or (when its params ask for logprobs = k) the log-probability of its sampled token
+    and its k most likely tokens: log-softmax of the logits sample() used (penalties applied, before
+    temperature and filters, as OpenAI's logprobs do not depend on temperature). One host copy."""
+    want = [i for i, r in enumerate(rows) if r.params.logprobs is not None]
+    out: list[TokenLogprobs | None] = [None] * len(rows)
+    if not want:
+        return out
+    sub_rows = [rows[i] for i in want]
+    idx = torch.tensor(want, device=logits.device)
+    sub = logits.index_select(0, idx).float()
+    if any(r.penalty_token_ids and _has_penalty(r.params) for r in sub_rows):
+        sub = _apply_penalties(sub, sub_rows)  # row-wise: the same values sample() computed for these rows
+    lp = torch.log_softmax(sub, dim=-1)
+    chosen = lp.gather(1, tokens.index_select(0, idx).to(torch.int64)[:, None])[:, 0]
+    k = max(r.params.logprobs for r in sub_rows)
+    top_lp, top_id = lp.topk(k, dim=-1) if k else (lp[:, :0], lp[:, :0].long())
+    chosen, top_lp, top_id = chosen.tolist(), top_lp.tolist(), top_id.tolist()
+    for j, (i, r) in enumerate(zip(want, sub_rows, strict=True)):
+        n = r.params.logprobs
+        out[i] = TokenLogprobs(chosen[j], list(zip(top_id[j][:n], top_lp[j][:n], strict=True)))
     return out
 
 
