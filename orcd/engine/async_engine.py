@@ -221,8 +221,8 @@ class AsyncEngine:
 
     def _add(self, req: EngineRequest) -> None:
         try:
-            self.engine.add_request(req)
-        except Exception as err:  # validated already; a late failure still ends the stream cleanly
+            self.engine.add_validated(req)  # generate() validated it
+        except Exception as err:  # a late failure still ends the stream cleanly
             event = TokenEvent(req.request_id, None, "", 0, finished=True, finish_reason="error",
                                error=str(err), prompt_tokens=len(req.prompt_token_ids))
             self._publish([event])

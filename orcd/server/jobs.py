@@ -44,6 +44,7 @@ class Job:
     cancel_requested: bool = False
     released: bool = False
     stream: object = None  # the engine's async iterator of TokenEvents
+    opens: asyncio.Event | None = None  # set at this job's first events (or its end): forks wait for it
 
     @property
     def ttft_ms(self) -> float | None:
@@ -106,27 +107,24 @@ class JobHub:
         return requested
 
     def admit(self, route: str, prompt_ids: list[int], sampling: SamplingParams,
-              request_id: str | None = None, prefix: str = "") -> Job:
+              request_id: str | None = None, prefix: str = "", *, reserve: int = 1, stream=None) -> Job:
+        """Admit one request. `reserve`: requests about to be admitted together (the queue must hold
+        them all); `stream(job)`: builds its event iterator instead of engine.generate (orcd.server.fork)."""
         if self.draining:
             self.metrics.rejected.labels("draining").inc()
             raise APIError(503, "server is shutting down", code="server_shutting_down",
                            headers={"Retry-After": str(self.settings.retry_after_s)})
-        if len(self.active) >= self._slots() + self.settings.max_queue:
+        if len(self.active) + reserve > self._slots() + self.settings.max_queue:
             self.metrics.rejected.labels("queue_full").inc()
             raise APIError(503, f"server overloaded: {len(self.active)} requests in flight",
                            code="overloaded", headers={"Retry-After": str(self.settings.retry_after_s)})
         self.check_request_id(request_id)
-        if not prompt_ids:
-            raise RequestError("the prompt is empty (no tokens)", param="prompt")
-        vocab = int(self.engine.config.vocab_size)
-        bad = next((t for t in prompt_ids if not 0 <= t < vocab), None)
-        if bad is not None:
-            raise RequestError(f"token id {bad} is outside the vocabulary (0..{vocab - 1})", param="prompt")
-        sampling.validate()
         job = Job(request_id or new_request_id(prefix), route, prompt_ids, sampling)
-        # The engine validates here, before any response byte is sent: its errors become 4xx.
+        # The engine validates here (LLMEngine.validate, the one place), before any response byte is
+        # sent: its errors become 4xx.
         try:
-            job.stream = self.engine.generate(EngineRequest(job.request_id, prompt_ids, sampling))
+            job.stream = stream(job) if stream is not None else self.engine.generate(
+                EngineRequest(job.request_id, prompt_ids, sampling))
         except EngineStoppedError as err:
             raise APIError(503, str(err), code="server_shutting_down",
                            headers={"Retry-After": str(self.settings.retry_after_s)}) from err
@@ -143,6 +141,8 @@ class JobHub:
         if job.released:
             return
         job.released = True
+        if job.opens is not None:
+            job.opens.set()  # its forks must not wait for a job that is gone
         self.active.pop(job.request_id, None)
         if job.finish_reason is None:  # the response ended before its stream did (client gone early)
             self._engine_cancel(job.request_id)
@@ -202,6 +202,8 @@ class JobHub:
                     if ready is not None and not batch[0].finished:
                         batch += ready()
                 self._record(job, batch)
+                if job.opens is not None:
+                    job.opens.set()  # prefilled: its prompt blocks are in the prefix cache now
                 yield batch
         finally:
             with anyio.CancelScope(shield=True):
@@ -231,21 +233,27 @@ class JobHub:
                               finish_reason="error", error=str(err).splitlines()[0] if str(err)
                               else type(err).__name__)
 
-    async def collect(self, job: Job, receive) -> list[TokenEvent]:
-        """Every event of a non-streamed job. A client that disconnects meanwhile (seen through the ASGI
-        `receive`, the request body having been read already) cancels the job."""
+    async def collect(self, jobs: list[Job], receive) -> list[list[TokenEvent]]:
+        """Every event of non-streamed jobs (the choices of one request), side by side. A client that
+        disconnects meanwhile (seen through the ASGI `receive`, the request body having been read
+        already) cancels them all."""
         async def watch_disconnect() -> None:
             while (await receive())["type"] != "http.disconnect":
                 pass
-            self.cancel(job.request_id)
+            for job in jobs:
+                self.cancel(job.request_id)
+
+        async def gather(job: Job) -> list[TokenEvent]:
+            async with contextlib.aclosing(self.events(job)) as events:
+                return [ev async for ev in events if ev is not None]
 
         watcher = asyncio.ensure_future(watch_disconnect())
         try:
-            async with contextlib.aclosing(self.events(job)) as events:
-                return [ev async for ev in events if ev is not None]
+            return list(await asyncio.gather(*(gather(job) for job in jobs)))
         finally:
             watcher.cancel()
-            self.release(job)
+            for job in jobs:
+                self.release(job)
 
     def _record(self, job: Job, batch: list[TokenEvent]) -> None:
         """Timings and counters for events that arrived together (one clock read, one counter bump)."""
