@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import os
 import signal
 import sys
 import time
 from pathlib import Path
 
+from orcd import env
 from orcd.cli.options import add_engine_options
 from orcd.distributed.runtime import launch, rank_args_for
 from orcd.errors import OrcdError
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace, build=None) -> int:
 
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    api_key = args.api_key or os.environ.get("ORCD_API_KEY") or None
+    api_key = args.api_key or env.api_key()
     settings = _settings(args, api_key)
     path = resolve_model_path(args.model)  # None -> the demo model
     t0 = time.perf_counter()

@@ -8,10 +8,11 @@ without a kernel). Callers fall back to dequantize-then-matmul on None.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 from gguf import GGMLQuantizationType
+
+from orcd import env
 
 SUPPORTED_QTYPES = frozenset({
     GGMLQuantizationType.Q8_0,
@@ -35,7 +36,7 @@ def _device_ok(device: torch.device | str) -> bool:
     if device.type == "cuda":
         return torch.cuda.is_available()
     # CPU tensors work only through the Triton interpreter (tests)
-    return device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+    return device.type == "cpu" and env.triton_interpreter()
 
 
 def get_fused_linear(qtype: GGMLQuantizationType | int, device: torch.device | str):

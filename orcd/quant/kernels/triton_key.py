@@ -19,11 +19,13 @@ import os
 import tempfile
 from pathlib import Path
 
+from orcd import env
+
 _KEYED_DIRS = ("compiler", "backends", "language")  # what triton_key() hashes, besides the two files below
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("ORCD_CACHE_DIR") or Path.home() / ".cache" / "orcd")
+    return env.cache_dir()
 
 
 def files_signature(root: Path) -> str:
