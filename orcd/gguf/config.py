@@ -24,6 +24,15 @@ K_ROPE_SCALING_TYPE = "rope.scaling.type"
 K_ROPE_SCALING_FACTOR = "rope.scaling.factor"
 K_ROPE_SCALING_ORIG_CTX = "rope.scaling.original_context_length"
 K_VOCAB = "vocab_size"
+K_SLIDING_WINDOW = "attention.sliding_window"
+K_SWA_PATTERN = "attention.sliding_window_pattern"  # int n (every n-th layer global) or bool per layer
+K_ROPE_BASE_SWA = "rope.freq_base_swa"
+K_ATTN_SCALE = "attention.scale"
+K_FINAL_SOFTCAP = "final_logit_softcapping"
+
+# llama.cpp's per-architecture defaults for sliding-window models, used when the file has no key:
+# arch -> (layer pattern n: layer i is local unless i % n == n - 1; RoPE base of the local layers)
+SWA_DEFAULTS = {"gemma3": (6, 10000.0)}
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,14 @@ class ModelConfig:
     rope_orig_context: int
     rms_eps: float
     tied_embeddings: bool  # True when the file has no output.weight (LM head = token_embd)
+    sliding_window: int = 0  # local layers attend to the last `sliding_window` positions; 0 = none
+    swa_layers: tuple[bool, ...] = ()  # per layer: True = local (sliding-window) layer
+    rope_theta_swa: float = 10000.0  # RoPE base of the local layers
+    attn_scale: float = 0.0  # softmax scale from the file; 0 = the architecture's default
+    final_logit_softcap: float = 0.0  # logits = cap * tanh(logits / cap) when > 0
+
+    def is_local(self, layer: int) -> bool:
+        return bool(self.swa_layers) and self.swa_layers[layer]
 
 
 def _get(md: dict[str, Any], key: str, kind: type, default: Any = None, required: bool = True) -> Any:
@@ -97,9 +114,31 @@ def model_config_from_gguf(f: GGUFFile) -> ModelConfig:
         rope_orig_context=get(K_ROPE_SCALING_ORIG_CTX, int, 0, required=False),
         rms_eps=get(K_RMS_EPS, float, 1e-6, required=False),
         tied_embeddings="output.weight" not in f.tensors,
+        **_swa_fields(md, arch, get(K_BLOCKS, int)),
+        attn_scale=get(K_ATTN_SCALE, float, 0.0, required=False),
+        final_logit_softcap=get(K_FINAL_SOFTCAP, float, 0.0, required=False),
     )
     _check_ranges(cfg, len(f.tensors))
     return cfg
+
+
+def _swa_fields(md: dict[str, Any], arch: str, n_layers: int) -> dict[str, Any]:
+    """sliding_window, swa_layers, rope_theta_swa: the keys, else llama.cpp's defaults for the arch."""
+    window = _get(md, f"{arch}.{K_SLIDING_WINDOW}", int, 0, required=False)
+    pattern, theta = SWA_DEFAULTS.get(arch, (0, 10000.0))
+    theta = _get(md, f"{arch}.{K_ROPE_BASE_SWA}", float, theta, required=False)
+    raw = md.get(f"{arch}.{K_SWA_PATTERN}", pattern)
+    if window <= 0:
+        return {"sliding_window": 0, "swa_layers": (), "rope_theta_swa": theta}
+    if isinstance(raw, list):
+        if len(raw) != n_layers:
+            raise GGUFError(f"{arch}.{K_SWA_PATTERN} has {len(raw)} entries for {n_layers} layers")
+        layers = tuple(bool(x) for x in raw)
+    elif isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
+        layers = tuple(raw == 0 or i % raw < raw - 1 for i in range(n_layers))  # as llama.cpp's
+    else:
+        raise GGUFError(f"{arch}.{K_SWA_PATTERN} must be a layer count or a bool per layer")
+    return {"sliding_window": window, "swa_layers": layers, "rope_theta_swa": theta}
 
 
 # Upper bounds far above any real model: they stop a crafted header from sizing loops and buffers.
@@ -121,7 +160,10 @@ def _check_ranges(cfg: ModelConfig, n_tensors: int) -> None:
         raise GGUFError(f"metadata gives {cfg.n_layers} layers, but the file holds only {n_tensors} tensors")
     if cfg.rope_dim % 2:
         raise GGUFError(f"metadata gives rope_dim={cfg.rope_dim}, which must be even")
-    for name in ("rope_theta", "rope_scaling_factor"):
+    if not (0 <= cfg.sliding_window <= MAX_CONTEXT and 0 <= cfg.attn_scale < 1e3
+            and 0 <= cfg.final_logit_softcap < 1e6):
+        raise GGUFError("metadata gives a sliding window, attention scale or logit cap out of range")
+    for name in ("rope_theta", "rope_scaling_factor", "rope_theta_swa"):
         value = getattr(cfg, name)
         if not (math.isfinite(value) and value > 0):
             raise GGUFError(f"metadata gives {name}={value}, which must be a positive number")

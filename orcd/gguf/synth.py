@@ -15,11 +15,12 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
 
 from orcd.gguf import config as K
+from orcd.gguf.synth_archs import ARCHS, arch_tensor_shapes
 from orcd.gguf.synth_blocks import FLOAT_TYPES, random_tensor, row_bytes
 from orcd.gguf.synth_vocab import synthetic_tokenizer_metadata
 
 Q = GGMLQuantizationType
-SUPPORTED_ARCHS = ("qwen2", "llama")
+SUPPORTED_ARCHS = ("qwen2", "llama", *ARCHS)
 WEIGHT_STD = 0.05  # matrices; keeps a tiny model's logits O(1)
 BIAS_STD = 0.02
 
@@ -28,6 +29,9 @@ def tensor_shapes(arch: str, vocab_size: int, hidden: int, n_layers: int, ffn: i
                   n_kv_heads: int, tied: bool, head_dim: int | None = None) -> dict[str, tuple[int, ...]]:
     """name -> shape in torch order ([out, in] for weights), in llama.cpp file order."""
     hd = head_dim or hidden // n_heads
+    other = arch_tensor_shapes(arch, vocab_size, hidden, n_layers, ffn, n_heads, n_kv_heads, tied, hd)
+    if other is not None:
+        return other
     q_out, kv_out = n_heads * hd, n_kv_heads * hd
     shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (vocab_size, hidden)}
     for i in range(n_layers):

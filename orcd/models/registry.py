@@ -1,13 +1,17 @@
-"""Architecture registry keyed by GGUF `general.architecture`. Adding a model = one file + @register."""
+"""Architecture registry keyed by GGUF `general.architecture`. Adding a model = one file in orcd/models/
+with an `@register("arch")` class: every module of the package is imported on the first lookup."""
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 
 from orcd.errors import UnsupportedArchitectureError
 
 _MODELS: dict[str, type] = {}
-_BUILTIN_MODULES = ("orcd.models.qwen2", "orcd.models.llama")
+_PACKAGE = "orcd.models"
+_NOT_MODELS = frozenset({"registry", "decoder", "kv_cache", "layers"})  # shared code, no architectures
+_discovered: list[bool] = []
 
 
 def register(arch: str):
@@ -21,9 +25,19 @@ def register(arch: str):
     return deco
 
 
+def _discover() -> None:
+    """Import every architecture module of orcd.models (once); their @register calls fill _MODELS."""
+    if _discovered:
+        return
+    package = importlib.import_module(_PACKAGE)
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name not in _NOT_MODELS and not info.name.startswith("_"):
+            importlib.import_module(f"{_PACKAGE}.{info.name}")
+    _discovered.append(True)
+
+
 def get_model_class(arch: str) -> type:
-    for mod in _BUILTIN_MODULES:
-        importlib.import_module(mod)
+    _discover()
     try:
         return _MODELS[arch]
     except KeyError:
@@ -34,6 +48,5 @@ def get_model_class(arch: str) -> type:
 
 
 def supported_architectures() -> list[str]:
-    for mod in _BUILTIN_MODULES:
-        importlib.import_module(mod)
+    _discover()
     return sorted(_MODELS)

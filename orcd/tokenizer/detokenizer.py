@@ -9,14 +9,19 @@ U+FFFD exactly where a full decode puts them: the joined increments plus `flush(
 from __future__ import annotations
 
 import codecs
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from orcd.tokenizer.tokenizer import GGUFTokenizer
+
+class PieceSource(Protocol):
+    """What the detokenizer needs of GGUFTokenizer (typed structurally: no import of tokenizer.py)."""
+
+    def check_ids(self, ids: tuple[int, ...]) -> None: ...
+
+    def piece_bytes(self, token_id: int, skip_special: bool) -> bytes: ...
 
 
 class StreamingDetokenizer:
-    def __init__(self, tokenizer: GGUFTokenizer, skip_special: bool = False,
+    def __init__(self, tokenizer: PieceSource, skip_special: bool = False,
                  strip_leading_space: bool = False):
         self._tok = tokenizer
         self._skip_special = skip_special

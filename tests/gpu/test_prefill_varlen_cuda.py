@@ -41,9 +41,8 @@ def _case(ctx: list[int], new: list[int], dtype: torch.dtype, page: int = 16, n_
 ])
 def test_varlen_matches_reference(ctx, new, dtype):
     from orcd.models.layers.attention import paged_attention_torch
-    from orcd.models.layers.attention_triton import _VARLEN, paged_attention
+    from orcd.models.layers.attention_triton import paged_attention
 
-    assert _VARLEN[0]
     q, kc, vc, meta = _case(ctx, new, dtype)
     out = paged_attention(q, kc, vc, meta, 0.125)
     assert meta.cache is not None and "kv_index" in meta.cache  # the varlen path ran

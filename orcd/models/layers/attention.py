@@ -1,83 +1,23 @@
 """Attention over a paged KV cache for a flattened batch of variable-length sequences.
 
-A step's tokens are flattened: sequence b owns query rows cu_seqlens_q[b]:cu_seqlens_q[b+1] of every
-[T, ...] tensor. Its K/V live in blocks of the cache; block_tables[b, j] is the physical block holding
-its positions [j * block_size, (j + 1) * block_size). New K/V are written at slot_mapping first, then
-each query attends to its sequence's cached context, causally: the query at position p sees keys 0..p.
-
-Backends: `paged_attention` picks the Triton kernel from `attention_triton.py` on CUDA when that module
-exists (same signature as `paged_attention_torch`), else the torch reference below.
+The contract (AttnMetadata, write_kv, the meaning of a sliding window) and the torch reference live in
+`attention_ref.py`. `paged_attention` picks a backend: on CUDA the Triton kernels of
+`attention_triton.py` (or `attention_invariant.py` in batch-invariant mode), else the torch reference.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from orcd.models.layers.attention_ref import AttnMetadata, paged_attention_torch, write_kv
 from orcd.models.layers.rotary import apply_rotary
-from orcd.numerics import batch_invariant
 
+__all__ = ["Attention", "AttnMetadata", "paged_attention", "paged_attention_torch", "write_kv"]
 
-@dataclass
-class AttnMetadata:
-    cu_seqlens_q: torch.Tensor  # [B+1] int32: query row offsets per sequence
-    seq_lens: torch.Tensor  # [B] int32: tokens in the cache after this step (context + new)
-    block_tables: torch.Tensor  # [B, max_blocks] int32, padded with 0
-    slot_mapping: torch.Tensor  # [T] int64: block * block_size + offset where token t's K/V goes
-    max_query_len: int
-    max_seq_len: int
-    # Host copies of cu_seqlens_q / seq_lens, so the torch path slices without device syncs.
-    cu_seqlens_q_host: list[int] | None = None
-    seq_lens_host: list[int] | None = None
-    # Per-step memo of backends (e.g. the CUDA varlen path's K/V gather index), shared by every layer.
-    cache: dict | None = None
-
-    def host_lists(self) -> tuple[list[int], list[int]]:
-        cu = self.cu_seqlens_q_host if self.cu_seqlens_q_host is not None else self.cu_seqlens_q.tolist()
-        sl = self.seq_lens_host if self.seq_lens_host is not None else self.seq_lens.tolist()
-        return cu, sl
-
-
-def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-             slot_mapping: torch.Tensor) -> None:
-    """k, v [T, n_kv, D] -> cache slots; caches are [num_blocks, block_size, n_kv, D]."""
-    nb, bs = k_cache.shape[:2]
-    k_cache.view(nb * bs, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
-    v_cache.view(nb * bs, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
-
-
-def paged_attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                          meta: AttnMetadata, scale: float) -> torch.Tensor:
-    """q [T, Hq, D] (new tokens, K/V already written) -> out [T, Hq, D]. One SDPA per sequence."""
-    cu, seq_lens = meta.host_lists()
-    bs, n_kv = k_cache.shape[1], k_cache.shape[2]
-    group = q.shape[1] // n_kv
-    out = torch.empty_like(q)
-    for b, ctx in enumerate(seq_lens):
-        q0, q1 = cu[b], cu[b + 1]
-        if q1 == q0:
-            continue
-        n_blocks = (ctx + bs - 1) // bs
-        blocks = meta.block_tables[b, :n_blocks].long()
-        k = k_cache[blocks].flatten(0, 1)[:ctx].transpose(0, 1)  # [n_kv, ctx, D]
-        v = v_cache[blocks].flatten(0, 1)[:ctx].transpose(0, 1)
-        if group > 1:
-            k, v = k.repeat_interleave(group, dim=0), v.repeat_interleave(group, dim=0)
-        n_q = q1 - q0
-        mask = None  # a single query (decode) sees the whole context
-        if n_q > 1:  # query i sits at position ctx - n_q + i and sees keys 0 .. ctx - n_q + i
-            qpos = torch.arange(ctx - n_q, ctx, device=q.device)[:, None]
-            mask = torch.arange(ctx, device=q.device)[None, :] <= qpos  # [n_q, ctx] bool
-        o = F.scaled_dot_product_attention(q[q0:q1].transpose(0, 1), k, v, attn_mask=mask, scale=scale)
-        out[q0:q1] = o.transpose(0, 1)  # o: [Hq, n_q, D]
-    return out
-
-
-AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttnMetadata, float], torch.Tensor]
+AttentionFn = Callable[..., torch.Tensor]  # (q, k_cache, v_cache, meta, scale, window) -> out
 _cuda_backend: list[AttentionFn | None] = []  # memo: [] = not looked up yet
 
 
@@ -92,26 +32,35 @@ def _cuda_kernel() -> AttentionFn | None:
 
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMetadata,
-                    scale: float) -> torch.Tensor:
-    """Dispatch: the Triton kernel on CUDA when available, else the torch reference; on CUDA in
-    batch-invariant mode (orcd.numerics) the invariant Triton kernel, for every kind of step."""
-    if batch_invariant() and q.is_cuda:
+                    scale: float, window: int = 0, invariant: bool = False) -> torch.Tensor:
+    """Dispatch: the Triton kernel on CUDA when available, else the torch reference; on CUDA with
+    `invariant` (orcd.numerics) the batch-invariant Triton kernel, for every kind of step.
+    window > 0: sliding-window attention over the last `window` positions."""
+    if invariant and q.is_cuda:
         from orcd.models.layers.attention_invariant import paged_attention_invariant
 
-        return paged_attention_invariant(q, k_cache, v_cache, meta, scale)
+        return paged_attention_invariant(q, k_cache, v_cache, meta, scale, window)
     kernel = _cuda_kernel() if q.is_cuda else None
-    return (kernel or paged_attention_torch)(q, k_cache, v_cache, meta, scale)
+    return (kernel or paged_attention_torch)(q, k_cache, v_cache, meta, scale, window)
 
 
 class Attention(nn.Module):
-    """GQA self-attention with rotary positions over the paged cache."""
+    """GQA self-attention with rotary positions over the paged cache.
+
+    Optional: q_norm / k_norm (RMSNorm over head_dim before RoPE: qwen3, gemma3), scale (default
+    head_dim ** -0.5), window (sliding-window layers; 0 = full causal attention)."""
+
+    batch_invariant = False  # on CUDA, the batch-invariant kernel (orcd.numerics.batch_invariant_mode)
 
     def __init__(self, q_proj: nn.Module, k_proj: nn.Module, v_proj: nn.Module, o_proj: nn.Module,
-                 n_heads: int, n_kv_heads: int, head_dim: int):
+                 n_heads: int, n_kv_heads: int, head_dim: int, *, q_norm: nn.Module | None = None,
+                 k_norm: nn.Module | None = None, scale: float | None = None, window: int = 0):
         super().__init__()
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = q_proj, k_proj, v_proj, o_proj
+        self.q_norm, self.k_norm = q_norm, k_norm
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim
-        self.scale = head_dim**-0.5
+        self.scale = head_dim**-0.5 if scale is None else scale
+        self.window = window
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: AttnMetadata,
                 k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
@@ -120,8 +69,10 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(t, self.n_heads, self.head_dim)
         k = self.k_proj(x).view(t, self.n_kv_heads, self.head_dim)
         v = self.v_proj(x).view(t, self.n_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         qk = apply_rotary(torch.cat((q, k), dim=1), cos, sin)  # one rotary pass for both (elementwise)
         q, k = qk[:, : self.n_heads], qk[:, self.n_heads :]
         write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-        o = paged_attention(q, k_cache, v_cache, meta, self.scale)
+        o = paged_attention(q, k_cache, v_cache, meta, self.scale, self.window, self.batch_invariant)
         return self.o_proj(o.reshape(t, self.n_heads * self.head_dim))

@@ -1,7 +1,7 @@
 """Batch-invariant paged attention (Triton): one kernel for prefill, chunked prefill and decode rows.
 
-`paged_attention_invariant(q [T, Hq, D], k_cache, v_cache, meta, scale) -> [T, Hq, D]`, the backend
-attention.paged_attention uses on CUDA while orcd.numerics.batch_invariant() is on.
+`paged_attention_invariant(q [T, Hq, D], k_cache, v_cache, meta, scale, window=0) -> [T, Hq, D]`, the backend
+attention.paged_attention uses on CUDA for layers in batch-invariant mode (orcd.numerics).
 
 A program owns a tile of up to BQ consecutive query rows of one sequence and one query head. Each row at
 position p reduces over keys 0..p in BN-token blocks starting at position 0 (online softmax, fp32), never
@@ -14,6 +14,11 @@ other rows does not disturb it.
 Tiles are listed by (sequence, first row) arrays built on the host from the step's row offsets; a
 decode-only step (one row per sequence) uses tile i = sequence i = row i, built on the device, so the
 call is capturable in a CUDA graph (grid = (B, Hq)).
+
+Sliding window (window > 0): a row at position p sees keys p - window + 1 .. p. A tile starts at the
+BN-aligned block holding its first row's first visible key, so every row still reduces over the same
+BN-aligned blocks wherever its tile starts; the blocks before a row's own first key are fully masked
+and leave its state (max -inf, sum 0, accumulator 0) unchanged, the max taken as 0 while it is -inf.
 """
 
 from __future__ import annotations
@@ -22,14 +27,14 @@ import torch
 import triton
 import triton.language as tl
 
-from orcd.models.layers.attention import AttnMetadata
+from orcd.models.layers.attention_ref import AttnMetadata
 
 BQ = 16  # query rows per tile
 BN = 64  # keys per inner block
 
 
 @triton.jit
-def _inv_attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, bt_ptr, sl_ptr, cu_ptr, tseq_ptr, trow_ptr, scale,
+def _inv_attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, bt_ptr, sl_ptr, cu_ptr, tseq_ptr, trow_ptr, scale, window,
                      s_qt, s_qh, s_ot, s_oh, s_kb, s_ks, s_kh, s_vb, s_vs, s_vh, s_bt,
                      GROUP: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BQ: tl.constexpr,
                      BN: tl.constexpr, IEEE: tl.constexpr):
@@ -45,13 +50,15 @@ def _inv_attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, bt_ptr, sl_ptr, cu_ptr, tseq_pt
     rmask = rows < q1
     qpos = tl.where(rmask, ctx - (q1 - q0) + (rows - q0), 0)  # each row's position (padding: 0)
     kv_end = ctx - (q1 - q0) + (tl.minimum(r0 + BQ, q1) - q0)  # keys the tile's last row sees
+    first = ctx - (q1 - q0) + (r0 - q0)  # the tile's first row's position
+    kv_lo = tl.where(window > 0, tl.maximum(first - window + 1, 0) // BN * BN, 0)
     d = tl.arange(0, D)
     q = tl.load(q_ptr + rows.to(tl.int64)[:, None] * s_qt + h * s_qh + d[None, :], mask=rmask[:, None],
                 other=0.0)
     m_i = tl.full([BQ], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BQ], dtype=tl.float32)
     acc = tl.zeros([BQ, D], dtype=tl.float32)
-    for t0 in range(0, kv_end, BN):
+    for t0 in range(kv_lo, kv_end, BN):
         toks = t0 + tl.arange(0, BN)
         tmask = toks < kv_end
         page = tl.load(bt_ptr + b * s_bt + toks // PAGE, mask=tmask, other=0).to(tl.int64)
@@ -61,10 +68,12 @@ def _inv_attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, bt_ptr, sl_ptr, cu_ptr, tseq_pt
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
             s = tl.dot(q, tl.trans(k))
-        s = tl.where(toks[None, :] <= qpos[:, None], s * scale, float("-inf"))  # causal, [BQ, BN] fp32
+        seen = (toks[None, :] <= qpos[:, None]) & ((window == 0) | (toks[None, :] > qpos[:, None] - window))
+        s = tl.where(seen, s * scale, float("-inf"))  # causal (and windowed), [BQ, BN] fp32
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        p = tl.exp(s - m_new[:, None])
-        alpha = tl.exp(m_i - m_new)
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet stays empty
+        p = tl.exp(s - m_use[:, None])
+        alpha = tl.exp(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(v_ptr + (page * s_vb + (toks % PAGE) * s_vs + kvh * s_vh)[:, None] + d[None, :],
                     mask=tmask[:, None], other=0.0)
@@ -102,8 +111,9 @@ def _tiles(meta: AttnMetadata, n_rows: int, device: torch.device) -> tuple[torch
 
 
 def paged_attention_invariant(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                              meta: AttnMetadata, scale: float) -> torch.Tensor:
-    """q [T, Hq, D] (this step's K/V already written) -> out [T, Hq, D] in q.dtype."""
+                              meta: AttnMetadata, scale: float, window: int = 0) -> torch.Tensor:
+    """q [T, Hq, D] (this step's K/V already written) -> out [T, Hq, D] in q.dtype; window > 0: each row
+    sees only its last `window` positions."""
     t, n_heads, dim = q.shape
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
     if dim & (dim - 1) or dim < 16:
@@ -115,7 +125,7 @@ def paged_attention_invariant(q: torch.Tensor, k_cache: torch.Tensor, v_cache: t
     tseq, trow = _tiles(meta, t, q.device)
     _inv_attn_kernel[(tseq.shape[0], n_heads)](
         q, k_cache, v_cache, out, meta.block_tables, meta.seq_lens, meta.cu_seqlens_q, tseq, trow,
-        float(scale), q.stride(0), q.stride(1), out.stride(0), out.stride(1), *k_cache.stride()[:3],
-        *v_cache.stride()[:3], meta.block_tables.stride(0), GROUP=n_heads // n_kv, D=dim, PAGE=page,
-        BQ=BQ, BN=BN, IEEE=q.dtype == torch.float32, num_warps=4)
+        float(scale), int(window), q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        *k_cache.stride()[:3], *v_cache.stride()[:3], meta.block_tables.stride(0), GROUP=n_heads // n_kv,
+        D=dim, PAGE=page, BQ=BQ, BN=BN, IEEE=q.dtype == torch.float32, num_warps=4)
     return out

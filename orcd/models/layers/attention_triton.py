@@ -12,29 +12,28 @@ call can be captured in a CUDA graph and replayed with new seq_lens / block_tabl
 to on CUDA: decode-only steps use the kernel; other steps (prefill, chunked prefill over a cached prefix,
 mixed prefill + decode) in fp16/bf16 run one varlen flash-attention call per layer over every sequence's
 gathered K/V (bottom-right causal: query i of n at position ctx - n + i sees keys 0..ctx - n + i);
-fp32 falls back to SDPA per sequence / the torch reference. ORCD_VARLEN_PREFILL=0 turns the varlen path off.
+fp32 falls back to SDPA per sequence / the torch reference. A layer with a sliding window (window > 0)
+sees only its last `window` positions on every path: the decode kernel starts each sequence's range at
+seq_len - window, the varlen call passes flash-attention's window_size_left.
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from orcd.models.layers.attention import AttnMetadata, paged_attention_torch
+from orcd.models.layers.attention_ref import AttnMetadata, paged_attention_torch
 from orcd.quant.kernels.fused_linear import pdl_enabled
 
 BLOCK_N = 64  # context tokens per inner iteration
-# programmatic dependent launch for both kernels (Hopper+, ORCD_PDL=0 off): each launches while the kernel
-# before it finishes and waits (griddepcontrol.wait) before its first read
-ATTN_PDL = True
+# Both kernels use programmatic dependent launch where pdl_enabled() (Hopper+, ORCD_PDL=0 off): each
+# launches while the kernel before it finishes and waits (griddepcontrol.wait) before its first read.
 
 
 @triton.jit
-def _decode_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, sl_ptr, op_ptr, lse_ptr, out_ptr, scale,
+def _decode_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, sl_ptr, op_ptr, lse_ptr, out_ptr, scale, window,
                          s_qb, s_qh, s_kb, s_ks, s_kh, s_vb, s_vs, s_vh, s_bt,
                          GROUP: tl.constexpr, QB: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
                          BN: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr,
@@ -44,8 +43,9 @@ def _decode_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, sl_ptr, op_ptr, lse_ptr, o
     sp = tl.program_id(2)
     n_heads = tl.num_programs(1) * GROUP
     seq_len = tl.load(sl_ptr + b)  # written before the step, never by the kernel before this one
-    chunk = tl.cdiv(tl.cdiv(seq_len, SPLITS), BN) * BN
-    start = sp * chunk
+    lo = tl.where(window > 0, tl.maximum(seq_len - window, 0), 0)  # first visible key (sliding window)
+    chunk = tl.cdiv(tl.cdiv(seq_len - lo, SPLITS), BN) * BN
+    start = lo + sp * chunk
     end = tl.minimum(start + chunk, seq_len)
     if PDL:  # launched early: wait for q and this step's K/V, then let the next kernel launch
         tl.extra.cuda.gdc_wait()
@@ -115,13 +115,15 @@ def default_num_splits(batch: int, n_kv_heads: int, max_context: int) -> int:
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
-                           num_splits: int | None = None) -> torch.Tensor:
-    """q [B, Hq, D]; caches [num_blocks, page, Hkv, D]; seq_lens >= 1 -> out [B, Hq, D] in q.dtype."""
+                           num_splits: int | None = None, window: int = 0) -> torch.Tensor:
+    """q [B, Hq, D]; caches [num_blocks, page, Hkv, D]; seq_lens >= 1 -> out [B, Hq, D] in q.dtype.
+    window > 0: each query sees only its sequence's last `window` keys."""
     bsz, n_heads, dim = q.shape
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
     group = n_heads // n_kv
     if num_splits is None:
-        num_splits = default_num_splits(bsz, n_kv, block_tables.shape[1] * page)
+        span = block_tables.shape[1] * page
+        num_splits = default_num_splits(bsz, n_kv, min(span, window) if window > 0 else span)
     q = q.contiguous()
     if q.dtype != k_cache.dtype:
         q = q.to(k_cache.dtype)
@@ -131,10 +133,10 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         lse = torch.empty((bsz, n_heads, num_splits), dtype=torch.float32, device=q.device)
     else:
         part = lse = out
-    pdl = {"PDL": 1, "launch_pdl": True} if ATTN_PDL and pdl_enabled(q.device) else {}
+    pdl = {"PDL": 1, "launch_pdl": True} if pdl_enabled(q.device) else {}
     grid = (bsz, n_kv, num_splits)
     _decode_split_kernel[grid](
-        q, k_cache, v_cache, block_tables, seq_lens, part, lse, out, float(scale),
+        q, k_cache, v_cache, block_tables, seq_lens, part, lse, out, float(scale), int(window),
         q.stride(0), q.stride(1), *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0),
         GROUP=group, QB=max(16, triton.next_power_of_2(group)), D=dim, PAGE=page, BN=BLOCK_N,
         SPLITS=num_splits, IEEE=q.dtype == torch.float32, num_warps=4, **pdl)
@@ -145,18 +147,19 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
 
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMetadata,
-                    scale: float) -> torch.Tensor:
-    """Backend for attention.paged_attention: q [T, Hq, D] -> [T, Hq, D]."""
+                    scale: float, window: int = 0) -> torch.Tensor:
+    """Backend for attention.paged_attention: q [T, Hq, D] -> [T, Hq, D]; window > 0: sliding window."""
     n_seqs = meta.seq_lens.shape[0]
     if meta.max_query_len == 1 and q.shape[0] == n_seqs:
-        out = paged_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale)
+        out = paged_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale,
+                                     window=window)
         return out.to(q.dtype)
-    if q.dtype in (torch.float16, torch.bfloat16) and _VARLEN[0]:
-        return _prefill_varlen(q, k_cache, v_cache, meta, scale)
+    if q.dtype in (torch.float16, torch.bfloat16):
+        return _prefill_varlen(q, k_cache, v_cache, meta, scale, window)
     cu, seq_lens = meta.host_lists()
-    if all(cu[b + 1] - cu[b] == seq_lens[b] for b in range(n_seqs)):
+    if window == 0 and all(cu[b + 1] - cu[b] == seq_lens[b] for b in range(n_seqs)):
         return _prefill_no_prefix(q, k_cache, v_cache, meta, cu, scale)
-    return paged_attention_torch(q, k_cache, v_cache, meta, scale)
+    return paged_attention_torch(q, k_cache, v_cache, meta, scale, window)
 
 
 def _prefill_no_prefix(q, k_cache, v_cache, meta, cu, scale):
@@ -175,9 +178,6 @@ def _prefill_no_prefix(q, k_cache, v_cache, meta, cu, scale):
                                            is_causal=True, scale=scale, enable_gqa=True)
         out[q0:q1] = o.transpose(0, 1)
     return out
-
-
-_VARLEN = [os.environ.get("ORCD_VARLEN_PREFILL", "1") != "0"]
 
 
 def _kv_index(meta: AttnMetadata, page: int) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -206,8 +206,9 @@ def _kv_index(meta: AttnMetadata, page: int) -> tuple[torch.Tensor, torch.Tensor
     return res
 
 
-def _prefill_varlen(q, k_cache, v_cache, meta, scale):
-    """Every sequence in one flash-attention varlen call: q [T, Hq, D] fp16/bf16 -> [T, Hq, D]."""
+def _prefill_varlen(q, k_cache, v_cache, meta, scale, window=0):
+    """Every sequence in one flash-attention varlen call: q [T, Hq, D] fp16/bf16 -> [T, Hq, D].
+    window > 0: flash-attention's local window, keys p - window + 1 .. p (bottom-right aligned)."""
     n_kv, dim = k_cache.shape[2], k_cache.shape[3]
     slots, cu_k, max_k = _kv_index(meta, k_cache.shape[1])
     k = k_cache.view(-1, n_kv, dim)[slots]  # [sum ctx, Hkv, D]
@@ -216,5 +217,5 @@ def _prefill_varlen(q, k_cache, v_cache, meta, scale):
         k, v = k.to(q.dtype), v.to(q.dtype)
     out = torch.ops.aten._flash_attention_forward(
         q.contiguous(), k, v, meta.cu_seqlens_q, cu_k, meta.max_query_len, max_k, 0.0, True, False,
-        scale=scale)[0]
+        scale=scale, **({"window_size_left": window - 1, "window_size_right": 0} if window > 0 else {}))[0]
     return out

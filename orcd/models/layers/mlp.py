@@ -1,4 +1,4 @@
-"""SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+"""Gated feed-forward blocks: SwiGLU down(silu(gate(x)) * up(x)) and GeluGLU (Gemma)."""
 
 from __future__ import annotations
 
@@ -15,3 +15,15 @@ class SwiGLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, H] -> [T, H]."""
         return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class GeluGLU(nn.Module):
+    """GELU(tanh)-gated feed-forward (Gemma): down(gelu_tanh(gate(x)) * up(x))."""
+
+    def __init__(self, gate: nn.Module, up: nn.Module, down: nn.Module):
+        super().__init__()
+        self.gate, self.up, self.down = gate, up, down
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [T, H] -> [T, H]."""
+        return self.down(F.gelu(self.gate(x), approximate="tanh") * self.up(x))
