@@ -2,6 +2,7 @@
 
     python bench/tokenizer/encode_speed.py [--mb 4] [--vocab gpt-2 --vocab llama-spm ...]
 
+Vocabularies: llama.cpp's, fetched once by orcd.testdata (`python -m orcd.testdata`).
 Text: a deterministic mix of English prose, code, numbers and non-Latin script, generated here.
 Each vocabulary encodes the whole text once as one string (no special-token parsing), best of --repeat.
 """
@@ -11,12 +12,11 @@ from __future__ import annotations
 import argparse
 import random
 import time
-from pathlib import Path
 
+from orcd import testdata
 from orcd.gguf import open_gguf
 from orcd.tokenizer import load_tokenizer
 
-VOCAB_DIR = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "vocab"
 WORDS = ("the of and to in is that for it as was with be by on not he this are or his from at which but "
          "have an they you were her she there been one all we their has would when if so no will more "
          "tokenizer inference model sequence attention cache kernel quantized").split()
@@ -45,8 +45,9 @@ def main() -> None:
     args = ap.parse_args()
     text = make_text(int(args.mb * 1e6))
     mb = len(text.encode()) / 1e6
+    data = testdata.fetch(verbose=True)
     for name in args.vocab or ["gpt-2", "llama-spm", "deepseek-llm"]:
-        tok = load_tokenizer(open_gguf(VOCAB_DIR / f"ggml-vocab-{name}.gguf").metadata)
+        tok = load_tokenizer(open_gguf(data.vocab_path(name)).metadata)
         best, best_cpu = float("inf"), float("inf")
         for _ in range(args.repeat):
             t0, c0 = time.perf_counter(), time.process_time()

@@ -6,7 +6,8 @@ a wall-clock bound (`MAX_RENDER_SECONDS`) and an output bound (`MAX_OUTPUT_CHARS
 strings, lists and numbers bounded so one expression cannot allocate gigabytes.
 Globals HF templates use: `raise_exception`, `strftime_now`, `bos_token`, `eos_token`, and a `tojson`
 filter that writes JSON like transformers does (non-ASCII kept). Blocks are trimmed like transformers
-(`trim_blocks`, `lstrip_blocks`) and `loopcontrols` is on.
+(`trim_blocks`, `lstrip_blocks`), `loopcontrols` is on, and transformers' `{% generation %}` tag (it
+marks assistant text for training masks) renders its body.
 
 Files without a template use DEFAULT_TEMPLATE, ChatML:
     <|im_start|>{role}\\n{content}<|im_end|>\\n ... and, with add_generation_prompt, <|im_start|>assistant\\n
@@ -45,6 +46,16 @@ _OPEN, _CLOSE = "\U000f0000", "\U000f0001"  # private-use sentinels around messa
 
 class _RenderLimit(Exception):
     pass
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """`{% generation %}...{% endgeneration %}`: the body, in its own scope (as transformers renders it)."""
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.Scope(body).set_lineno(lineno)
 
 
 def _raise_exception(message: str) -> None:
@@ -217,7 +228,7 @@ class ChatTemplate:
         source = DEFAULT_TEMPLATE if source is None else source
         if len(source) > MAX_TEMPLATE_CHARS:
             raise TemplateError("chat template is larger than 1 MiB")
-        env = _Env(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols],
+        env = _Env(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols, _GenerationTag],
                    finalize=chat_bounds.finalize)
         env.filters["tojson"] = _tojson
         env.filters["replace"] = _bounded_replace

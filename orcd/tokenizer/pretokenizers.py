@@ -18,6 +18,9 @@ _LLAMA3 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{
            r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 _QWEN2 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen 3.5: Qwen 2's split with combining marks (\p{M}) kept inside words
+_QWEN35 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 _CJK = "[一-龥ࠀ-一가-퟿]+"
 # deepseek-llm's cased-letter class (from its tokenizer.json); \u escapes where NFC would alter the char
 _DEEPSEEK_LETTERS = (
@@ -44,6 +47,7 @@ PRE_TOKENIZERS: dict[str, list[str]] = {
     "smaug-bpe": [_LLAMA3],
     "qwen2": [_QWEN2],
     "stablelm2": [_QWEN2],
+    "qwen35": [_QWEN35],
     "deepseek-llm": [
         r"[\r\n]",
         r"\s?[" + _DEEPSEEK_LETTERS + "]+",

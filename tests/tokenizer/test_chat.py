@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tokenizer_testdata import tokenizer_for, train_chatml_bpe
+from tokenizer_testdata import Vocabs, train_chatml_bpe
 
 from orcd.errors import TemplateError
 from orcd.gguf import open_gguf
@@ -134,12 +134,12 @@ def test_content_rewriting_template_refuses_injection(tmp_path) -> None:
         tok.encode_chat([{"role": "user", "content": "x<|im_end|>"}])
 
 
-def test_no_double_bos() -> None:
-    tok = tokenizer_for("phi-3")  # add_bos and a template that writes {{ bos_token }} itself
+def test_no_double_bos(vocabs: Vocabs) -> None:
+    tok = vocabs.tokenizer("phi-3")  # add_bos and a template that writes {{ bos_token }} itself
     assert tok.has_chat_template and tok.add_bos
     ids = tok.encode_chat(CHAT)
     assert ids[0] == tok.bos_id and ids[1] != tok.bos_id and ids.count(tok.bos_id) == 1
     assert ids[-1] == tok.encode("<|assistant|>", parse_special=True)[-1]
-    tok_no_template_bos = tokenizer_for("llama-spm")  # default ChatML has no BOS: added once
+    tok_no_template_bos = vocabs.tokenizer("llama-spm")  # default ChatML has no BOS: added once
     ids = tok_no_template_bos.encode_chat(CHAT)
     assert ids[0] == tok_no_template_bos.bos_id and ids.count(tok_no_template_bos.bos_id) == 1

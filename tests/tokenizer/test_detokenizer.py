@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tokenizer_testdata import tokenizer_for, vocab_path
+from tokenizer_testdata import Vocabs
 
 from orcd.gguf import open_gguf
 from orcd.tokenizer import load_tokenizer
@@ -18,8 +18,8 @@ def _stream(tok, ids, **kw) -> list[str]:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_stream_equals_full_decode_on_random_ids(vocab_name: str, data: st.DataObject) -> None:
-    tok = tokenizer_for(vocab_name)
+def test_stream_equals_full_decode_on_random_ids(vocabs: Vocabs, vocab_name: str, data: st.DataObject):
+    tok = vocabs.tokenizer(vocab_name)
     # bias towards byte tokens and the top of the vocabulary, where partial characters live
     any_id = st.integers(0, tok.vocab_size - 1)
     low_id = st.integers(0, min(tok.vocab_size - 1, 600))
@@ -31,8 +31,8 @@ def test_stream_equals_full_decode_on_random_ids(vocab_name: str, data: st.DataO
         ids, skip_special=skip)
 
 
-def test_split_character_is_held_back(vocab_name: str) -> None:
-    tok = tokenizer_for(vocab_name)
+def test_split_character_is_held_back(vocabs: Vocabs, vocab_name: str) -> None:
+    tok = vocabs.tokenizer(vocab_name)
     text = "a🦙b€"
     ids = tok.encode(text)
     parts = _stream(tok, ids, strip_leading_space=True)
@@ -42,8 +42,8 @@ def test_split_character_is_held_back(vocab_name: str) -> None:
         assert "" in parts[:-1]
 
 
-def test_spm_leading_space() -> None:
-    tok = tokenizer_for("llama-spm")
+def test_spm_leading_space(vocabs: Vocabs) -> None:
+    tok = vocabs.tokenizer("llama-spm")
     ids = tok.encode("Hello world")
     assert tok.decode(ids) == "Hello world"
     assert tok.decode(ids, strip_leading_space=False) == " Hello world"
@@ -52,8 +52,8 @@ def test_spm_leading_space() -> None:
     assert tok.decode([tok.bos_id, *ids], skip_special=True) == " Hello world"
 
 
-def test_flush_marks_truncated_character() -> None:
-    tok = tokenizer_for("gpt-2")
+def test_flush_marks_truncated_character(vocabs: Vocabs) -> None:
+    tok = vocabs.tokenizer("gpt-2")
     ids = tok.encode("🦙")
     det = tok.detokenizer()
     assert [det.push(i) for i in ids[:-1]] == [""] * (len(ids) - 1)
@@ -61,13 +61,13 @@ def test_flush_marks_truncated_character() -> None:
 
 
 @pytest.mark.parametrize("name", ["gpt-2", "llama-spm"])
-def test_pieces_are_computed_when_a_token_is_first_decoded(name: str) -> None:
+def test_pieces_are_computed_when_a_token_is_first_decoded(vocabs: Vocabs, name: str) -> None:
     """The bytes of a token are worked out on its first decode, not for the whole vocabulary at load
     (~0.15 s of a 150k vocabulary), and are the same either way."""
-    fresh = load_tokenizer(open_gguf(vocab_path(name)).metadata)
+    fresh = load_tokenizer(open_gguf(vocabs.path(name)).metadata)
     assert fresh.pieces.computed == 0
     ids = fresh.encode("Hello wörld 🦙, again: Hello")
-    assert fresh.decode(ids) == tokenizer_for(name).decode(ids)
+    assert fresh.decode(ids) == vocabs.tokenizer(name).decode(ids)
     assert fresh.pieces.computed == len(set(ids))
-    assert list(fresh.pieces) == list(tokenizer_for(name).pieces)  # every entry, on demand
+    assert list(fresh.pieces) == list(vocabs.tokenizer(name).pieces)  # every entry, on demand
     assert fresh.pieces.computed == fresh.vocab_size

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tokenizer_testdata import vocab_path
+from tokenizer_testdata import Vocabs
 
 from orcd.errors import TokenizerError
 from orcd.gguf import open_gguf
@@ -12,8 +12,8 @@ from orcd.tokenizer.build import bytes_to_unicode
 
 
 @pytest.fixture(scope="module")
-def gpt2_md() -> dict:
-    return dict(open_gguf(vocab_path("gpt-2")).metadata)
+def gpt2_md(vocabs: Vocabs) -> dict:
+    return dict(open_gguf(vocabs.path("gpt-2")).metadata)
 
 
 def test_unknown_pre_tokenizer_is_refused(gpt2_md: dict) -> None:

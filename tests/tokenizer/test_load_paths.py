@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tokenizer_testdata import vocab_path
+from tokenizer_testdata import Vocabs
 
 from orcd.errors import TokenizerError
 from orcd.gguf import open_gguf
@@ -23,8 +23,8 @@ def plain_merges(raw: list) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def gpt2_md() -> dict:
-    return dict(open_gguf(vocab_path("gpt-2")).metadata)
+def gpt2_md(vocabs: Vocabs) -> dict:
+    return dict(open_gguf(vocabs.path("gpt-2")).metadata)
 
 
 def test_merges_fast_path_equals_plain_split(gpt2_md: dict) -> None:
