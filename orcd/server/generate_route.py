@@ -66,7 +66,7 @@ def _frames(job: Job, ev) -> list[bytes]:
 
 
 async def _collect(hub: JobHub, job: Job, model: str, request: Request) -> dict:
-    events = await hub.collect(job, request.receive)
+    events = (await hub.collect([job], request.receive))[0]
     text = [ev.text for ev in events]
     ids = [ev.token_id for ev in events if ev.token_id is not None]
     if job.finish_reason == "error":

@@ -45,6 +45,7 @@ class Job:
     released: bool = False
     stream: object = None  # the engine's async iterator of TokenEvents
     opens: asyncio.Event | None = None  # set at this job's first events (or its end): forks wait for it
+    parent: str | None = None  # a fork (choice i > 0, orcd.server.fork): the request_id of choice 0
 
     @property
     def ttft_ms(self) -> float | None:
@@ -152,11 +153,14 @@ class JobHub:
 
     # --- cancellation -------------------------------------------------------------------------
     def cancel(self, request_id: str) -> bool:
+        """Cancel a request, and the other choices of it when it has several (their parent)."""
         job = self.active.get(request_id)
         if job is None:
             return False
-        job.cancel_requested = True
-        self._engine_cancel(request_id)
+        forks = [j for j in self.active.values() if j.parent == request_id]
+        for j in [job, *forks]:
+            j.cancel_requested = True
+            self._engine_cancel(j.request_id)
         return True
 
     def cancel_all(self) -> int:

@@ -137,7 +137,7 @@ class CompletionChoice(BaseModel):
     index: int
     text: str
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = None
 
 
 class CompletionResponse(BaseModel):
@@ -158,7 +158,7 @@ class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = None
 
 
 class ChatCompletionResponse(BaseModel):

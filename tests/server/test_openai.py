@@ -76,8 +76,9 @@ def test_stream_wire_format_ends_with_done(client):
 
 
 @pytest.mark.parametrize("kwargs, param", [
-    ({"n": 2}, "n"),
-    ({"logprobs": True}, "logprobs"),
+    ({"n": 17}, "n"),
+    ({"top_logprobs": 2}, "top_logprobs"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
     ({"logit_bias": {"5": 1.0}}, "logit_bias"),

@@ -1,0 +1,145 @@
+"""The choices of an OpenAI response, from n Jobs: streamed as merged chunks, or collected.
+
+Streams are `data: {chunk}` events ending with `data: [DONE]`; a failure inside a choice is
+`data: {"error": {...}}` (what the OpenAI SDKs raise on), then `[DONE]`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from orcd.engine.io import TokenEvent
+from orcd.server.errors import APIError, error_body
+from orcd.server.jobs import Job, JobHub
+from orcd.server.logprobs_format import CompletionLogprobs, TokenNames, chat_content, scored
+from orcd.server.sse import PING, sse_event
+
+FINISH = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "cancelled", "error": "error"}
+
+
+@dataclass
+class ChoiceFormat:
+    """What differs between chat choices (`delta` / `message`) and completion choices (`text`)."""
+
+    chat: bool
+    names: TokenNames | None = None  # set when the request asked for logprobs
+    echo: str = ""  # completions: the prompt text returned before the generated text
+    _legacy: dict[int, CompletionLogprobs] = field(default_factory=dict)
+
+    def first(self) -> dict | None:
+        if self.chat:
+            return {"delta": {"role": "assistant", "content": ""}}
+        return {"text": self.echo} if self.echo else None
+
+    def piece(self, text: str) -> dict:
+        return {"delta": {"content": text}} if self.chat else {"text": text}
+
+    def end(self) -> dict:
+        return {"delta": {}} if self.chat else {"text": ""}
+
+    def logprobs(self, index: int, events: list[TokenEvent]) -> dict | None:
+        if self.names is None:
+            return None
+        if self.chat:
+            return {"content": chat_content(self.names, scored(events)), "refusal": None}
+        if index not in self._legacy:
+            self._legacy[index] = CompletionLogprobs(self.names, len(self.echo))
+        return self._legacy[index].block(events)
+
+    def full(self, index: int, events: list[TokenEvent], reason: str) -> dict:
+        text = "".join(ev.text for ev in events)
+        body = {"message": {"role": "assistant", "content": text}} if self.chat else {
+            "text": self.echo + text}
+        return {"index": index, **body, "logprobs": self.logprobs(index, events), "finish_reason": reason}
+
+
+def usage(jobs: list[Job]) -> dict:
+    """The prompt counts once (it is prefilled once), every choice's tokens count."""
+    n_in, n_out = len(jobs[0].prompt_ids), sum(job.tokens_out for job in jobs)
+    return {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
+
+
+_DONE = object()
+
+
+async def _merged(hub: JobHub, jobs: list[Job]) -> AsyncIterator[tuple[int, list[TokenEvent] | None]]:
+    """(choice index, batch) from every job as it comes; None batches are ping ticks."""
+    if len(jobs) == 1:
+        async with contextlib.aclosing(hub.event_batches(jobs[0])) as batches:
+            async for batch in batches:
+                yield 0, batch
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(i: int, job: Job) -> None:
+        try:
+            async with contextlib.aclosing(hub.event_batches(job)) as batches:
+                async for batch in batches:
+                    await queue.put((i, batch))
+        finally:
+            queue.put_nowait((i, _DONE))
+
+    tasks = [asyncio.ensure_future(pump(i, job)) for i, job in enumerate(jobs)]
+    try:
+        left = len(jobs)
+        while left:
+            i, batch = await queue.get()
+            if batch is _DONE:
+                left -= 1
+            else:
+                yield i, batch
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def stream_choices(hub: JobHub, jobs: list[Job], fmt: ChoiceFormat, chunk: Callable[[list], dict],
+                         include_usage: bool) -> AsyncIterator[bytes]:
+    """`chunk(choices)` wraps a list of choices into the route's chunk object."""
+    def emit(choices: list, use: dict | None = None) -> bytes:
+        body = chunk(choices)
+        if include_usage:
+            body["usage"] = use
+        return sse_event(body)
+
+    def choice(i: int, part: dict, events: list[TokenEvent], reason: str | None = None) -> dict:
+        return {"index": i, **part, "logprobs": fmt.logprobs(i, events) if events else None,
+                "finish_reason": reason}
+
+    if (first := fmt.first()) is not None:
+        yield b"".join(emit([{"index": i, **first, "logprobs": None, "finish_reason": None}])
+                       for i in range(len(jobs)))
+    async with contextlib.aclosing(_merged(hub, jobs)) as batches:
+        async for i, batch in batches:
+            if batch is None:
+                yield PING
+                continue
+            out: list[bytes] = []  # a batch of events goes out as one write
+            for ev in batch:
+                if ev.text or (fmt.names is not None and scored([ev])):
+                    out.append(emit([choice(i, fmt.piece(ev.text), [ev])]))
+                if ev.finished and jobs[i].finish_reason == "error":
+                    out.append(sse_event(error_body(500, ev.error or "generation failed", None,
+                                                    "generation_failed")))
+                    yield b"".join(out) + sse_event("[DONE]")
+                    return
+                if ev.finished:
+                    out.append(emit([choice(i, fmt.end(), [], FINISH[jobs[i].finish_reason])]))
+            if out:
+                yield b"".join(out)
+    if include_usage:
+        yield emit([], usage(jobs))
+    yield sse_event("[DONE]")
+
+
+async def collect_choices(hub: JobHub, jobs: list[Job], fmt: ChoiceFormat, receive) -> list[dict]:
+    per_job = await hub.collect(jobs, receive)
+    for job in jobs:
+        if job.finish_reason == "error":
+            raise APIError(500, job.error or "generation failed", code="generation_failed")
+    return [fmt.full(i, events, FINISH[job.finish_reason])
+            for i, (job, events) in enumerate(zip(jobs, per_job, strict=True))]
