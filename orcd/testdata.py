@@ -6,7 +6,7 @@ of `llama-cpp-python` (MIT, LICENSE kept beside them), so they are obtained as a
 download` of one pinned sdist, its sha256 checked against the digest pinned here, then only those files
 are extracted into
 
-    ~/.cache/orcd/testdata/llama-cpp-python-<version>/     (root overridable by ORCD_TESTDATA_DIR)
+    ~/.cache/orcd/testdata/llama-cpp-python-<version>/     (root: orcd.env.testdata_dir(), ORCD_TESTDATA_DIR)
         vocab/ggml-vocab-<name>.gguf[.inp|.out]   templates/<name>.jinja   LICENSE-llama.cpp
         manifest.json                             (sha256 of every file above)
 
@@ -26,11 +26,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from orcd import env
+
 PACKAGE = "llama-cpp-python"
 VERSION = "0.3.36"
 SDIST = "llama_cpp_python-0.3.36.tar.gz"
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
-ENV_VAR = "ORCD_TESTDATA_DIR"
+ENV_VAR = "ORCD_TESTDATA_DIR"  # read by orcd.env.testdata_dir()
 FETCH_HINT = "fetch it with `python -m orcd.testdata` (needs the package registry)"
 _MANIFEST = "manifest.json"
 _VENDOR = "vendor/llama.cpp/"
@@ -67,8 +69,7 @@ class TestData:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get(ENV_VAR) or Path.home() / ".cache" / "orcd" / "testdata"
-    return Path(root).expanduser() / f"{PACKAGE}-{VERSION}"
+    return env.testdata_dir().expanduser() / f"{PACKAGE}-{VERSION}"
 
 
 def _sha256(path: Path) -> str:
