@@ -14,6 +14,7 @@ import dataclasses
 
 from orcd.engine.io import EngineRequest, TokenEvent
 from orcd.engine.sampling_params import SamplingParams
+from orcd.errors import RequestError
 from orcd.server.jobs import Job, JobHub
 
 _SEED_STEP = 0x9E3779B97F4A7C15  # golden-ratio stride: forks' seeds far apart in the 63-bit space
@@ -57,6 +58,9 @@ class DeferredStream:
 def admit_choices(hub: JobHub, route: str, prompt_ids: list[int], sampling: SamplingParams, n: int,
                   prefix: str) -> list[Job]:
     """n Jobs for one request (all admitted, or none: the queue must hold them all)."""
+    room = hub.capacity
+    if n > room:  # would never fit: a 400, not a 503 a client would retry forever
+        raise RequestError(f"n={n} is more than this server runs and queues at once ({room})", param="n")
     first = hub.admit(route, prompt_ids, sampling, prefix=prefix, reserve=n)
     if n == 1:
         return [first]

@@ -90,6 +90,11 @@ class JobHub:
         stats = self.engine_stats()
         return int(stats.get("max_num_seqs") or getattr(self.engine, "max_num_seqs", 0) or 0)
 
+    @property
+    def capacity(self) -> int:
+        """Requests admitted at once: the running slots plus the queue beyond them."""
+        return self._slots() + self.settings.max_queue
+
     # --- admission ----------------------------------------------------------------------------
     def resolve_max_tokens(self, requested: int | None, n_prompt: int, default: int | None,
                            prompt_param: str, max_param: str = "max_tokens") -> int:
@@ -115,7 +120,7 @@ class JobHub:
             self.metrics.rejected.labels("draining").inc()
             raise APIError(503, "server is shutting down", code="server_shutting_down",
                            headers={"Retry-After": str(self.settings.retry_after_s)})
-        if len(self.active) + reserve > self._slots() + self.settings.max_queue:
+        if len(self.active) + reserve > self.capacity:
             self.metrics.rejected.labels("queue_full").inc()
             raise APIError(503, f"server overloaded: {len(self.active)} requests in flight",
                            code="overloaded", headers={"Retry-After": str(self.settings.retry_after_s)})

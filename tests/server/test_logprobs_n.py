@@ -148,3 +148,9 @@ def test_cancel_by_id_ends_every_choice(server, client):
     assert cancelled["cancelled"] is True
     assert finishes == {0: "cancelled", 1: "cancelled"}
     wait_idle(client)
+
+
+def test_n_beyond_what_the_server_holds_is_400(oai):
+    with pytest.raises(openai.BadRequestError) as exc:  # this server: 2 running slots + 1 queued
+        oai.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2, n=4)
+    assert exc.value.body["param"] == "n" and "(3)" in exc.value.body["message"]
