@@ -143,9 +143,12 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         detail = exc.detail if isinstance(exc.detail, str) else "request failed"
+        code = None
         if exc.status_code == 404:
             detail = f"no route {request.method} {request.url.path}"
-        return error_response(exc.status_code, detail, None, None, getattr(exc, "headers", None))
+        elif exc.status_code == 400:  # FastAPI could not decode the body (bytes that are not UTF-8)
+            detail, code = f"the request body is not valid JSON in UTF-8 ({detail})", "invalid_request"
+        return error_response(exc.status_code, detail, None, code, getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:

@@ -82,6 +82,13 @@ def test_lone_surrogate_is_400_naming_the_field(client, server, route, body, par
     assert "Traceback" not in server.log()
 
 
+def test_bytes_that_are_not_utf8_are_400(client):
+    r = client.post("/v1/completions", content=b'{"model": "tiny-qwen2", "prompt": "bad \xff\xfe"}',
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
+    assert "UTF-8" in r.json()["error"]["message"]
+
+
 def test_lone_surrogate_in_a_key_is_400(client):
     r = client.post("/v1/chat/completions", content=_raw({**CHAT, "x\ud83d": 1}),
                     headers={"content-type": "application/json"})
