@@ -154,3 +154,19 @@ def test_n_beyond_what_the_server_holds_is_400(oai):
     with pytest.raises(openai.BadRequestError) as exc:  # this server: 2 running slots + 1 queued
         oai.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2, n=4)
     assert exc.value.body["param"] == "n" and "(3)" in exc.value.body["message"]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_client_that_goes_away_cancels_every_choice(server, client, stream):
+    body = {"model": MODEL, "prompt": "go", "max_tokens": 20000, "n": 3, "stream": stream, "ignore_eos": True}
+    if stream:
+        with httpx.stream("POST", server.url + "/v1/completions", json=body, headers=server.headers,
+                          timeout=60) as r:
+            lines = r.iter_lines()
+            while not next(lines).startswith("data: {"):
+                pass
+    else:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(server.url + "/v1/completions", json=body, headers=server.headers, timeout=1.5)
+    health = wait_idle(client)
+    assert health["kv_blocks_used"] == 0
