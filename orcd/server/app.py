@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, Response
 
 from orcd.engine.io import EngineRequest
 from orcd.engine.sampling_params import SamplingParams
-from orcd.server import generate_route, openai_routes
+from orcd.server import generate_route, openai_routes, tokenize_routes
 from orcd.server.errors import ErrorBody, install_error_handlers
 from orcd.server.jobs import JobHub
 from orcd.server.middleware import APIKeyMiddleware, BodyLimitMiddleware
@@ -96,6 +96,7 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(generate_route.router)
     app.include_router(openai_routes.router)
+    app.include_router(tokenize_routes.router)
     _add_ops_routes(app)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     if settings.api_key:

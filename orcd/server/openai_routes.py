@@ -31,6 +31,7 @@ from orcd.server.schemas import (
     ChatCompletionResponse,
     CompletionRequest,
     CompletionResponse,
+    ModelCard,
     ModelList,
 )
 from orcd.server.sse import SSEResponse
@@ -114,7 +115,18 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     return await _respond(hub, jobs, fmt, head, body.stream, include, request)
 
 
+def _card(request: Request) -> dict:
+    return {"id": request.app.state.model_id, "object": "model", "created": request.app.state.created,
+            "owned_by": "orcd"}
+
+
 @router.get("/v1/models", response_model=ModelList, responses={401: {"model": ErrorBody}})
 async def models(request: Request) -> dict:
-    return {"object": "list", "data": [{"id": request.app.state.model_id, "object": "model",
-                                        "created": request.app.state.created, "owned_by": "orcd"}]}
+    return {"object": "list", "data": [_card(request)]}
+
+
+@router.get("/v1/models/{model_id:path}", response_model=ModelCard,
+            responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
+async def model(model_id: str, request: Request) -> dict:
+    check_model(model_id, request.app.state.model_id)
+    return _card(request)

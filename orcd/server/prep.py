@@ -48,7 +48,8 @@ async def encode_text(tokenizer, text: str, chat: bool, ctx: int) -> list[int]:
     return await to_thread.run_sync(tokenizer.encode_prompt, text)
 
 
-async def encode_chat(tokenizer, messages: list[dict], ctx: int, param: str = "messages") -> list[int]:
+async def encode_chat(tokenizer, messages: list[dict], ctx: int, param: str = "messages",
+                      add_generation_prompt: bool = True) -> list[int]:
     """A file without a chat template gets the tokenizer's documented default (ChatML).
     Text beyond what a template may render (1 MiB) is a context overflow, counted without the template."""
     contents = [m["content"] for m in messages]
@@ -61,7 +62,7 @@ async def encode_chat(tokenizer, messages: list[dict], ctx: int, param: str = "m
             f"This model's maximum context length is {ctx} tokens. However, your {what} hold more than "
             f"{MAX_OUTPUT_CHARS} characters, more than a chat template may render. Please reduce the length "
             f"of the {what}.", param=param)
-    return await to_thread.run_sync(tokenizer.encode_chat, messages)
+    return await to_thread.run_sync(tokenizer.encode_chat, messages, add_generation_prompt)
 
 
 def chat_messages(messages: list[ChatMessage]) -> list[dict]:

@@ -127,6 +127,31 @@ class ChatCompletionRequest(_OpenAIFields):
     function_call: Any = None
 
 
+class TokenizeRequest(_Body):
+    """vLLM's shape: a `prompt`, or chat `messages` rendered with the model's template."""
+
+    model: Str | None = None
+    prompt: Str | None = None
+    messages: list[ChatMessage] | None = Field(default=None, min_length=1)
+    add_generation_prompt: Bool = Field(default=True, description="messages: end with the assistant turn")
+    add_special_tokens: Bool = Field(default=True, description="prompt: BOS as the model file says")
+
+
+class TokenizeResponse(BaseModel):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+
+
+class DetokenizeRequest(_Body):
+    model: Str | None = None
+    tokens: list[Int]
+
+
+class DetokenizeResponse(BaseModel):
+    prompt: str
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int

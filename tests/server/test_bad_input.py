@@ -105,5 +105,5 @@ def test_server_still_serves_and_never_logged_the_key(client, server):
 def test_openapi_schema_lists_every_route(client):
     paths = client.get("/openapi.json").json()["paths"]
     for path in ("/v1/generate", "/v1/cancel", "/v1/completions", "/v1/chat/completions", "/v1/models",
-                 "/health", "/metrics"):
+                 "/health", "/metrics", "/v1/models/{model_id}", "/tokenize", "/detokenize"):
         assert path in paths
