@@ -1,14 +1,15 @@
 """Tensor-parallel throughput: a Qwen2.5-7B-shaped Q4_K_M file at 1 and 2 GPUs (NCCL), eager steps.
 
-Not yet run on GPUs (no figures in bench/results); meant for a host with >= 2 GPUs:
+Meant for a host with >= 2 GPUs:
     python bench/tp/tp_scaling.py                 # synthesizes the 7B-shaped file if --file is absent
-    python bench/tp/tp_scaling.py --ranks 1,2,4 --file /path/qwen2.5-7b-q4_k_m.gguf
-Per rank count N it spawns N ranks (orcd.distributed: rank r on cuda:r, NCCL_NVLS_ENABLE=0) and, on
+    python bench/tp/tp_scaling.py --ranks 1,2,4 --streams 1,8,32,64 --file /path/qwen2.5-7b-q4_k_m.gguf
+Per rank count N it spawns N ranks (orcd.distributed: rank r on cuda:r, NVLink multicast off) and, on
 rank 0, measures through the leader engine (the same path as `orcd generate --tensor-parallel N`):
 - prefill tok/s: one request of --prompt-len tokens, max_tokens=1 (one step, K/V of every token);
-- decode tok/s: --streams requests decoding --decode-tokens tokens each (ignore_eos), generated tokens
-  per second after every stream has its first token.
-Writes OUT/tp.json and OUT/tp.md. On the CPU (gloo; tests/test_bench_scripts.py runs it at 2 ranks):
+- decode tok/s, for each count B in --streams: B requests decoding --decode-tokens tokens each
+  (ignore_eos), generated tokens per second after every stream has its first token.
+Writes OUT/tp.json and OUT/tp.md (one row per rank count and stream count). On the CPU (gloo;
+tests/test_bench_scripts.py runs it at 2 ranks):
     python bench/tp/tp_scaling.py --device cpu --file TINY.gguf --prompt-len 16 --decode-tokens 4
 """
 
@@ -51,25 +52,29 @@ def bench_rank(ctx, path: str, args: dict, out_json: str) -> int:
     loaded = load_sharded(path, ctx)
     load_s = time.perf_counter() - t0
 
-    def lead(make_engine) -> dict:
-        p, d, b = args["prompt_len"], args["decode_tokens"], args["streams"]
-        engine = make_engine(loaded, kv_fraction=0.5, max_num_seqs=max(b, 1),
-                             max_num_batched_tokens=max(p, 2048))
+    def lead(make_engine) -> list[dict]:
+        p, d, streams = args["prompt_len"], args["decode_tokens"], args["streams"]
+        engine = make_engine(loaded, kv_fraction=0.5, max_num_seqs=max(streams), enable_prefix_caching=False,
+                             max_num_batched_tokens=max(p, 2048), batch_invariant="off")  # no cache hits
         vocab = loaded.cfg.vocab_size
-        prompt = [(7 + 31 * i) % vocab for i in range(p)]
+        prompt = [(7 + 31 * i) % vocab for i in range(max(p, 16 + max(streams)))]
         _requests(engine, [prompt[:64]], 8)  # warm-up: kernels compiled / autotuned
-        prefill = [_requests(engine, [prompt], 1)[0] for _ in range(3)]
-        _, decode_s = _requests(engine, [prompt[j : j + 16] for j in range(b)], d)
-        res = {"ranks": ctx.world, "device": str(ctx.device), "load_s": load_s,
-               "weights_MiB_rank0": loaded.weights_bytes / 2**20,
-               "prefill_tokens": p, "prefill_tok_s": p / sorted(prefill)[1],
-               "decode_streams": b, "decode_tokens": d, "decode_tok_s": b * (d - 1) / decode_s}
+        _requests(engine, [prompt[j : j + 16] for j in range(max(streams))], 4)  # ... at the widest batch
+        prefill = [_requests(engine, [prompt[:p]], 1)[0] for _ in range(3)]
+        common = {"ranks": ctx.world, "device": str(ctx.device), "load_s": load_s,
+                  "weights_MiB_rank0": loaded.weights_bytes / 2**20,
+                  "prefill_tokens": p, "prefill_tok_s": p / sorted(prefill)[1], "decode_tokens": d}
         if ctx.device.type == "cuda":
             import torch
 
-            res["peak_MiB_rank0"] = torch.cuda.max_memory_allocated(ctx.device) / 2**20
-            res["gpu"] = torch.cuda.get_device_name(ctx.device)
-        return res
+            common["gpu"] = torch.cuda.get_device_name(ctx.device)
+        rows = []
+        for b in streams:
+            _, decode_s = _requests(engine, [prompt[j : j + 16] for j in range(b)], d)
+            rows.append({**common, "decode_streams": b, "decode_tok_s": b * (d - 1) / decode_s})
+        if ctx.device.type == "cuda":
+            rows[-1]["peak_MiB_rank0"] = torch.cuda.max_memory_allocated(ctx.device) / 2**20
+        return rows
 
     res = run_rank(ctx, loaded, lead)
     if ctx.rank == 0:
@@ -85,7 +90,7 @@ def main() -> int:
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--prompt-len", type=int, default=2048)
     ap.add_argument("--decode-tokens", type=int, default=128)
-    ap.add_argument("--streams", type=int, default=1, help="concurrent decode streams")
+    ap.add_argument("--streams", default="1", help="comma-separated counts of concurrent decode streams")
     ap.add_argument("--out", default="bench/results")
     a = ap.parse_args()
 
@@ -97,7 +102,8 @@ def main() -> int:
 
         print(f"writing {path} (synth --like {a.like}) ...", file=sys.stderr, flush=True)
         synth_like(str(path), a.like)
-    knobs = {"prompt_len": a.prompt_len, "decode_tokens": a.decode_tokens, "streams": a.streams}
+    streams = [int(x) for x in a.streams.split(",")]
+    knobs = {"prompt_len": a.prompt_len, "decode_tokens": a.decode_tokens, "streams": streams}
     rows = []
     for n in (int(x) for x in a.ranks.split(",")):
         device = resolve_tp_device(a.device, n)
@@ -106,17 +112,20 @@ def main() -> int:
         if launch(n, device, bench_rank, (str(path), knobs, str(tmp))) != 0:
             print(f"{n} ranks failed", file=sys.stderr)
             continue
-        rows.append({"file": path.name, **json.loads(tmp.read_text())})
+        rows += [{"file": path.name, **r} for r in json.loads(tmp.read_text())]
         tmp.unlink()
-        print(json.dumps(rows[-1]), flush=True)
+        print(json.dumps(rows[-len(streams):]), flush=True)
     out = Path(a.out)
     (out / "tp.json").write_text(json.dumps(rows, indent=1))
-    lines = ["| ranks | device | prefill tok/s | decode tok/s | load s | weights MiB (rank 0) |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {r['ranks']} | {r.get('gpu', r['device'])} | {r['prefill_tok_s']:.0f} | "
-              f"{r['decode_tok_s']:.1f} | {r['load_s']:.1f} | {r['weights_MiB_rank0']:.0f} |" for r in rows]
-    (out / "tp.md").write_text(f"{path.name}, prompt {a.prompt_len}, {a.streams} stream(s) x "
-                               f"{a.decode_tokens} tokens, eager steps\n\n" + "\n".join(lines) + "\n")
+    lines = ["| ranks | device | streams | decode tok/s | prefill tok/s | load s | weights MiB (rank 0) |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['ranks']} | {r.get('gpu', r['device'])} | {r['decode_streams']} | "
+              f"{r['decode_tok_s']:.1f} | {r['prefill_tok_s']:.0f} | {r['load_s']:.1f} | "
+              f"{r['weights_MiB_rank0']:.0f} |" for r in rows]
+    text = (f"{path.name}, prompt {a.prompt_len}, streams x {a.decode_tokens} tokens, eager steps\n\n"
+            + "\n".join(lines) + "\n")
+    (out / "tp.md").write_text(text)
+    print(text, flush=True)
     return 0
 
 

@@ -145,7 +145,8 @@ def serve_rank(ctx, args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
             return AsyncEngine(make_engine(loaded, kv_fraction=args.kv_fraction,
                                            num_kv_blocks=args.num_kv_blocks, max_num_seqs=args.max_num_seqs,
-                                           max_num_batched_tokens=args.max_num_batched_tokens))
+                                           max_num_batched_tokens=args.max_num_batched_tokens,
+                                           batch_invariant=args.batch_invariant))
 
         return run(args, build=build)
 

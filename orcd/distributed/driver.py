@@ -1,8 +1,10 @@
 """Leader/follower step loop: rank 0 schedules, every rank runs its shard of the model.
 
 Control messages go from rank 0 to all ranks with broadcast_object_list on the control group:
-- ("init", num_kv_blocks | None, kv_fraction, block_size): build a ModelRunner (KV cache) for a new
-  engine. None blocks = each rank measures, and all take the minimum (all_reduce MIN);
+- ("init", num_kv_blocks | None, kv_fraction, block_size, batch_invariant): build a ModelRunner (KV cache)
+  for a new engine. None blocks = each rank measures, and all take the minimum (all_reduce MIN);
+  batch_invariant: the engine's policy (orcd.numerics), so every rank switches the same steps to the
+  invariant kernels (the row-parallel sums then add in rank order: layers.ordered_all_reduce);
 - a SchedulerOutput: run this step (the same flattened batch on every rank);
 - None: stop following.
 Only rank 0 samples: the others' logits (all-gathered, hence equal) are dropped, and the sampled ids
@@ -23,6 +25,7 @@ from orcd.distributed.shard import shard_model
 from orcd.engine.io import ModelRunnerOutput, SchedulerOutput
 from orcd.engine.llm_engine import LLMEngine, auto_num_blocks
 from orcd.loading.loader import LoadedModel, load_model, weights_nbytes
+from orcd.numerics import invariant_policy
 from orcd.runner.model_runner import ModelRunner
 
 log = logging.getLogger(__name__)
@@ -82,10 +85,11 @@ def _agree_blocks(ctx: TPContext, loaded, num_kv_blocks, kv_fraction: float, blo
     return int(n.item())
 
 
-def _eager_runner(loaded, num_kv_blocks: int, block_size: int) -> ModelRunner:
+def _eager_runner(loaded, num_kv_blocks: int, block_size: int, batch_invariant: str | bool) -> ModelRunner:
     """A ModelRunner that runs every step through model.forward: fused/graph decode paths read the
     QuantLinear buffers directly and would skip the sharded model's all-reduces."""
-    return ModelRunner(loaded, num_kv_blocks, block_size, decode_graphs=False)
+    return ModelRunner(loaded, num_kv_blocks, block_size, decode_graphs=False,
+                       batch_invariant=batch_invariant)
 
 
 def _slim(sched: SchedulerOutput) -> SchedulerOutput:
@@ -98,15 +102,20 @@ class TPRunner:
     """Rank 0's runner: sends each step to the followers, then runs its own shard (and samples)."""
 
     def __init__(self, ctx: TPContext, loaded, num_kv_blocks: int | None, kv_fraction: float,
-                 block_size: int):
+                 block_size: int, batch_invariant: str | bool = "seeded"):
         self.ctx = ctx
-        _send(ctx, ("init", num_kv_blocks, kv_fraction, block_size))
+        policy = invariant_policy(batch_invariant)  # a bad value fails here, before the followers hear of it
+        _send(ctx, ("init", num_kv_blocks, kv_fraction, block_size, policy))
         self.num_kv_blocks = _agree_blocks(ctx, loaded, num_kv_blocks, kv_fraction, block_size)
-        self.inner = _eager_runner(loaded, self.num_kv_blocks, block_size)
+        self.inner = _eager_runner(loaded, self.num_kv_blocks, block_size, policy)
 
     @property
     def kv(self):
         return self.inner.kv
+
+    @property
+    def invariant_policy(self) -> str:
+        return self.inner.invariant_policy
 
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         if sched.empty:
@@ -116,9 +125,10 @@ class TPRunner:
 
 
 def leader_engine(ctx: TPContext, loaded, num_kv_blocks: int | None = None, kv_fraction: float = 0.7,
-                  block_size: int = 16, **engine_kw) -> LLMEngine:
-    """Rank 0: an LLMEngine whose steps run on every rank (the followers must be in `follow`)."""
-    runner = TPRunner(ctx, loaded, num_kv_blocks, kv_fraction, block_size)
+                  block_size: int = 16, batch_invariant: str | bool = "seeded", **engine_kw) -> LLMEngine:
+    """Rank 0: an LLMEngine whose steps run on every rank (the followers must be in `follow`).
+    Steps are eager (enforce_eager, if given, changes nothing); batch_invariant as LLMEngine's."""
+    runner = TPRunner(ctx, loaded, num_kv_blocks, kv_fraction, block_size, batch_invariant)
     return LLMEngine(loaded, num_kv_blocks=runner.num_kv_blocks, block_size=block_size, runner=runner,
                      **engine_kw)
 
@@ -131,10 +141,10 @@ def follow(ctx: TPContext, loaded) -> int:
         if msg is None:
             return steps
         if isinstance(msg, tuple) and msg[0] == "init":
-            _, num_kv_blocks, kv_fraction, block_size = msg
+            _, num_kv_blocks, kv_fraction, block_size, policy = msg
             runner = None  # free the previous engine's cache first
             n = _agree_blocks(ctx, loaded, num_kv_blocks, kv_fraction, block_size)
-            runner = _eager_runner(loaded, n, block_size)
+            runner = _eager_runner(loaded, n, block_size, policy)
             continue
         try:
             runner.forward(msg)  # logits dropped: rank 0 samples

@@ -3,7 +3,8 @@
 - `slice_rows`: column-parallel linear (Q/K/V, gate, up; vocabulary rows): a rank keeps output rows
   [r0, r1). Any GGML type works: each row is quantized on its own.
 - `slice_cols` + `RowParallelLinear`: o_proj and down keep input columns [c0, c1) and all-reduce their
-  partial sums. Quantized rows are cut at block boundaries only (c0, c1 multiples of the block size).
+  partial sums (in rank order under batch-invariant mode). Quantized rows are cut at block boundaries
+  only (c0, c1 multiples of the block size).
 - `VocabParallelEmbedding` / `VocabParallelHead`: vocabulary rows split over ranks; the embedding
   all-reduces (one rank holds each id's row, the others add zeros), the head all-gathers the logits.
 """
@@ -54,8 +55,23 @@ def slice_cols(m: QuantLinear, c0: int, c1: int, name: str, keep_bias: bool,
     return QuantLinear(m.out_features, c1 - c0, m.qtype, m.dtype, weight=w, raw=raw, bias=bias)
 
 
+def ordered_all_reduce(y: torch.Tensor, group) -> torch.Tensor:
+    """The sum over ranks of y, added in rank order: each element's result does not depend on y's size.
+    (NCCL and gloo pick a ring/tree schedule and chunking by message size, so with more than 2 ranks
+    their all-reduce may add one element's partial sums in an order that depends on the batch.)"""
+    parts = [torch.empty_like(y) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, y, group=group)
+    out = parts[0]
+    for p in parts[1:]:
+        out = out + p
+    return out
+
+
 class RowParallelLinear(nn.Module):
-    """y = all_reduce(x_local @ W_local.T): x holds this rank's input columns; the bias is on rank 0 only."""
+    """y = all_reduce(x_local @ W_local.T): x holds this rank's input columns; the bias is on rank 0 only.
+    With batch_invariant on (orcd.numerics.batch_invariant_mode) the sum is ordered_all_reduce."""
+
+    batch_invariant = False
 
     def __init__(self, inner: QuantLinear, group):
         super().__init__()
@@ -64,7 +80,9 @@ class RowParallelLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in_local] -> [..., out], the same on every rank."""
-        y = self.inner(x)
+        y = self.inner(x).contiguous()  # collectives need dense tensors (NCCL refuses strided ones)
+        if self.batch_invariant:
+            return ordered_all_reduce(y, self.group)
         dist.all_reduce(y, group=self.group)
         return y
 

@@ -20,7 +20,9 @@ import torch.multiprocessing as mp
 from orcd.distributed.partition import TensorParallelError
 from orcd.errors import OrcdError
 
-RANK_ENV = {"NCCL_NVLS_ENABLE": "0"}
+# NVLink multicast off in NCCL, PyTorch's symmetric memory and NVSHMEM: a program that uses it can put a
+# host's GPUs out of service. Set in the launcher (inherited by every spawned rank) and again in each rank.
+RANK_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 # Followers wait in a broadcast while the leader idles (a server with no traffic): the control group's
 # timeout must outlast any idle spell. A dead peer still fails fast (its socket closes).
 CONTROL_TIMEOUT = timedelta(days=30)
@@ -91,7 +93,20 @@ def init_rank(rank: int, world: int, device_kind: str, port: int) -> TPContext:
     return TPContext(rank, world, torch.device("cpu"), None, None)
 
 
+def _die_with_launcher() -> None:
+    """Linux: this rank is sent SIGTERM when the launcher dies, even by SIGKILL, so no rank outlives it
+    (rank 0 of a server then drains and releases the others; a follower just ends). torch's spawn sets
+    SIGINT for this, which a server's followers ignore (serve_rank)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+
+
 def _entry(rank: int, world: int, device_kind: str, port: int, threads: int, fn, fn_args: tuple) -> None:
+    _die_with_launcher()
     if threads:
         torch.set_num_threads(threads)
     ctx = init_rank(rank, world, device_kind, port)

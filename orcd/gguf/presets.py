@@ -15,6 +15,10 @@ PRESETS: dict[str, dict] = {
     # Exact shapes of Qwen2.5-7B-Instruct (untied): every width is a multiple of 256, so real K-quants.
     "qwen2.5-7b": dict(arch="qwen2", vocab_size=152064, hidden=3584, n_layers=28, ffn=18944, n_heads=28,
                        n_kv_heads=4, context_length=32768, tied=False, rope_theta=1e6, quant="Q4_K_M"),
+    # Exact shapes of Qwen2.5-72B-Instruct (untied). FFN 29568 = 115.5 x 256: ffn_down rows fall back to
+    # Q5_0 / Q8_0 like llama.cpp's; Q4_K_M is about 47 GB (for tensor parallelism over 2-4 GPUs).
+    "qwen2.5-72b": dict(arch="qwen2", vocab_size=152064, hidden=8192, n_layers=80, ffn=29568, n_heads=64,
+                        n_kv_heads=8, context_length=32768, tied=False, rope_theta=1e6, quant="Q4_K_M"),
     # Tiny models for tests (seconds to write, milliseconds to run).
     "tiny-qwen2": dict(arch="qwen2", vocab_size=1024, hidden=64, n_layers=2, ffn=128, n_heads=4,
                        n_kv_heads=2, context_length=2048, tied=True, rope_theta=1e6, quant="F32"),

@@ -1,6 +1,10 @@
-"""The CPU equality test on NCCL: 2 GPUs (float32 compute) give the greedy tokens of 1 GPU.
+"""Tensor parallelism on NCCL (>= 2 GPUs): the CPU (gloo) checks again, on cuda:0 and cuda:1.
 
-Needs >= 2 GPUs; not run in the session that wrote it (no multi-GPU machine was lent)."""
+- greedy tokens at 2 ranks (float32 compute) equal those of 1 GPU, for every reference model;
+- a seeded request gives the same tokens alone and batched at 2 ranks (bfloat16, batch-invariant kernels);
+- `orcd serve --tensor-parallel 2 --device cuda` streams the 1-GPU text, cancels, survives a disconnect
+  storm and leaves no process behind on SIGTERM.
+NVLink multicast stays off in every rank (orcd.distributed.runtime.RANK_ENV)."""
 
 from __future__ import annotations
 
@@ -8,8 +12,11 @@ import json
 
 import pytest
 import torch
+from serve_check import check_server, start_server
 from test_tensor_parallel import N_TOKENS, PROMPTS, model_paths  # noqa: F401 (fixture)
-from tp_workers import ENGINE_KW, greedy_rank, greedy_tokens
+from test_tp_invariant import PROMPTS as SEEDED_PROMPTS
+from test_tp_serve import MAX_TOKENS, PROMPT, one_rank_text, serve_model
+from tp_workers import ENGINE_KW, greedy_rank, greedy_tokens, seeded_rank
 
 from orcd.distributed.runtime import launch
 from orcd.engine.llm_engine import LLMEngine
@@ -23,6 +30,28 @@ def test_two_nccl_ranks_match_one_gpu(model_paths, tmp_path):  # noqa: F811
     out = tmp_path / "tp.json"
     assert launch(2, "cuda", greedy_rank, (model_paths, PROMPTS, N_TOKENS, str(out), torch.float32)) == 0
     got = json.loads(out.read_text())
+    mismatched = []
     for name, path in model_paths.items():
         engine = LLMEngine(load_model(path, "cuda:0", dtype=torch.float32), enforce_eager=True, **ENGINE_KW)
-        assert got[name] == greedy_tokens(engine, PROMPTS, N_TOKENS), name
+        if got[name] != greedy_tokens(engine, PROMPTS, N_TOKENS):
+            mismatched.append(name)
+    assert mismatched == []
+
+
+def test_seeded_request_is_batch_invariant_on_two_nccl_ranks(model_paths, tmp_path):  # noqa: F811
+    out = tmp_path / "seeded.json"
+    path = model_paths["qwen2-kv2-q8_0"]
+    assert launch(2, "cuda", seeded_rank, (path, SEEDED_PROMPTS, str(out))) == 0
+    got = json.loads(out.read_text())
+    assert got["policy"] == "seeded" and len(got["alone"]) == 24
+    assert got["batched"] == got["alone"]
+
+
+def test_nccl_server_streams_cancels_and_stops_on_sigterm(tmp_path):
+    path = serve_model(tmp_path)
+    want = one_rank_text(path, MAX_TOKENS, "cuda:0", torch.float32)
+    proc, url = start_server(path, "cuda", 2, tmp_path / "serve.log", "--dtype", "float32")
+    try:
+        check_server(proc, url, PROMPT, want, MAX_TOKENS)
+    finally:
+        print((tmp_path / "serve.log").read_text()[-4000:])  # the ranks' stderr, for a failing run

@@ -1,17 +1,12 @@
-"""`orcd serve --tensor-parallel 2` on the CPU: the 1-rank completion, then a clean SIGTERM shutdown."""
+"""`orcd serve --tensor-parallel 2` on the CPU: streams the 1-rank completion, cancels, survives a
+client-disconnect storm, and stops every rank on SIGTERM (tests/distributed/serve_check.py)."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
-import time
-
-import httpx
-import pytest
+import torch
 from gguf import GGMLQuantizationType as Q
+from serve_check import check_server, start_server
 
-from orcd.distributed.runtime import free_port
 from orcd.engine.io import EngineRequest
 from orcd.engine.llm_engine import LLMEngine
 from orcd.engine.sampling_params import SamplingParams
@@ -19,52 +14,52 @@ from orcd.gguf.synth import write_model_gguf
 from orcd.loading.loader import load_model
 
 PROMPT = "Hello there"
+MAX_TOKENS = 12
 
 
-def one_rank_text(path, max_tokens: int) -> str:
-    loaded = load_model(path, "cpu")
-    engine = LLMEngine(loaded, num_kv_blocks=64)
+def serve_model(tmp_path):
+    return write_model_gguf(tmp_path / "m.gguf", "qwen2", vocab_size=320, hidden=64, n_layers=2, ffn=128,
+                            n_heads=4, n_kv_heads=1, context_length=256, qtypes={"default": Q.Q8_0}, seed=5)
+
+
+def one_rank_text(path, max_tokens: int, device: str = "cpu", dtype=None) -> str:
+    loaded = load_model(path, device, dtype=dtype or torch.float32)
+    engine = LLMEngine(loaded, num_kv_blocks=64, enforce_eager=True)
     ids = loaded.tokenizer.encode_prompt(PROMPT)
-    engine.add_request(EngineRequest("t", ids, SamplingParams(max_tokens=max_tokens, temperature=0.0)))
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    engine.add_request(EngineRequest("t", ids, params))
     text = ""
     while engine.has_work():
         text += "".join(ev.text for ev in engine.step())
     return text
 
 
-def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 150.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "server exited"
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    pytest.fail("server did not become ready")
+def test_two_rank_server_streams_cancels_and_stops_on_sigterm(tmp_path):
+    path = serve_model(tmp_path)
+    proc, url = start_server(path, "cpu", 2, tmp_path / "serve.log")
+    check_server(proc, url, PROMPT, one_rank_text(path, MAX_TOKENS), MAX_TOKENS)
 
 
-def test_two_rank_server_answers_like_one_rank_and_stops_on_sigterm(tmp_path):
-    path = write_model_gguf(tmp_path / "m.gguf", "qwen2", vocab_size=320, hidden=64, n_layers=2, ffn=128,
-                            n_heads=4, n_kv_heads=1, context_length=256, qtypes={"default": Q.Q8_0}, seed=5)
-    port = free_port()
-    argv = [sys.executable, "-m", "orcd", "serve", "--model", str(path), "--device", "cpu",
-            "--tensor-parallel", "2", "--port", str(port), "--num-kv-blocks", "64", "--log-level", "warning"]
-    log = open(tmp_path / "serve.log", "w+")  # a file, not a pipe: a full pipe would block the server
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, text=True)
-    url = f"http://127.0.0.1:{port}"
+def test_ranks_end_when_the_launcher_is_killed(tmp_path):
+    """SIGKILL to the launcher (no chance to clean up): every rank still ends (PR_SET_PDEATHSIG)."""
+    import signal
+
+    import psutil
+    from serve_check import wait_ready
+
+    proc, url = start_server(serve_model(tmp_path), "cpu", 2, tmp_path / "serve.log")
+    kids = []
     try:
         wait_ready(url, proc)
-        r = httpx.post(url + "/v1/completions", timeout=60,
-                       json={"model": "m", "prompt": PROMPT, "max_tokens": 12, "temperature": 0})
-        assert r.status_code == 200, r.text
-        got = r.json()["choices"][0]["text"]
-        assert got == one_rank_text(path, 12) and got != ""
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0  # every rank released and joined
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        assert len(kids) >= 2
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        _, alive = psutil.wait_procs(kids, timeout=30)
+        assert [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
     finally:
+        for p in kids:
+            if p.is_running():
+                p.kill()
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
-        log.close()

@@ -39,3 +39,57 @@ def greedy_rank(ctx, paths: dict[str, str], prompts, n_tokens: int, out_path: st
         with open(out_path, "w") as f:
             json.dump(results, f)
     return 0
+
+
+SEEDED = SamplingParams(max_tokens=24, temperature=0.8, top_k=40, seed=7, ignore_eos=True)
+
+
+def seeded_tokens(engine, prompts: list[list[int]]) -> list[int]:
+    """The first prompt with SEEDED, the others greedy beside it; returns the first one's tokens."""
+    engine.add_request(EngineRequest("seeded", prompts[0], SEEDED))
+    for i, ids in enumerate(prompts[1:]):
+        engine.add_request(EngineRequest(f"o{i}", ids, SamplingParams(max_tokens=24, temperature=0.0,
+                                                                      ignore_eos=True)))
+    out = []
+    while engine.has_work():
+        for ev in engine.step():
+            assert ev.error is None, ev.error
+            if ev.request_id == "seeded" and ev.token_id is not None:
+                out.append(ev.token_id)
+    return out
+
+
+def seeded_rank(ctx, path: str, prompts, out_path: str, policy: str = "seeded") -> int:
+    """Rank 0 writes {"alone": tokens, "batched": tokens, "policy": the runner's} for a seeded request run
+    alone and among the other prompts (one engine each)."""
+    loaded = load_sharded(path, ctx)
+
+    def lead(make_engine):
+        res = {}
+        for key, batch in (("alone", prompts[:1]), ("batched", prompts)):
+            engine = make_engine(loaded, batch_invariant=policy, **ENGINE_KW)
+            res[key] = seeded_tokens(engine, batch)
+        res["policy"] = engine.runner.invariant_policy
+        return res
+
+    res = run_rank(ctx, loaded, lead)
+    if ctx.rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(res, f)
+    return 0
+
+
+def ordered_sum_rank(ctx, out_path: str) -> int:
+    """Every rank contributes rows (rank + 1) * 0.1 + row / 7; rank 0 writes ordered_all_reduce's sums for
+    4 rows and for the first row alone."""
+    import torch
+
+    from orcd.distributed.layers import ordered_all_reduce
+
+    y = (ctx.rank + 1) * 0.1 + torch.arange(4 * 8, dtype=torch.float32).reshape(4, 8) / 7
+    full = ordered_all_reduce(y, ctx.group)
+    one = ordered_all_reduce(y[:1].contiguous(), ctx.group)
+    if ctx.rank == 0:
+        with open(out_path, "w") as f:
+            json.dump({"full": full.tolist(), "one": one.tolist()}, f)
+    return 0
