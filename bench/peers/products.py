@@ -39,7 +39,8 @@ P05B = [("q/o 896x896", Q.Q5_0, 896, 896, 48), ("k 128x896", Q.Q5_0, 128, 896, 2
         ("lm_head 151936x896", Q.Q8_0, 151936, 896, 1)]
 GEMV_SWEEP = {Q.Q4_K: [(32, 4, 4), (16, 4, 4), (16, 8, 4), (32, 8, 8), (8, 16, 4), (16, 16, 8), (8, 8, 4)],
               Q.Q6_K: [(16, 4, 4), (8, 4, 4), (8, 8, 4), (16, 8, 8), (4, 16, 4), (8, 16, 8), (4, 8, 4)]}
-MM_SWEEP = [(32, 4, 2), (64, 4, 2), (64, 8, 2), (128, 8, 3)]
+MM_SWEEP = [(32, 4, 2, True), (64, 4, 2, True), (64, 8, 2, True), (128, 8, 3, True), (32, 4, 2, False),
+            (64, 8, 2, False)]  # (BN, warps, stages, swap)
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a dry run under TRITON_INTERPRET=1 (--dry)
 DRY = [("k 64x512", Q.Q4_K, 64, 512, 1), ("v 32x512", Q.Q6_K, 32, 512, 1),
        ("gate/up 64x64", Q.Q5_0, 64, 64, 1), ("down 16x256", Q.Q4_K, 16, 256, 1),
@@ -54,8 +55,8 @@ def _inv_mm(x, r, n, k, qt):
     return invariant_linear(x, r, int(qt), n)
 
 
-def _batched_mm(x, r, n, k, qt, launch=None):
-    return batched_linear(x, r, n, k, qt, launch=launch)
+def _batched_mm(x, r, n, k, qt, launch=None, swap=True):
+    return batched_linear(x, r, n, k, qt, launch=launch, swap=swap)
 
 
 def blocks(qt: Q, n: int, k: int, seed: int) -> torch.Tensor:
@@ -144,8 +145,9 @@ def batched_rows(prods, bw: float, ms: list[int], sweep_ms: list[int]) -> list[d
             cands = {"dequant+cuBLAS (today)": _today_mm, "invariant_linear": _inv_mm,
                      "batched_linear": _batched_mm}
             if m in sweep_ms:
-                for cfg in MM_SWEEP:
-                    cands[f"batched BN{cfg[0]} w{cfg[1]} s{cfg[2]}"] = partial(_batched_mm, launch=cfg)
+                for *cfg, swap in MM_SWEEP:
+                    cands[f"batched BN{cfg[0]} w{cfg[1]} s{cfg[2]}{' swap' if swap else ''}"] = \
+                        partial(_batched_mm, launch=tuple(cfg), swap=swap)
             for kname, f in cands.items():
                 t = graph_time([partial(f, x, r, n, k, qt) for r in raws])
                 rows.append({**base, "m": m, "kernel": kname, "us": t * 1e6, "TBps": wbytes / t / 1e12})
@@ -172,7 +174,8 @@ def table(rows: list[dict]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
-    ap.add_argument("--quick", action="store_true", help="no launch-shape sweeps, M = 8 and 64 only")
+    ap.add_argument("--quick", action="store_true", help="no launch-shape sweeps")
+    ap.add_argument("--batched-7b", action="store_true", help="7B only: M = 1 today, batched swept")
     a = ap.parse_args()
     p7, p05 = (P7B, P05B) if DEV == "cuda" else (DRY, DRY[:1])
     bw = copy_bandwidth()
@@ -182,6 +185,9 @@ def main() -> None:
     steps = [("m1", lambda: gemv_rows(p7, bw, sweep=not a.quick)), ("m1", lambda: gemv_rows(p05, bw, False)),
              ("batched", lambda: batched_rows(p7, bw, [8, 32, 64], [] if a.quick else [8, 64])),
              ("batched", lambda: batched_rows(p05, bw, [8, 64], []))]
+    if a.batched_7b:
+        steps = [("m1", lambda: gemv_rows(p7, bw, False)),
+                 ("batched", lambda: batched_rows(p7, bw, [8, 64], [8, 64]))]
     for key, step in steps:  # the file is rewritten after each step: a time limit keeps what finished
         res.setdefault(key, []).extend(step())
         with open(a.out, "w") as f:

@@ -54,6 +54,9 @@ def main() -> int:
     ap.add_argument("--streams", default="1,8,32,64")
     ap.add_argument("--work", default="/tmp/peers")
     ap.add_argument("--products", action="store_true", help="also time the 7B products during the build")
+    ap.add_argument("--products-args", default="", help="extra arguments for products.py")
+    ap.add_argument("--during", default="", help="a shell command run after the products, during the build")
+    ap.add_argument("--after", default="", help="a shell command run after everything else")
     ap.add_argument("--budget", type=float, default=580.0, help="seconds for everything")
     a = ap.parse_args()
     t_start = time.perf_counter()
@@ -69,8 +72,10 @@ def main() -> int:
                                                        "Q4_K_M", str(f)], 120), notes) is not None:
             files[m] = str(f)
     if a.products:
-        stage("products", lambda: py([str(HERE / "products.py"), str(out / "products.json")],
-                                     min(240, left() - 350)), notes)
+        stage("products", lambda: py([str(HERE / "products.py"), str(out / "products.json"),
+                                      *a.products_args.split()], min(240, left() - 350)), notes)
+    if a.during:
+        stage("during", lambda: subprocess.run(a.during, shell=True, timeout=max(1.0, left() - 300)), notes)
     try:
         rc = proc.wait(timeout=max(1.0, left() - 200))
     except subprocess.TimeoutExpired:
@@ -91,11 +96,13 @@ def main() -> int:
                 bins, f, [int(s) for s in a.streams.split(",")]), notes) or {}
     orcd: dict = {}
     for m, f in files.items():
-        js = out / f"orcd_{m}.json"
+        js = work / f"orcd_{m}.json"
         if stage(f"orcd {m}", lambda f=f, js=js: py([str(HERE / "orcd_side.py"), f, str(js), "--streams",
                                                      a.streams], left() - 10), notes) is not None:
             orcd[m] = json.loads(js.read_text())
     write(out, files, orcd, llama, notes, build_s, rc)
+    if a.after and left() > 20:
+        stage("after", lambda: subprocess.run(a.after, shell=True, timeout=max(1.0, left() - 5)), notes)
     return 0
 
 

@@ -33,13 +33,15 @@ def checks():
                 raw = random_blocks(qt, n, k, seed)
                 x = torch.randn(m, k).to(dt)
                 bias = torch.randn(n).to(dt) if m == 3 else None
-                # target 1: no split; target 64: K split into single steps (an fp32 partial each)
-                for target in (1, 64):
-                    y = batched_linear(x, raw, n, k, qt, bias=bias, launch=(16, 4, 1), target=target)
+                # target 1: no split; target 64: K split into single steps (an fp32 partial each);
+                # swap False: x as the dot's first operand
+                for target, swap in ((1, True), (64, True), (64, False)):
+                    y = batched_linear(x, raw, n, k, qt, bias=bias, launch=(16, 4, 1), target=target,
+                                       swap=swap)
                     ref = reference(x.float(), raw, qt, n, k)
                     if bias is not None:
                         ref = ref + bias.double()
-                    yield f"{qt.name}_m{m}_{str(dt)[6:]}_t{target}", rel_err(y, ref), TOL[dt]
+                    yield f"{qt.name}_m{m}_{str(dt)[6:]}_t{target}_s{int(swap)}", rel_err(y, ref), TOL[dt]
 
 
 if __name__ == "__main__":

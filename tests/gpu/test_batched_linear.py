@@ -65,6 +65,6 @@ def test_batched_linear_repeatable_with_split_k():
 @interpreter_only
 def test_batched_linear_under_interpreter():
     results = run_under_interpreter("interp_batched.py", timeout=300)
-    assert len(results) == 64
+    assert len(results) == 96
     for name, err, tol in results:
         assert float(err) < float(tol), name

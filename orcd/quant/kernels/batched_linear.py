@@ -20,23 +20,92 @@ import triton.language as tl
 from gguf import GGMLQuantizationType as Q
 
 from orcd.quant.kernels.invariant_linear import _inv_reduce_kernel
+from orcd.quant.kernels.layout import row_bytes
 from orcd.quant.kernels.tiles import dequant_tile
 
 # type -> (elements per scale group S, groups per K step G): BK = S * G inputs per step
+# (K-quants: one 256-input super-block per step, read by _tile_q4_k / _tile_q6_k)
 MM_TILES = types.MappingProxyType({Q.Q8_0: (32, 4), Q.Q5_0: (32, 4), Q.Q4_K: (32, 8), Q.Q6_K: (16, 16)})
 # type -> (BN output columns per program, num_warps, num_stages); see docs/performance.md
 MM_LAUNCH = types.MappingProxyType({Q.Q8_0: (64, 4, 2), Q.Q5_0: (64, 4, 2), Q.Q4_K: (64, 4, 2),
                                     Q.Q6_K: (64, 4, 2)})
+# types fused_linear sends here for GEMV_MAX_N < N <= MM_MAX_N (faster than dequantize + cuBLAS on the
+# H100 sweep, docs/performance.md); the others keep dequantize + cuBLAS
+MM_ROUTE = frozenset({Q.Q8_0})
 BM_MAX = 64  # rows per program; more rows: more programs along M (each reads the weights again)
 TARGET_PROGRAMS = 264  # 2 per SM on an H100: split K until about this many programs run
 
 
 @triton.jit
-def _mm_kernel(x_ptr, w_ptr, w16_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm, stride_ym, w_row,
+def _tile_q4_k(p8, p16, p32, row_off, nmask, k0):
+    """[BN, 256] float32 of one Q4_K super-block per row (k0 % 256 == 0), in input order, from int32
+    loads of qs: dims (u, w, i) = (sub-block 2c + h, word of chunk c, byte in word): element u*32 + 4w + i
+    is nibble h of byte i of word w of chunk c = u // 2 (the ggml layout)."""
+    u = tl.arange(0, 8)[None, :, None, None]
+    w = tl.arange(0, 8)[None, None, :, None]
+    i = tl.arange(0, 4)[None, None, None, :]
+    blk = row_off[:, :, :, None] + (k0 // 256) * 144  # [BN, 1, 1, 1] byte offset of the block
+    m = nmask[:, :, :, None]
+    d = tl.load(p16 + blk // 2, mask=m, other=0).to(tl.float16, bitcast=True).to(tl.float32)
+    dmin = tl.load(p16 + blk // 2 + 1, mask=m, other=0).to(tl.float16, bitcast=True).to(tl.float32)
+    sc8 = blk + 4  # 12 bytes of 6-bit scales and mins: j < 4 low 6 bits; else split (ggml get_scale_min_k4)
+    lowj = u < 4
+    a = tl.load(p8 + sc8 + tl.where(lowj, u, u + 4), mask=m, other=0).to(tl.int32)
+    b = tl.load(p8 + sc8 + tl.where(lowj, u + 4, u - 4), mask=m, other=0).to(tl.int32)
+    c = tl.load(p8 + sc8 + u, mask=m, other=0).to(tl.int32)
+    sc = tl.where(lowj, a & 63, (a & 0xF) | ((b >> 6) << 4)).to(tl.float32)
+    mn = tl.where(lowj, b & 63, (a >> 4) | ((c >> 6) << 4)).to(tl.float32)
+    q = tl.load(p32 + blk // 4 + 4 + (u // 2) * 8 + w, mask=m, other=0)  # [BN, 8, 8, 1] int32
+    nib = ((q >> (4 * (u % 2) + 8 * i)) & 0xF).to(tl.float32)
+    return tl.reshape((d * sc) * nib - dmin * mn, [q.shape[0], 256])
+
+
+@triton.jit
+def _tile_q6_k(p8, p16, row_off, nmask, k0):
+    """[BN, 256] float32 of one Q6_K super-block per row (k0 % 256 == 0), in input order, from int16 loads
+    (blocks are 210 bytes: 2-byte aligned): dims (u, wh, wl, i), u = 4n + t (half n, quarter t), l = 2w + i
+    (w = 8wh + wl): element 128n + 32t + l = lo4 of ql[64n + 32(t%2) + l] (>> 4 for t >= 2) | 2 bits of
+    qh[32n + l] (>> 2t) << 4, minus 32, times d * scales[8n + 2t + l // 16]."""
+    u = tl.arange(0, 8)[None, :, None, None, None]
+    wh = tl.arange(0, 2)[None, None, :, None, None]
+    wl = tl.arange(0, 8)[None, None, None, :, None]
+    i = tl.arange(0, 2)[None, None, None, None, :]
+    blk = row_off[:, :, :, None, None] + (k0 // 256) * 210
+    m = nmask[:, :, :, None, None]
+    n = u // 4
+    t = u % 4
+    d = tl.load(p16 + blk // 2 + 104, mask=m, other=0).to(tl.float16, bitcast=True).to(tl.float32)
+    sc = tl.load(p8 + blk + 192 + 8 * n + 2 * t + wh, mask=m, other=0).to(tl.int8, bitcast=True)
+    w = 8 * wh + wl
+    ql = tl.load(p16 + blk // 2 + 32 * n + 16 * (t % 2) + w, mask=m, other=0).to(tl.int32)
+    qh = tl.load(p16 + blk // 2 + 64 + 16 * n + w, mask=m, other=0).to(tl.int32)
+    q = ((ql >> (4 * (t // 2) + 8 * i)) & 0xF) | (((qh >> (2 * t + 8 * i)) & 3) << 4)
+    return tl.reshape((d * sc.to(tl.float32)) * (q - 32).to(tl.float32), [ql.shape[0], 256])
+
+
+@triton.jit
+def _w_tile(p8, p16, p32, row_off, nmask, k0, K, QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr):
+    """W's [BN, S * G] tile at inputs k0.. in float32 (input order); rows or groups past K are zero."""
+    if QT == 12:
+        w = _tile_q4_k(p8, p16, p32, row_off, nmask, k0)
+    elif QT == 14:
+        w = _tile_q6_k(p8, p16, row_off, nmask, k0)
+    else:
+        gg = tl.arange(0, G)[None, :, None]
+        m3 = nmask & ((k0 + gg * S) < K)  # whole groups: K is a multiple of the block
+        w = tl.reshape(dequant_tile(p8, p16, row_off, m3, k0, QT, G), [row_off.shape[0], S * G])
+    return w
+
+
+@triton.jit
+def _mm_kernel(x_ptr, w_ptr, w16_ptr, w32_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm, stride_ym, w_row,
                steps_per_split, QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr, BM: tl.constexpr,
-               BN: tl.constexpr, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr):
+               BN: tl.constexpr, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
+               SWAP: tl.constexpr = True):
     # program (n tile, m tile, split s): rows [BM], columns [BN], K steps [s * sps, (s + 1) * sps);
-    # w_row: bytes per weight row; SPLIT: write fp32 partials ws [splits, M, N] instead of y
+    # w_row: bytes per weight row; SPLIT: write fp32 partials ws [splits, M, N] instead of y.
+    # SWAP: accumulate y.T [BN, BM] = W [BN, BK] @ x.T [BK, BM], the dequantized weights as the dot's
+    # first operand (they can stay in registers; x.T, the small one, is staged through shared memory)
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     split = tl.program_id(2)
@@ -46,20 +115,21 @@ def _mm_kernel(x_ptr, w_ptr, w16_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm, 
     nmask = rn < N
     BK: tl.constexpr = S * G
     row_off = rn.to(tl.int64)[:, None, None] * w_row  # [BN, 1, 1] byte offset of each weight row
-    gg = tl.arange(0, G)[None, :, None]
-    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    nm3 = nmask[:, None, None]
+    acc = tl.zeros([BN, BM] if SWAP else [BM, BN], dtype=tl.float32)
     k_lo = split * steps_per_split * BK
     k_hi = tl.minimum(k_lo + steps_per_split * BK, K)
     for k0 in range(k_lo, k_hi, BK):
-        m3 = nmask[:, None, None] & ((k0 + gg * S) < K)  # whole groups: K is a multiple of the block
-        w = tl.reshape(dequant_tile(w_ptr, w16_ptr, row_off, m3, k0, QT, G), [BN, BK])
+        w = _w_tile(w_ptr, w16_ptr, w32_ptr, row_off, nm3, k0, K, QT, S, G)
         kk = k0 + tl.arange(0, BK)
         x = tl.load(x_ptr + rm.to(tl.int64)[:, None] * stride_xm + kk[None, :],
                     mask=mmask[:, None] & (kk[None, :] < K), other=0.0)  # [BM, BK]
-        if IEEE:
-            acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc, input_precision="ieee")
+        if SWAP:
+            acc = _dot(w.to(x.dtype), tl.trans(x), acc, IEEE)
         else:
-            acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
+            acc = _dot(x, tl.trans(w.to(x.dtype)), acc, IEEE)
+    if SWAP:
+        acc = tl.trans(acc)  # [BM, BN]
     omask = mmask[:, None] & nmask[None, :]
     if SPLIT:
         tl.store(ws_ptr + (split * M + rm.to(tl.int64))[:, None] * N + rn[None, :], acc, mask=omask)
@@ -68,6 +138,15 @@ def _mm_kernel(x_ptr, w_ptr, w16_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm, 
             acc += tl.load(b_ptr + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
         tl.store(y_ptr + rm.to(tl.int64)[:, None] * stride_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty),
                  mask=omask)
+
+
+@triton.jit
+def _dot(a, b, acc, IEEE: tl.constexpr):
+    if IEEE:  # fp32: exact products (tf32 would round x and W to 10 bits)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        acc = tl.dot(a, b, acc)
+    return acc
 
 
 def mm_plan(qtype: Q, m: int, n: int, k: int, launch: tuple[int, int, int] | None = None,
@@ -84,15 +163,15 @@ def mm_plan(qtype: Q, m: int, n: int, k: int, launch: tuple[int, int, int] | Non
 
 def batched_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int, qtype: int,
                    bias: torch.Tensor | None = None, launch: tuple[int, int, int] | None = None,
-                   target: int = TARGET_PROGRAMS) -> torch.Tensor:
+                   target: int = TARGET_PROGRAMS, swap: bool = True) -> torch.Tensor:
     """x [M, in] (bf16/fp16/fp32), raw uint8 [out, row_bytes] of `qtype` -> [M, out] in x.dtype (+ bias).
-    launch: (BN, warps, stages) instead of MM_LAUNCH's; target: programs to aim for with split-K."""
+    launch: (BN, warps, stages) instead of MM_LAUNCH's; target: programs to aim for with split-K;
+    swap: W as the dot's first operand (y.T = W @ x.T), else x first."""
     qt = Q(int(qtype))
     x = x.contiguous()
     m, k = x.shape
     s, g = MM_TILES[qt]
-    block, size = {Q.Q8_0: (32, 34), Q.Q5_0: (32, 22), Q.Q4_K: (256, 144), Q.Q6_K: (256, 210)}[qt]
-    w_row = in_features // block * size
+    w_row = row_bytes(qt, in_features)
     if k != in_features or raw.dtype != torch.uint8 or raw.numel() != out_features * w_row:
         raise ValueError(f"x must be [M, {in_features}] and raw uint8 [{out_features}, {w_row}]")
     raw = raw.contiguous()
@@ -103,9 +182,11 @@ def batched_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_fea
     splits = triton.cdiv(triton.cdiv(k, s * g), sps)
     ws = torch.empty((splits, m, out_features), dtype=torch.float32, device=x.device) if splits > 1 else None
     grid = (triton.cdiv(out_features, bn), triton.cdiv(m, bm), splits)
-    _mm_kernel[grid](x, raw, raw.view(-1).view(torch.int16), bias, y, ws, m, out_features, k, x.stride(0),
+    p16 = raw.view(-1).view(torch.int16)
+    p32 = raw.view(-1).view(torch.int32) if qt == Q.Q4_K else p16  # Q4_K rows: 144-byte multiples
+    _mm_kernel[grid](x, raw, p16, p32, bias, y, ws, m, out_features, k, x.stride(0),
                      y.stride(0), w_row, sps, QT=int(qt), S=s, G=g, BM=bm, BN=bn, SPLIT=splits > 1,
-                     HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32, num_warps=warps,
+                     HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32, SWAP=swap, num_warps=warps,
                      num_stages=stages)
     if splits > 1:
         blk = 1024

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import torch
 import triton
 import triton.language as tl
+from gguf import GGMLQuantizationType as Q
 
 from orcd.quant.kernels.tiles import dequant_tile
 
-# type id -> (elements per scale group S, groups per tile G)
-DEQUANT_TILES = {8: (32, 8), 6: (32, 8), 12: (32, 8), 14: (16, 16)}
+# type -> (elements per scale group S, groups per tile G)
+DEQUANT_TILES = MappingProxyType({Q.Q8_0: (32, 8), Q.Q5_0: (32, 8), Q.Q4_K: (32, 8), Q.Q6_K: (16, 16)})
 
 
 @triton.jit

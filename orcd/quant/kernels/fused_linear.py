@@ -6,27 +6,33 @@ contiguous). The weights are read once per call and never written back dequantiz
     SPLIT_LAUNCH), fp32 multiply-reduce on the CUDA cores (+ bias / residual, RMSNorm of x on the fly);
     `_gemv_glu_kernel` fuses SwiGLU's gate, up and product. On Hopper they are launched with
     programmatic dependent launch (PDL_MODE): weight loads start before the previous kernel ends.
-  - larger N (prefill, big batches): Triton dequantize to x.dtype, then one cuBLAS GEMM. (A tl.dot
-    kernel over raw tiles measured 2-3x slower than this on an H100 for N = 8..64.)
+  - GEMV_MAX_N < N <= MM_MAX_N (batched decode) for the MM_ROUTE types: batched_linear.py, raw tiles
+    dequantized in registers into tensor-core products, each weight read once for all rows.
+  - larger N (prefill) and the other types: Triton dequantize to x.dtype, then one cuBLAS GEMM.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+from types import MappingProxyType
+from typing import Final
 
 import torch
 import triton
 import triton.language as tl
+from gguf import GGMLQuantizationType as Q
 
+from orcd.quant.kernels.batched_linear import MM_ROUTE, batched_linear
 from orcd.quant.kernels.dequant_kernel import dequantize_raw
 from orcd.quant.kernels.gemv_tiles import gemv_tile
+from orcd.quant.kernels.layout import BLOCK_SIZE, TYPE_SIZE
 
-# GEMV: type id -> (inputs per group EPG, load units per group U); see gemv_tiles.py
-GEMV_GROUPS = {8: (32, 16), 6: (32, 8), 12: (64, 8), 14: (128, 32)}
-BLOCK_SIZE = {8: 32, 6: 32, 12: 256, 14: 256}
-TYPE_SIZE = {8: 34, 6: 22, 12: 144, 14: 210}
-GEMV_MAX_N = 4  # above: dequantize to x.dtype with a Triton kernel, then cuBLAS
+# Tables are read-only and keyed by GGMLQuantizationType (an IntEnum: t[12] finds t[Q.Q4_K] too).
+# GEMV: type -> (inputs per group EPG, load units per group U); see gemv_tiles.py
+GEMV_GROUPS = MappingProxyType({Q.Q8_0: (32, 16), Q.Q5_0: (32, 8), Q.Q4_K: (64, 8), Q.Q6_K: (128, 32)})
+GEMV_MAX_N: Final = 4  # above: batched_linear (MM_ROUTE types, N <= MM_MAX_N), else dequantize + cuBLAS
+MM_MAX_N: Final = 64
 
 
 @triton.jit
@@ -142,8 +148,14 @@ def _gemv_glu_kernel(x_ptr, g8, g16, g32, u8, u16, u32, y_ptr, OUT, K, row_bytes
 # GEMV launch shapes per type: (max groups per pass, rows per program, warps). Picked from a sweep on
 # an H100 (bench/kernels/kernel_times.py; results in docs/performance.md): small tiles of 4 rows beat whole-K
 # passes because more programs are in flight; x is loaded once per program and reused by its 4 rows.
-GEMV_LAUNCH = {8: (8, 4, 1), 6: (16, 4, 2), 12: (32, 4, 4), 14: (16, 4, 4)}
-GLU_LAUNCH = dict(GEMV_LAUNCH)  # the SwiGLU kernel (two matrices per program)
+GEMV_LAUNCH = MappingProxyType({Q.Q8_0: (8, 4, 1), Q.Q5_0: (16, 4, 2), Q.Q4_K: (32, 4, 4),
+                                Q.Q6_K: (16, 4, 4)})
+GLU_LAUNCH = GEMV_LAUNCH  # the SwiGLU kernel (two matrices per program)
+# Matrices of at least LARGE_WEIGHTS weights (7B's ffn_down 3584 x 18944 and LM head 152064 x 3584): H100
+# sweep in docs/performance.md ("7B products"): Q6_K with G 4, BO 8, 4 warps: LM head 840 -> 502 us,
+# ffn_down 125 -> 91 us (Q4_K's small-matrix shape stayed the best for its large ones).
+LARGE_WEIGHTS: Final = 1 << 26
+GEMV_LAUNCH_LARGE = MappingProxyType({Q.Q6_K: (4, 8, 4)})
 
 
 # Split-K launch per type, (G, BO, warps, target programs): a GEMV whose rows make fewer than half the
@@ -151,13 +163,15 @@ GLU_LAUNCH = dict(GEMV_LAUNCH)  # the SwiGLU kernel (two matrices per program)
 # split a whole number of passes; partials are summed in split order (deterministic). Picked on an H100
 # from whole-decode-step runs with PDL (docs/performance.md): Q4_K 3 splits of one pass, Q6_K 5 splits
 # of two.
-SPLIT_LAUNCH: dict[int, tuple[int, int, int, int]] = {12: (32, 4, 2, 896), 14: (4, 4, 2, 1120)}
-MAX_SPLIT = 8
+SPLIT_LAUNCH = MappingProxyType({Q.Q4_K: (32, 4, 2, 896), Q.Q6_K: (4, 4, 2, 1120)})
+MAX_SPLIT: Final = 8
 
 
 def gemv_config(qt: int, out_features: int, in_features: int, glu: bool = False) -> tuple[int, int, int]:
     """(G groups per pass, BO rows per program, num_warps) for the GEMV (glu: SwiGLU) kernel."""
     g_max, bo, warps = (GLU_LAUNCH if glu else GEMV_LAUNCH)[qt]
+    if out_features * in_features >= LARGE_WEIGHTS and qt in GEMV_LAUNCH_LARGE:
+        g_max, bo, warps = GEMV_LAUNCH_LARGE[qt]
     g = min(g_max, triton.next_power_of_2(triton.cdiv(in_features, GEMV_GROUPS[qt][0])))
     return g, bo, warps
 
@@ -174,25 +188,25 @@ def gemv_plan(qt: int, out_features: int, in_features: int) -> tuple[int, int, i
     return (*gemv_config(qt, out_features, in_features), 1)
 
 
-# PDL: 0 off; else kernels wait (griddepcontrol.wait) before reading anything the previous kernel
-# wrote, and let the next kernel launch (launch_dependents): 1 never (at exit), 2 at their start,
-# 3 right after the wait, 4 after their main loop (before the reduction and epilogue).
-PDL_MODE = 3
+# PDL: kernels wait (griddepcontrol.wait) before reading anything the previous kernel wrote, and let the
+# next kernel launch (launch_dependents): 1 never (at exit), 2 at their start, 3 right after the wait,
+# 4 after their main loop (before the reduction and epilogue). Measured in docs/performance.md; 3 kept.
+PDL_MODE: Final = 3
 
 
 @functools.lru_cache(maxsize=8)
 def pdl_enabled(device: torch.device) -> bool:
     """Programmatic dependent launch: each GEMV may start (and read its first weights) while the kernel
-    before it finishes; it waits (griddepcontrol.wait) before reading x. Hopper or newer; ORCD_PDL=0 off."""
-    off = os.environ.get("ORCD_PDL", "1") == "0" or os.environ.get("TRITON_INTERPRET") == "1"
-    if device.type != "cuda" or off:
+    before it finishes; it waits (griddepcontrol.wait) before reading x. Hopper or newer, compiled kernels
+    only (not under Triton's own interpreter switch, TRITON_INTERPRET=1)."""
+    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
         return False
     return torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def launch_opts(device: torch.device) -> dict:
     """Launch keywords for the GEMV-style kernels: PDL (constexpr) and, when on, launch_pdl."""
-    return {"PDL": PDL_MODE, "launch_pdl": True} if pdl_enabled(device) and PDL_MODE else {}
+    return {"PDL": PDL_MODE, "launch_pdl": True} if pdl_enabled(device) else {}
 
 
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
@@ -211,7 +225,7 @@ def split_counters(device: torch.device, size: int) -> torch.Tensor | None:
 
 def _views(raw: torch.Tensor, qt: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     p16 = raw.view(-1).view(torch.int16)
-    return raw, p16, raw.view(-1).view(torch.int32) if qt == 12 else p16  # Q4_K rows are 4-byte aligned
+    return raw, p16, raw.view(-1).view(torch.int32) if qt == Q.Q4_K else p16  # Q4_K rows: 4-byte aligned
 
 
 def fused_glu(x: torch.Tensor, raw_gate: torch.Tensor, raw_up: torch.Tensor, out_features: int,
@@ -264,6 +278,8 @@ def fused_gemv(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feature
         launch_gemv(x, raw, y, qt, out_features, in_features, g, bo, warps, splits, bias, norm,
                     residual is not None)
         return y
+    if n <= MM_MAX_N and qt in MM_ROUTE:  # decode batches: raw tiles on the tensor cores
+        return batched_linear(x, raw, out_features, in_features, qt, bias)
     # more tokens: dequantize to x.dtype (Triton), then one cuBLAS GEMM
     w = dequantize_raw(raw, qt, out_features, in_features, x.dtype)
     return torch.addmm(bias, x, w.t()) if bias is not None else torch.matmul(x, w.t())

@@ -7,6 +7,8 @@ The weights may have different GGML types (Q4_K_M files mix Q5_0 and Q8_0 here);
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import torch
 import triton
 import triton.language as tl
@@ -23,7 +25,7 @@ from orcd.quant.kernels.fused_linear import (
 
 # groups per pass by type for this launch (else gemv_config's): enough for all of K in one pass where
 # it is short, so every weight load is issued before the wait for x (PDL)
-QKV_G: dict[int, int] = {}
+QKV_G: MappingProxyType = MappingProxyType({})  # GGMLQuantizationType -> G; none measured faster
 
 
 @triton.jit

@@ -12,16 +12,20 @@ the dequantize-to-bf16 path rounds them; dense weights are read as they are. fp3
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import torch
 import triton
 import triton.language as tl
+from gguf import GGMLQuantizationType as Q
 
-from orcd.quant.kernels.fused_linear import BLOCK_SIZE, TYPE_SIZE
+from orcd.quant.kernels.layout import BLOCK_SIZE, TYPE_SIZE
 from orcd.quant.kernels.tiles import dequant_tile
 
 DENSE = 0  # "type id" of a dense weight (F32/F16/BF16 [out, in])
-# type id -> (elements per scale group S, groups per K step G); BK = S * G
-K_TILES = {DENSE: (64, 1), 8: (32, 4), 6: (32, 4), 12: (32, 8), 14: (16, 16)}
+# type (DENSE or a GGMLQuantizationType) -> (elements per scale group S, groups per K step G); BK = S * G
+K_TILES = MappingProxyType({DENSE: (64, 1), Q.Q8_0: (32, 4), Q.Q5_0: (32, 4), Q.Q4_K: (32, 8),
+                            Q.Q6_K: (16, 16)})
 # (BM, BN, SPLIT_ITERS) from a sweep on an H200 (all of a 0.5B-shaped Q4_K_M token's products, us):
 # (64, 32, 2) 1,705 / 1,908 / 6,142 at M = 1 / 64 / 512; (32, 32, 2) 1,536 / 2,382 / 9,271;
 # (64, 64, 2) 1,869 / 2,115 / 7,058; (16, 32, 1) 1,595 / 3,444 / 16,614.
