@@ -1,0 +1,58 @@
+"""Where a batch-1 decode step's time goes: the CUDA-graph step (FusedDecoder, as `orcd bench` replays it)
+under torch.profiler, kernels grouped by name, time per token.
+
+usage: python bench/peers/step_profile.py MODEL.gguf OUT.json [--steps 32]
+Prints the graph replay's tok/s (no profiler), then per kernel name: calls per token, µs per token, share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from orcd.cli.bench_session import OrcdSession
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("out")
+    ap.add_argument("--steps", type=int, default=32)
+    a = ap.parse_args()
+    s = OrcdSession(a.model, num_blocks=64, page=16)
+    rate = s.decode_graph(0, 128, "fused_norm")  # captures the batch-1 graph; tok/s without the profiler
+    g = s.graphs["fused_norm"]
+    tok = torch.zeros(1, dtype=torch.int64, device="cuda")
+    pos = torch.arange(0, a.steps, device="cuda")
+    lens = (pos + 1).to(torch.int32)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(a.steps):
+            _, tok = g.run(tok, pos[i:i + 1], pos[i:i + 1], lens[i:i + 1], s.tables)
+        torch.cuda.synchronize()
+    per: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time_total > 0:
+            per[ev.name][0] += 1
+            per[ev.name][1] += ev.device_time_total  # µs
+    total = sum(v[1] for v in per.values())
+    rows = sorted(({"kernel": k[:90], "calls_per_token": c / a.steps, "us_per_token": t / a.steps,
+                    "share": t / total} for k, (c, t) in per.items()), key=lambda r: -r["us_per_token"])
+    res = {"model": a.model, "device": torch.cuda.get_device_name(), "graph_tok_s": rate,
+           "graph_ms_per_token": 1e3 / rate, "kernel_us_per_token": total / a.steps, "kernels": rows,
+           "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"graph replay {rate:,.1f} tok/s ({1e3 / rate:.3f} ms/token); "
+          f"kernels {total / a.steps:,.0f} us/token")
+    for r in rows[:14]:
+        print(f"{r['us_per_token']:9.1f} us {r['calls_per_token']:6.1f}x {100 * r['share']:5.1f}%  "
+              f"{r['kernel']}")
+
+
+if __name__ == "__main__":
+    main()
