@@ -75,7 +75,7 @@ def main() -> int:
         stage("products", lambda: py([str(HERE / "products.py"), str(out / "products.json"),
                                       *a.products_args.split()], min(240, left() - 350)), notes)
     if a.during:
-        stage("during", lambda: subprocess.run(a.during, shell=True, timeout=max(1.0, left() - 300)), notes)
+        stage("during", lambda: subprocess.run(a.during, shell=True, timeout=max(1.0, left() - 210)), notes)
     try:
         rc = proc.wait(timeout=max(1.0, left() - 200))
     except subprocess.TimeoutExpired:
