@@ -21,6 +21,7 @@ from orcd.engine.sampling_params import SamplingParams
 from orcd.server import generate_route, openai_routes, tokenize_routes
 from orcd.server.errors import ErrorBody, install_error_handlers
 from orcd.server.jobs import JobHub
+from orcd.server.logprobs_format import TokenNames
 from orcd.server.middleware import APIKeyMiddleware, BodyLimitMiddleware
 from orcd.server.schemas import Health
 from orcd.server.settings import ServerSettings
@@ -90,6 +91,7 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
                   description="GGUF inference worker: /v1/generate SSE stream and an OpenAI-compatible API")
     app.state.settings = settings
     app.state.hub = JobHub(engine, settings)
+    app.state.token_names = TokenNames(engine.tokenizer)  # logprobs: token id -> (text, bytes), cached
     app.state.model_id = settings.served_model_name or str(engine.model_name)
     app.state.created = int(time.time())
     app.state.ready = False

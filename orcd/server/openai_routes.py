@@ -52,12 +52,9 @@ async def _completion_prompt(body: CompletionRequest, tokenizer) -> tuple[list[i
     return list(p), None
 
 
-def _names(hub: JobHub) -> TokenNames:
-    """One token-name cache per server (built on the first request that asks for logprobs)."""
-    names = getattr(hub, "token_names", None)
-    if names is None:
-        names = hub.token_names = TokenNames(hub.engine.tokenizer)
-    return names
+def _names(request: Request) -> TokenNames:
+    """The server's token-name cache (app.state.token_names, filled as logprobs requests need it)."""
+    return request.app.state.token_names
 
 
 def _head(jobs: list[Job], obj: str, model: str) -> dict:
@@ -93,7 +90,7 @@ async def completions(body: CompletionRequest, request: Request):
     max_tokens = hub.resolve_max_tokens(body.max_tokens, len(ids), None, "prompt")
     echo = "" if not body.echo else text if text is not None else hub.engine.tokenizer.decode(ids)
     jobs = admit_choices(hub, "completions", ids, completion_sampling(body, max_tokens), body.n, "cmpl-")
-    fmt = ChoiceFormat(chat=False, names=_names(hub) if body.logprobs is not None else None, echo=echo)
+    fmt = ChoiceFormat(chat=False, names=_names(request) if body.logprobs is not None else None, echo=echo)
     head = _head(jobs, "text_completion", model)
     include = bool(body.stream_options and body.stream_options.include_usage)
     return await _respond(hub, jobs, fmt, head, body.stream, include, request)
@@ -109,7 +106,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     max_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = hub.resolve_max_tokens(getattr(body, max_param), len(ids), None, "messages", max_param)
     jobs = admit_choices(hub, "chat", ids, chat_sampling(body, max_tokens), body.n, "chatcmpl-")
-    fmt = ChoiceFormat(chat=True, names=_names(hub) if body.logprobs else None)
+    fmt = ChoiceFormat(chat=True, names=_names(request) if body.logprobs else None)
     head = _head(jobs, "chat.completion", model)
     include = bool(body.stream_options and body.stream_options.include_usage)
     return await _respond(hub, jobs, fmt, head, body.stream, include, request)

@@ -62,7 +62,9 @@ async def encode_chat(tokenizer, messages: list[dict], ctx: int, param: str = "m
             f"This model's maximum context length is {ctx} tokens. However, your {what} hold more than "
             f"{MAX_OUTPUT_CHARS} characters, more than a chat template may render. Please reduce the length "
             f"of the {what}.", param=param)
-    return await to_thread.run_sync(tokenizer.encode_chat, messages, add_generation_prompt)
+    if add_generation_prompt:
+        return await to_thread.run_sync(tokenizer.encode_chat, messages)
+    return await to_thread.run_sync(lambda: tokenizer.encode_chat(messages, add_generation_prompt=False))
 
 
 def chat_messages(messages: list[ChatMessage]) -> list[dict]:
