@@ -29,10 +29,15 @@ K_SWA_PATTERN = "attention.sliding_window_pattern"  # int n (every n-th layer gl
 K_ROPE_BASE_SWA = "rope.freq_base_swa"
 K_ATTN_SCALE = "attention.scale"
 K_FINAL_SOFTCAP = "final_logit_softcapping"
+K_EXPERTS = "expert_count"
+K_EXPERTS_USED = "expert_used_count"
+K_EXPERT_FFN = "expert_feed_forward_length"
+K_YARN_BETA_FAST = "rope.scaling.yarn_beta_fast"
+K_YARN_BETA_SLOW = "rope.scaling.yarn_beta_slow"
 
 # llama.cpp's per-architecture defaults for sliding-window models, used when the file has no key:
 # arch -> (layer pattern n: layer i is local unless i % n == n - 1; RoPE base of the local layers)
-SWA_DEFAULTS = {"gemma3": (6, 10000.0)}
+SWA_DEFAULTS = {"gemma3": (6, 10000.0), "gpt-oss": (2, 10000.0)}  # gpt-oss: even layers local
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,11 @@ class ModelConfig:
     rope_theta_swa: float = 10000.0  # RoPE base of the local layers
     attn_scale: float = 0.0  # softmax scale from the file; 0 = the architecture's default
     final_logit_softcap: float = 0.0  # logits = cap * tanh(logits / cap) when > 0
+    n_experts: int = 0  # mixture-of-experts FFN: experts per layer (0 = dense FFN)
+    n_experts_used: int = 0  # experts routed per token (top-k)
+    expert_ffn_size: int = 0  # intermediate width of one expert
+    yarn_beta_fast: float = 32.0  # YaRN ramp bounds, in rotations (llama.cpp's and HF's defaults)
+    yarn_beta_slow: float = 1.0
 
     def is_local(self, layer: int) -> bool:
         return bool(self.swa_layers) and self.swa_layers[layer]
@@ -117,6 +127,11 @@ def model_config_from_gguf(f: GGUFFile) -> ModelConfig:
         **_swa_fields(md, arch, get(K_BLOCKS, int)),
         attn_scale=get(K_ATTN_SCALE, float, 0.0, required=False),
         final_logit_softcap=get(K_FINAL_SOFTCAP, float, 0.0, required=False),
+        n_experts=get(K_EXPERTS, int, 0, required=False),
+        n_experts_used=get(K_EXPERTS_USED, int, 0, required=False),
+        expert_ffn_size=get(K_EXPERT_FFN, int, 0, required=False),
+        yarn_beta_fast=get(K_YARN_BETA_FAST, float, 32.0, required=False),
+        yarn_beta_slow=get(K_YARN_BETA_SLOW, float, 1.0, required=False),
     )
     _check_ranges(cfg, len(f.tensors))
     return cfg
@@ -146,6 +161,7 @@ MAX_DIM = 1 << 20  # hidden, ffn
 MAX_VOCAB = 1 << 24
 MAX_CONTEXT = 1 << 27
 MAX_HEAD_DIM = 1 << 14
+MAX_EXPERTS = 1 << 12
 
 
 def _check_ranges(cfg: ModelConfig, n_tensors: int) -> None:
@@ -163,7 +179,10 @@ def _check_ranges(cfg: ModelConfig, n_tensors: int) -> None:
     if not (0 <= cfg.sliding_window <= MAX_CONTEXT and 0 <= cfg.attn_scale < 1e3
             and 0 <= cfg.final_logit_softcap < 1e6):
         raise GGUFError("metadata gives a sliding window, attention scale or logit cap out of range")
-    for name in ("rope_theta", "rope_scaling_factor", "rope_theta_swa"):
+    if not (0 <= cfg.n_experts_used <= cfg.n_experts <= MAX_EXPERTS and 0 <= cfg.expert_ffn_size <= MAX_DIM):
+        raise GGUFError(f"metadata gives {cfg.n_experts_used} of {cfg.n_experts} experts of width "
+                        f"{cfg.expert_ffn_size}: outside 0 <= used <= count <= {MAX_EXPERTS}")
+    for name in ("rope_theta", "rope_scaling_factor", "rope_theta_swa", "yarn_beta_fast", "yarn_beta_slow"):
         value = getattr(cfg, name)
         if not (math.isfinite(value) and value > 0):
             raise GGUFError(f"metadata gives {name}={value}, which must be a positive number")

@@ -145,7 +145,13 @@ def write_model_gguf(
         tokenizer_metadata = synthetic_tokenizer_metadata(vocab_size, arch, seed)
     md.update(tokenizer_metadata)
     md.update(extra_metadata or {})
+    return write_gguf(path, arch, md, shapes, types, seed)
 
+
+def write_gguf(path: str | Path, arch: str, md: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]],
+               types: Mapping[str, Q], seed: int = 0) -> Path:
+    """Write metadata `md` and random tensors of `shapes` (torch order) and `types`, in that order."""
+    path = Path(path)
     w = GGUFWriter(path, arch)
     _add_metadata(w, md)
     for name, shape in shapes.items():  # declare every tensor first (header), then stream the data
@@ -169,6 +175,8 @@ def _random_payload(name: str, shape: tuple[int, ...], qtype: Q, rng: np.random.
         return random_tensor(Q.F32, shape, rng, 0.1, mean=1.0)
     if name.endswith(".bias"):
         return random_tensor(Q.F32, shape, rng, BIAS_STD)
+    if name.endswith("attn_sinks.weight"):  # gpt-oss: per-head logits, as large as attention scores
+        return random_tensor(Q.F32, shape, rng, 1.0)
     data = random_tensor(qtype, shape, rng, WEIGHT_STD)
     if qtype not in FLOAT_TYPES or qtype == Q.BF16:
         data = data.reshape(*shape[:-1], -1)  # uint8 [..., row_bytes]

@@ -90,4 +90,19 @@ def random_tensor(
         return (x.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8).reshape(rows, -1)
     if mean != 0.0:
         raise ValueError("only float tensors can have a non-zero mean")
+    if qtype == Q.MXFP4:
+        return random_mxfp4_rows(rows, shape[-1], rng, std)
     return random_block_rows(qtype, rows, shape[-1], rng, std)
+
+
+MXFP4_CODE_STD = float(np.sqrt(np.mean(np.square(quants.MXFP4.kvalues))))  # ~5.85: random codes, scale 1
+
+
+def random_mxfp4_rows(rows: int, row_len: int, rng: np.random.Generator, std: float) -> np.ndarray:
+    """Random MXFP4 rows: uint8 [rows, row_bytes]; random 4-bit codes, and per block an E8M0 exponent
+    within one power of two of the one that gives `std` (scale 2 ** (e - 128))."""
+    nbytes = row_bytes(Q.MXFP4, row_len)
+    data = rng.integers(0, 256, size=(rows * nbytes // 17, 17), dtype=np.uint8)
+    e = 128 + round(float(np.log2(std / MXFP4_CODE_STD)))
+    data[:, 0] = np.clip(e + rng.integers(-1, 2, size=data.shape[0]), 1, 254)
+    return data.reshape(rows, nbytes)

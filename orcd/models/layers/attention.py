@@ -32,10 +32,14 @@ def _cuda_kernel() -> AttentionFn | None:
 
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMetadata,
-                    scale: float, window: int = 0, invariant: bool = False) -> torch.Tensor:
+                    scale: float, window: int = 0, invariant: bool = False,
+                    sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Dispatch: the Triton kernel on CUDA when available, else the torch reference; on CUDA with
     `invariant` (orcd.numerics) the batch-invariant Triton kernel, for every kind of step.
-    window > 0: sliding-window attention over the last `window` positions."""
+    window > 0: sliding-window attention over the last `window` positions.
+    sinks [Hq] (gpt-oss attention sinks): the torch reference on every device, for now."""
+    if sinks is not None:
+        return paged_attention_torch(q, k_cache, v_cache, meta, scale, window, sinks)
     if invariant and q.is_cuda:
         from orcd.models.layers.attention_invariant import paged_attention_invariant
 
@@ -48,19 +52,22 @@ class Attention(nn.Module):
     """GQA self-attention with rotary positions over the paged cache.
 
     Optional: q_norm / k_norm (RMSNorm over head_dim before RoPE: qwen3, gemma3), scale (default
-    head_dim ** -0.5), window (sliding-window layers; 0 = full causal attention)."""
+    head_dim ** -0.5), window (sliding-window layers; 0 = full causal attention), sinks ([n_heads]
+    learned logits in each head's softmax denominator: gpt-oss)."""
 
     batch_invariant = False  # on CUDA, the batch-invariant kernel (orcd.numerics.batch_invariant_mode)
 
     def __init__(self, q_proj: nn.Module, k_proj: nn.Module, v_proj: nn.Module, o_proj: nn.Module,
                  n_heads: int, n_kv_heads: int, head_dim: int, *, q_norm: nn.Module | None = None,
-                 k_norm: nn.Module | None = None, scale: float | None = None, window: int = 0):
+                 k_norm: nn.Module | None = None, scale: float | None = None, window: int = 0,
+                 sinks: torch.Tensor | None = None):
         super().__init__()
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = q_proj, k_proj, v_proj, o_proj
         self.q_norm, self.k_norm = q_norm, k_norm
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim
         self.scale = head_dim**-0.5 if scale is None else scale
         self.window = window
+        self.register_buffer("sinks", sinks, persistent=False)  # [n_heads] float32, or None
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: AttnMetadata,
                 k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
@@ -74,5 +81,6 @@ class Attention(nn.Module):
         qk = apply_rotary(torch.cat((q, k), dim=1), cos, sin)  # one rotary pass for both (elementwise)
         q, k = qk[:, : self.n_heads], qk[:, self.n_heads :]
         write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-        o = paged_attention(q, k_cache, v_cache, meta, self.scale, self.window, self.batch_invariant)
+        o = paged_attention(q, k_cache, v_cache, meta, self.scale, self.window, self.batch_invariant,
+                            self.sinks)
         return self.o_proj(o.reshape(t, self.n_heads * self.head_dim))

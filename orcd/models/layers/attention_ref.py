@@ -47,9 +47,11 @@ def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
 
 
 def paged_attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                          meta: AttnMetadata, scale: float, window: int = 0) -> torch.Tensor:
+                          meta: AttnMetadata, scale: float, window: int = 0,
+                          sinks: torch.Tensor | None = None) -> torch.Tensor:
     """q [T, Hq, D] (new tokens, K/V already written) -> out [T, Hq, D]. One SDPA per sequence.
-    window > 0: each query sees only the last `window` positions (sliding-window layers)."""
+    window > 0: each query sees only the last `window` positions (sliding-window layers).
+    sinks [Hq] (gpt-oss): a learned logit per head added to the softmax denominator only."""
     cu, seq_lens = meta.host_lists()
     bs, n_kv = k_cache.shape[1], k_cache.shape[2]
     group = q.shape[1] // n_kv
@@ -74,6 +76,21 @@ def paged_attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
             mask = kpos <= qpos  # [n_q, ctx - lo] bool
             if window > 0:
                 mask &= kpos > qpos - window
+        if sinks is not None:
+            k, v, mask = _with_sink(k, v, mask, sinks, n_q, q.dtype)
         o = F.scaled_dot_product_attention(q[q0:q1].transpose(0, 1), k, v, attn_mask=mask, scale=scale)
         out[q0:q1] = o.transpose(0, 1)  # o: [Hq, n_q, D]
     return out
+
+
+def _with_sink(k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, sinks: torch.Tensor, n_q: int,
+               dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One more key per head, of value 0, whose logit is sinks[h]: a zero key (score 0) plus an additive
+    mask of sinks[h] on its column. k, v [Hq, L, D]; mask [n_q, L] bool or None -> float [Hq, n_q, L + 1]."""
+    hq, n_k = k.shape[0], k.shape[1]
+    zero = k.new_zeros(hq, 1, k.shape[2])
+    bias = torch.zeros(hq, n_q, n_k, dtype=dtype, device=k.device)
+    if mask is not None:
+        bias = bias.masked_fill(~mask, float("-inf"))
+    sink = sinks.to(dtype).reshape(hq, 1, 1).expand(hq, n_q, 1)
+    return torch.cat((k, zero), dim=1), torch.cat((v, zero), dim=1), torch.cat((bias, sink), dim=2)

@@ -1,0 +1,104 @@
+"""Mixture-of-experts feed-forward (gpt-oss), the simple torch path: a loop over the routed experts.
+
+Router: logits = x @ W_r.T + b_r [T, E]; each token takes its top-k logits and softmaxes over those k
+only (llama.cpp's SOFTMAX_WEIGHT gating, HF's GptOssTopKRouter). Expert e: gpt-oss's clamped SwiGLU,
+    g = min(x @ Wg_e.T + bg_e, limit),  u = clamp(x @ Wu_e.T + bu_e, -limit, limit)
+    y = (g * sigmoid(alpha * g) * (u + 1)) @ Wd_e.T + bd_e
+and a token's output is the routing-weighted sum of its k experts' y.
+
+Expert weights are llama.cpp's 3-D tensors ffn_{gate,up,down}_exps [E, out, in] (torch order). Kept
+quantized, the raw blocks stay [E, out, row_bytes] on the device and only the routed experts' blocks
+are dequantized each step; otherwise all experts are dequantized once at load.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from orcd.errors import GGUFError
+from orcd.gguf.reader import GGUFTensor
+from orcd.quant import dequantize, dequantize_to
+from orcd.quant.linear import FLOAT_TYPES, raw_to_device
+
+SWIGLU_ALPHA = 1.702  # gpt-oss's sigmoid slope
+SWIGLU_LIMIT = 7.0  # gpt-oss's clamp on the gate (above) and the up projection (both sides)
+
+
+class ExpertLinear(nn.Module):
+    """E stacked linears y = x @ W_e.T + b_e; W [E, out, in] dense, or raw uint8 [E, out, row_bytes]."""
+
+    def __init__(self, weight: GGUFTensor, bias: GGUFTensor | None, device: torch.device,
+                 dtype: torch.dtype, keep_quantized: bool):
+        super().__init__()
+        if len(weight.shape) != 3:
+            raise GGUFError(f"tensor {weight.name} should be 3-D [experts, out, in], "
+                            f"has shape {weight.shape}")
+        self.n_experts, self.out_features, self.in_features = weight.shape
+        self.qtype, self.dtype = weight.qtype, dtype
+        raw = raw_to_device(weight, device).view(self.n_experts, self.out_features, -1)
+        keep = keep_quantized and weight.qtype not in FLOAT_TYPES
+        dense = None if keep else dequantize_to(raw, weight.qtype, tuple(weight.shape), dtype)
+        self.register_buffer("raw", raw if keep else None, persistent=False)
+        self.register_buffer("weight", dense, persistent=False)
+        b = None
+        if bias is not None:
+            if tuple(bias.shape) != (self.n_experts, self.out_features):
+                raise GGUFError(f"bias {bias.name} has shape {bias.shape}, "
+                                f"expected ({self.n_experts}, {self.out_features})")
+            b = dequantize(raw_to_device(bias, device), bias.qtype, bias.shape).to(dtype)
+        self.register_buffer("bias", b, persistent=False)  # [E, out] or None
+
+    def expert_weight(self, e: int) -> torch.Tensor:
+        """W_e [out, in] in self.dtype; kept quantized, only expert e's blocks are dequantized."""
+        if self.weight is not None:
+            return self.weight[e]
+        return dequantize_to(self.raw[e], self.qtype, (self.out_features, self.in_features), self.dtype)
+
+    def forward(self, x: torch.Tensor, e: int) -> torch.Tensor:
+        """x [N, in] (tokens routed to expert e) -> [N, out]."""
+        return F.linear(x, self.expert_weight(e), None if self.bias is None else self.bias[e])
+
+
+def clamped_swiglu(gate: torch.Tensor, up: torch.Tensor, alpha: float = SWIGLU_ALPHA,
+                   limit: float = SWIGLU_LIMIT) -> torch.Tensor:
+    """gpt-oss's SwiGLU: gate clamped above, up clamped both sides and offset by one."""
+    gate = gate.clamp(max=limit)
+    up = up.clamp(min=-limit, max=limit)
+    return gate * torch.sigmoid(gate * alpha) * (up + 1)
+
+
+class MoE(nn.Module):
+    """Top-k routed experts; router: a [E, H] linear with bias (any nn.Module mapping [T, H] -> [T, E])."""
+
+    def __init__(self, router: nn.Module, gate: ExpertLinear, up: ExpertLinear, down: ExpertLinear,
+                 top_k: int):
+        super().__init__()
+        self.router, self.gate, self.up, self.down, self.top_k = router, gate, up, down, top_k
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [T, H] -> (expert ids [T, k] int64, weights [T, k]): softmax over each token's top-k logits."""
+        logits = self.router(x)  # [T, E]
+        top, ids = torch.topk(logits, self.top_k, dim=-1)
+        return ids, torch.softmax(top, dim=-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [T, H] -> [T, H]."""
+        ids, weights = self.route(x)
+        out = torch.zeros_like(x)
+        flat = ids.reshape(-1)
+        order = torch.argsort(flat, stable=True)  # (token, slot) pairs grouped by expert, tokens ascending
+        counts = torch.bincount(flat, minlength=self.gate.n_experts).tolist()
+        start = 0
+        for e, n in enumerate(counts):  # only the experts some token routed to
+            if n == 0:
+                continue
+            pairs = order[start : start + n]
+            start += n
+            tok = pairs // self.top_k
+            xe = x[tok]
+            h = clamped_swiglu(self.gate(xe, e), self.up(xe, e))
+            y = self.down(h, e) * weights.reshape(-1)[pairs, None]
+            out.index_add_(0, tok, y.to(out.dtype))
+        return out
