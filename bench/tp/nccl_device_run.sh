@@ -3,7 +3,8 @@
 #   1. tests/distributed/test_tp_nccl_gpu.py: greedy TP=2 == TP=1, seeded batch invariance at TP=2,
 #      `orcd serve --tensor-parallel 2` streams / cancels / disconnect storm / SIGTERM, no process left;
 #   2. bench/tp/tp_scaling.py on a Qwen2.5-7B-shaped Q4_K_M file (synthesized meanwhile), TP 1 and 2,
-#      decode at 1/8/32/64 streams, prefill 512.
+#      decode at 1/8/32/64 streams, prefill 512; modes $TP_MODES (default: TP with decode graphs, and the
+#      plain single-GPU engine as the baseline).
 # Wheels for what the device image lacks (fastapi, uvicorn, pydantic, gguf...) come in .whl-tp (carried).
 # NVLink multicast stays off here and in every rank (orcd.distributed.runtime.RANK_ENV sets it too).
 set -u
@@ -29,7 +30,8 @@ left=$((BUDGET - SECONDS))
 echo "bench: ${left} s left" | tee "$OUT/bench.log"
 if [ "$left" -gt 40 ] && [ -f "$F" ]; then
   timeout "$left" python3 bench/tp/tp_scaling.py --file "$F" --ranks 1,2 --streams 1,8,32,64 \
-    --prompt-len 512 --decode-tokens 64 --out "$OUT" 2>&1 | tee -a "$OUT/bench.log"
+    --modes "${TP_MODES:-tp-graphs,engine}" --prompt-len 512 --decode-tokens 64 --out "$OUT" 2>&1 \
+    | tee -a "$OUT/bench.log"
 fi
 echo "=== summary (${SECONDS} s)"
 grep -E "passed|failed|error" "$OUT/nccl_tests.log" | tail -3

@@ -1,4 +1,4 @@
-"""Tensor-parallel throughput: a Qwen2.5-7B-shaped Q4_K_M file at 1 and 2 GPUs (NCCL), eager steps.
+"""Tensor-parallel throughput: a Qwen2.5-7B-shaped Q4_K_M file at 1 and 2 GPUs (NCCL).
 
 Meant for a host with >= 2 GPUs:
     python bench/tp/tp_scaling.py                 # synthesizes the 7B-shaped file if --file is absent
@@ -53,15 +53,21 @@ def bench_rank(ctx, path: str, args: dict, out_json: str) -> int:
     load_s = time.perf_counter() - t0
 
     def lead(make_engine) -> list[dict]:
-        p, d, streams = args["prompt_len"], args["decode_tokens"], args["streams"]
-        engine = make_engine(loaded, kv_fraction=0.5, max_num_seqs=max(streams), enable_prefix_caching=False,
-                             max_num_batched_tokens=max(p, 2048), batch_invariant="off")  # no cache hits
+        p, d, streams, mode = args["prompt_len"], args["decode_tokens"], args["streams"], args["mode"]
+        kw = dict(kv_fraction=0.5, max_num_seqs=max(streams), enable_prefix_caching=False,  # no cache hits
+                  max_num_batched_tokens=max(p, 2048), batch_invariant="off")
+        if mode == "engine":  # the single-GPU engine as it serves: fused decode graphs, prefill graphs
+            from orcd.engine.llm_engine import LLMEngine
+
+            engine = LLMEngine(loaded, **kw)
+        else:
+            engine = make_engine(loaded, enforce_eager=mode == "tp-eager", **kw)
         vocab = loaded.cfg.vocab_size
         prompt = [(7 + 31 * i) % vocab for i in range(max(p, 16 + max(streams)))]
         _requests(engine, [prompt[:64]], 8)  # warm-up: kernels compiled / autotuned
         _requests(engine, [prompt[j : j + 16] for j in range(max(streams))], 4)  # ... at the widest batch
         prefill = [_requests(engine, [prompt[:p]], 1)[0] for _ in range(3)]
-        common = {"ranks": ctx.world, "device": str(ctx.device), "load_s": load_s,
+        common = {"ranks": ctx.world, "mode": mode, "device": str(ctx.device), "load_s": load_s,
                   "weights_MiB_rank0": loaded.weights_bytes / 2**20,
                   "prefill_tokens": p, "prefill_tok_s": p / sorted(prefill)[1], "decode_tokens": d}
         if ctx.device.type == "cuda":
@@ -72,6 +78,7 @@ def bench_rank(ctx, path: str, args: dict, out_json: str) -> int:
         for b in streams:
             _, decode_s = _requests(engine, [prompt[j : j + 16] for j in range(b)], d)
             rows.append({**common, "decode_streams": b, "decode_tok_s": b * (d - 1) / decode_s})
+        rows[-1]["executors"] = dict(engine.runner.steps_by_executor)
         if ctx.device.type == "cuda":
             rows[-1]["peak_MiB_rank0"] = torch.cuda.max_memory_allocated(ctx.device) / 2**20
         return rows
@@ -91,6 +98,9 @@ def main() -> int:
     ap.add_argument("--prompt-len", type=int, default=2048)
     ap.add_argument("--decode-tokens", type=int, default=128)
     ap.add_argument("--streams", default="1", help="comma-separated counts of concurrent decode streams")
+    ap.add_argument("--modes", default="tp-graphs",
+                    help="comma-separated: tp-graphs (decode graphs of model.forward, collectives inside), "
+                         "tp-eager, engine (1 GPU only: the plain engine, fused decode graphs)")
     ap.add_argument("--out", default="bench/results")
     a = ap.parse_args()
 
@@ -103,26 +113,29 @@ def main() -> int:
         print(f"writing {path} (synth --like {a.like}) ...", file=sys.stderr, flush=True)
         synth_like(str(path), a.like)
     streams = [int(x) for x in a.streams.split(",")]
-    knobs = {"prompt_len": a.prompt_len, "decode_tokens": a.decode_tokens, "streams": streams}
     rows = []
-    for n in (int(x) for x in a.ranks.split(",")):
+    runs = [(n, m) for m in a.modes.split(",") for n in (int(x) for x in a.ranks.split(","))
+            if m != "engine" or n == 1]
+    for n, mode in runs:
+        knobs = {"prompt_len": a.prompt_len, "decode_tokens": a.decode_tokens, "streams": streams,
+                 "mode": mode}
         device = resolve_tp_device(a.device, n)
         tmp = Path(a.out) / f".tp_{n}.json"
         tmp.parent.mkdir(parents=True, exist_ok=True)
         if launch(n, device, bench_rank, (str(path), knobs, str(tmp))) != 0:
-            print(f"{n} ranks failed", file=sys.stderr)
+            print(f"{n} ranks ({mode}) failed", file=sys.stderr)
             continue
         rows += [{"file": path.name, **r} for r in json.loads(tmp.read_text())]
         tmp.unlink()
         print(json.dumps(rows[-len(streams):]), flush=True)
     out = Path(a.out)
     (out / "tp.json").write_text(json.dumps(rows, indent=1))
-    lines = ["| ranks | device | streams | decode tok/s | prefill tok/s | load s | weights MiB (rank 0) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| ranks | device | streams | decode tok/s | prefill tok/s | load s | MiB (rank 0) | mode |",
+             "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['ranks']} | {r.get('gpu', r['device'])} | {r['decode_streams']} | "
               f"{r['decode_tok_s']:.1f} | {r['prefill_tok_s']:.0f} | {r['load_s']:.1f} | "
-              f"{r['weights_MiB_rank0']:.0f} |" for r in rows]
-    text = (f"{path.name}, prompt {a.prompt_len}, streams x {a.decode_tokens} tokens, eager steps\n\n"
+              f"{r['weights_MiB_rank0']:.0f} | {r['mode']} |" for r in rows]
+    text = (f"{path.name}, prompt {a.prompt_len}, streams x {a.decode_tokens} tokens\n\n"
             + "\n".join(lines) + "\n")
     (out / "tp.md").write_text(text)
     print(text, flush=True)

@@ -1,11 +1,12 @@
 """Leader/follower step loop: rank 0 schedules, every rank runs its shard of the model.
 
 Control messages go from rank 0 to all ranks with broadcast_object_list on the control group:
-- ("init", num_kv_blocks | None, kv_fraction, block_size, batch_invariant): build a ModelRunner (KV cache)
-  for a new engine. None blocks = each rank measures, and all take the minimum (all_reduce MIN);
-  batch_invariant: the engine's policy (orcd.numerics), so every rank switches the same steps to the
-  invariant kernels (the row-parallel sums then add in rank order: layers.ordered_all_reduce);
-- a SchedulerOutput: run this step (the same flattened batch on every rank);
+- ("init", RunnerSpec): build a runner (KV cache, decode graphs) for a new engine. num_kv_blocks None =
+  each rank measures, and all take the minimum (all_reduce MIN); batch_invariant: the engine's policy
+  (orcd.numerics), so every rank switches the same steps to the invariant kernels (the row-parallel sums
+  then add in rank order: layers.ordered_all_reduce); decode_graphs / max_num_seqs: every rank captures
+  the same decode graphs, collectives inside (tp_runner.py);
+- a SchedulerOutput: run this step (the same flattened batch, the same executor on every rank);
 - None: stop following.
 Only rank 0 samples: the others' logits (all-gathered, hence equal) are dropped, and the sampled ids
 reach them as token_ids in the next step's SchedulerOutput.
@@ -22,11 +23,11 @@ import torch.distributed as dist
 
 from orcd.distributed.runtime import TPContext
 from orcd.distributed.shard import shard_model
+from orcd.distributed.tp_runner import TPModelRunner, follower_step
 from orcd.engine.io import ModelRunnerOutput, SchedulerOutput
 from orcd.engine.llm_engine import LLMEngine, auto_num_blocks
 from orcd.loading.loader import LoadedModel, load_model, weights_nbytes
 from orcd.numerics import invariant_policy
-from orcd.runner.model_runner import ModelRunner
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +86,25 @@ def _agree_blocks(ctx: TPContext, loaded, num_kv_blocks, kv_fraction: float, blo
     return int(n.item())
 
 
-def _eager_runner(loaded, num_kv_blocks: int, block_size: int, batch_invariant: str | bool) -> ModelRunner:
-    """A ModelRunner that runs every step through model.forward: fused/graph decode paths read the
-    QuantLinear buffers directly and would skip the sharded model's all-reduces."""
-    return ModelRunner(loaded, num_kv_blocks, block_size, decode_graphs=False,
-                       batch_invariant=batch_invariant)
+@dataclasses.dataclass(frozen=True)
+class RunnerSpec:
+    """What every rank needs to build the same runner for an engine."""
+
+    num_kv_blocks: int | None
+    kv_fraction: float
+    block_size: int
+    batch_invariant: str  # a policy of orcd.numerics
+    decode_graphs: bool  # CUDA graphs of model.forward for decode steps (ignored off CUDA)
+    max_num_seqs: int  # the engine's: the largest decode graph bucket
+
+
+def _build_runner(ctx: TPContext, loaded, spec: RunnerSpec) -> TPModelRunner:
+    """Every rank, together: agree on the KV size, then allocate the cache and capture the graphs.
+    Not the fused decode step: it reads the QuantLinear buffers directly and would skip the sharded
+    model's all-reduces (tp_runner.py)."""
+    n = _agree_blocks(ctx, loaded, spec.num_kv_blocks, spec.kv_fraction, spec.block_size)
+    return TPModelRunner(loaded, n, spec.block_size, decode_graphs=spec.decode_graphs,
+                         max_num_seqs=spec.max_num_seqs, batch_invariant=spec.batch_invariant)
 
 
 def _slim(sched: SchedulerOutput) -> SchedulerOutput:
@@ -101,17 +116,23 @@ def _slim(sched: SchedulerOutput) -> SchedulerOutput:
 class TPRunner:
     """Rank 0's runner: sends each step to the followers, then runs its own shard (and samples)."""
 
-    def __init__(self, ctx: TPContext, loaded, num_kv_blocks: int | None, kv_fraction: float,
-                 block_size: int, batch_invariant: str | bool = "seeded"):
+    def __init__(self, ctx: TPContext, loaded, spec: RunnerSpec):
         self.ctx = ctx
-        policy = invariant_policy(batch_invariant)  # a bad value fails here, before the followers hear of it
-        _send(ctx, ("init", num_kv_blocks, kv_fraction, block_size, policy))
-        self.num_kv_blocks = _agree_blocks(ctx, loaded, num_kv_blocks, kv_fraction, block_size)
-        self.inner = _eager_runner(loaded, self.num_kv_blocks, block_size, policy)
+        _send(ctx, ("init", spec))
+        self.inner = _build_runner(ctx, loaded, spec)
+        self.num_kv_blocks = self.inner.num_kv_blocks  # the block manager's (+1 scratch block in the cache)
 
     @property
     def kv(self):
         return self.inner.kv
+
+    @property
+    def graph(self):
+        return self.inner.graph
+
+    @property
+    def steps_by_executor(self) -> dict[str, int]:
+        return self.inner.steps_by_executor
 
     @property
     def invariant_policy(self) -> str:
@@ -125,12 +146,15 @@ class TPRunner:
 
 
 def leader_engine(ctx: TPContext, loaded, num_kv_blocks: int | None = None, kv_fraction: float = 0.7,
-                  block_size: int = 16, batch_invariant: str | bool = "seeded", **engine_kw) -> LLMEngine:
+                  block_size: int = 16, batch_invariant: str | bool = "seeded", enforce_eager: bool = False,
+                  max_num_seqs: int = 64, **engine_kw) -> LLMEngine:
     """Rank 0: an LLMEngine whose steps run on every rank (the followers must be in `follow`).
-    Steps are eager (enforce_eager, if given, changes nothing); batch_invariant as LLMEngine's."""
-    runner = TPRunner(ctx, loaded, num_kv_blocks, kv_fraction, block_size, batch_invariant)
+    Options as LLMEngine's; enforce_eager: no decode graphs; prefill always runs eagerly."""
+    policy = invariant_policy(batch_invariant)  # a bad value fails here, before the followers hear of it
+    spec = RunnerSpec(num_kv_blocks, kv_fraction, block_size, policy, not enforce_eager, max_num_seqs)
+    runner = TPRunner(ctx, loaded, spec)
     return LLMEngine(loaded, num_kv_blocks=runner.num_kv_blocks, block_size=block_size, runner=runner,
-                     **engine_kw)
+                     max_num_seqs=max_num_seqs, **engine_kw)
 
 
 def follow(ctx: TPContext, loaded) -> int:
@@ -141,13 +165,13 @@ def follow(ctx: TPContext, loaded) -> int:
         if msg is None:
             return steps
         if isinstance(msg, tuple) and msg[0] == "init":
-            _, num_kv_blocks, kv_fraction, block_size, policy = msg
-            runner = None  # free the previous engine's cache first
-            n = _agree_blocks(ctx, loaded, num_kv_blocks, kv_fraction, block_size)
-            runner = _eager_runner(loaded, n, block_size, policy)
+            runner = None  # free the previous engine's cache (and graphs) first
+            if ctx.device.type == "cuda":
+                torch.cuda.empty_cache()
+            runner = _build_runner(ctx, loaded, msg[1])
             continue
         try:
-            runner.forward(msg)  # logits dropped: rank 0 samples
+            follower_step(runner, msg)  # logits dropped: rank 0 samples
         except Exception:  # rank 0 fails the same step on its side; keep following
             log.exception("rank %d: step failed", ctx.rank)
         steps += 1

@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -117,9 +118,26 @@ def _entry(rank: int, world: int, device_kind: str, port: int, threads: int, fn,
         print(f"orcd: error: {err}", file=sys.stderr, flush=True)
         code = 2
     finally:
-        dist.destroy_process_group()
+        _teardown(rank, device_kind, code)
     if code:
         sys.exit(code)
+
+
+def _teardown(rank: int, device_kind: str, code: int, timeout_s: float = 20.0) -> None:
+    """destroy_process_group; on CUDA in a helper thread, and a rank that waits on it longer than
+    timeout_s exits without it (after NCCL collectives were captured into CUDA graphs the teardown has
+    been seen to hang: pytorch/pytorch#115388), so a shutdown never leaves a rank behind."""
+    if device_kind != "cuda":
+        dist.destroy_process_group()
+        return
+    t = threading.Thread(target=dist.destroy_process_group, name="orcd-pg-teardown", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        print(f"orcd: rank {rank}: process group teardown still running after {timeout_s:.0f} s; "
+              "exiting without it", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(code)
 
 
 def launch(world: int, device_kind: str, fn, fn_args: tuple = (), threads: int = 0,

@@ -1,6 +1,7 @@
 """Tensor parallelism on NCCL (>= 2 GPUs): the CPU (gloo) checks again, on cuda:0 and cuda:1.
 
-- greedy tokens at 2 ranks (float32 compute) equal those of 1 GPU, for every reference model;
+- greedy tokens at 2 ranks (float32 compute; decode steps from CUDA graphs holding the collectives) equal
+  those of 1 GPU (eager), for every reference model;
 - a seeded request gives the same tokens alone and batched at 2 ranks (bfloat16, batch-invariant kernels);
 - `orcd serve --tensor-parallel 2 --device cuda` streams the 1-GPU text, cancels, survives a disconnect
   storm and leaves no process behind on SIGTERM.
@@ -30,6 +31,8 @@ def test_two_nccl_ranks_match_one_gpu(model_paths, tmp_path):  # noqa: F811
     out = tmp_path / "tp.json"
     assert launch(2, "cuda", greedy_rank, (model_paths, PROMPTS, N_TOKENS, str(out), torch.float32)) == 0
     got = json.loads(out.read_text())
+    # decode steps replayed graphs of model.forward, NCCL collectives inside (orcd.distributed.tp_runner)
+    assert all(steps.get("decode_graph", 0) > 0 for steps in got["executors"].values()), got["executors"]
     mismatched = []
     for name, path in model_paths.items():
         engine = LLMEngine(load_model(path, "cuda:0", dtype=torch.float32), enforce_eager=True, **ENGINE_KW)
