@@ -22,7 +22,8 @@ def _common(vocab: int, hidden: int, tied: bool, layers: dict[str, Shape], n_lay
 def _gated(hidden: int, ffn: int, q: int, kv: int) -> dict[str, Shape]:
     return {"attn_norm.weight": (hidden,), "attn_q.weight": (q, hidden), "attn_k.weight": (kv, hidden),
             "attn_v.weight": (kv, hidden), "attn_output.weight": (hidden, q), "ffn_norm.weight": (hidden,),
-            "ffn_gate.weight": (ffn, hidden), "ffn_up.weight": (ffn, hidden), "ffn_down.weight": (hidden, ffn)}
+            "ffn_gate.weight": (ffn, hidden), "ffn_up.weight": (ffn, hidden),
+            "ffn_down.weight": (hidden, ffn)}
 
 
 def arch_tensor_shapes(arch: str, vocab: int, hidden: int, n_layers: int, ffn: int, n_heads: int,

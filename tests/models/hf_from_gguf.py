@@ -34,7 +34,8 @@ def _gemma3_config(md: dict, t: dict[str, torch.Tensor]):
     from orcd.gguf.config import SWA_DEFAULTS
 
     a = "gemma3."
-    n_layers, heads, hidden = md[a + "block_count"], md[a + "attention.head_count"], md[a + "embedding_length"]
+    n_layers, heads = md[a + "block_count"], md[a + "attention.head_count"]
+    hidden = md[a + "embedding_length"]
     head_dim = md.get(a + "attention.key_length", hidden // heads)
     pattern, theta_swa = SWA_DEFAULTS["gemma3"]  # llama.cpp's, when the file has no key
     pattern = md.get(a + "attention.sliding_window_pattern", pattern)
@@ -44,7 +45,8 @@ def _gemma3_config(md: dict, t: dict[str, torch.Tensor]):
         vocab_size=t["token_embd.weight"].shape[0], hidden_size=hidden,
         intermediate_size=md[a + "feed_forward_length"], num_hidden_layers=n_layers,
         num_attention_heads=heads, num_key_value_heads=md[a + "attention.head_count_kv"], head_dim=head_dim,
-        rms_norm_eps=md[a + "attention.layer_norm_rms_epsilon"], sliding_window=md[a + "attention.sliding_window"],
+        rms_norm_eps=md[a + "attention.layer_norm_rms_epsilon"],
+        sliding_window=md[a + "attention.sliding_window"],
         layer_types=["sliding_attention" if x else "full_attention" for x in local],
         query_pre_attn_scalar=head_dim, max_position_embeddings=md[a + "context_length"],
         rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": md[a + "rope.freq_base"]},
@@ -55,7 +57,8 @@ def _gemma3_config(md: dict, t: dict[str, torch.Tensor]):
 
 def _gemma3_state(t: dict[str, torch.Tensor], n_layers: int) -> dict[str, torch.Tensor]:
     """HF names; llama.cpp stored every norm weight as 1 + w, HF keeps w."""
-    sd = {"model.embed_tokens.weight": t["token_embd.weight"], "model.norm.weight": t["output_norm.weight"] - 1}
+    sd = {"model.embed_tokens.weight": t["token_embd.weight"],
+          "model.norm.weight": t["output_norm.weight"] - 1}
     names = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
              "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
              "ffn_down": "mlp.down_proj"}
@@ -79,7 +82,8 @@ def hf_gemma3(path: Path):
     md, t = gguf_tensors(path)
     cfg = _gemma3_config(md, t)
     model = Gemma3ForCausalLM(cfg).eval()
-    missing, unexpected = model.load_state_dict(_gemma3_state(t, cfg.num_hidden_layers), strict=False)
+    sd = _gemma3_state(t, cfg.num_hidden_layers)
+    missing, unexpected = model.load_state_dict(sd, strict=False, assign=True)  # no second copy
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
     if cfg.tie_word_embeddings:
         model.tie_weights()
