@@ -1,8 +1,10 @@
-"""The decoder-only transformer shared by qwen2 and llama: pre-norm blocks of GQA attention + SwiGLU.
+"""The decoder-only transformer shared by qwen2, qwen3 and llama: pre-norm blocks of GQA attention + SwiGLU.
 
-Architecture files subclass `DecoderModel` and set two class attributes:
+Architecture files subclass `DecoderModel` and set class attributes:
 - `qkv_bias`: attn_{q,k,v}.bias are required (qwen2); otherwise they are loaded only when present;
-- `qk_rows_permuted`: attn_q/attn_k rows are stored permuted for interleaved RoPE (llama).
+- `qk_rows_permuted`: attn_q/attn_k rows are stored permuted for interleaved RoPE (llama);
+- `qk_norm`: attn_q_norm / attn_k_norm RMSNorm over head_dim before RoPE (qwen3);
+- `fused_decode`: the runner's FusedDecoder may run the model (it knows no QK-norm).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class DecoderModel(nn.Module):
     architecture = "?"
     qkv_bias = False
     qk_rows_permuted = False
+    qk_norm = False
+    fused_decode = True
 
     @classmethod
     def expected_tensors(cls, cfg: ModelConfig) -> tuple[dict[str, Shape], dict[str, Shape]]:
@@ -68,6 +72,8 @@ class DecoderModel(nn.Module):
                 p + "attn_v.weight": (kv, h), p + "attn_output.weight": (h, q), p + "ffn_norm.weight": (h,),
                 p + "ffn_gate.weight": (f, h), p + "ffn_up.weight": (f, h), p + "ffn_down.weight": (h, f),
             }
+            if cls.qk_norm:
+                req |= {p + "attn_q_norm.weight": (d,), p + "attn_k_norm.weight": (d,)}
             biases = {p + "attn_q.bias": (q,), p + "attn_k.bias": (kv,), p + "attn_v.bias": (kv,)}
             (req if cls.qkv_bias else opt).update(biases)  # loaded whenever present
         return req, opt
@@ -102,8 +108,10 @@ class DecoderModel(nn.Module):
         blocks = []
         for i in range(cfg.n_layers):
             p = f"blk.{i}."
+            qk_norms = {"q_norm": norm(p + "attn_q_norm.weight"),
+                        "k_norm": norm(p + "attn_k_norm.weight")} if cls.qk_norm else {}
             attn = Attention(lin(p + "attn_q", qh), lin(p + "attn_k", kh), lin(p + "attn_v"),
-                             lin(p + "attn_output"), cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)
+                             lin(p + "attn_output"), cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, **qk_norms)
             mlp = SwiGLU(lin(p + "ffn_gate"), lin(p + "ffn_up"), lin(p + "ffn_down"))
             blocks.append(Block(norm(p + "attn_norm.weight"), attn, norm(p + "ffn_norm.weight"), mlp))
         embed = embedding(t["token_embd.weight"], device, dtype, keep_quantized)

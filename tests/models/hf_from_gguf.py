@@ -88,3 +88,41 @@ def hf_gemma3(path: Path):
     if cfg.tie_word_embeddings:
         model.tie_weights()
     return model
+
+
+_LINEARS = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+            "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+            "ffn_down": "mlp.down_proj"}
+
+
+def hf_qwen3(path: Path):
+    """Qwen3ForCausalLM (fp32, eval) with the file's weights; head_dim from attention.key_length."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    md, t = gguf_tensors(path)
+    a = "qwen3."
+    n_layers, heads = md[a + "block_count"], md[a + "attention.head_count"]
+    hidden = md[a + "embedding_length"]
+    cfg = Qwen3Config(
+        vocab_size=t["token_embd.weight"].shape[0], hidden_size=hidden,
+        intermediate_size=md[a + "feed_forward_length"], num_hidden_layers=n_layers,
+        num_attention_heads=heads, num_key_value_heads=md[a + "attention.head_count_kv"],
+        head_dim=md.get(a + "attention.key_length", hidden // heads),
+        rms_norm_eps=md[a + "attention.layer_norm_rms_epsilon"],
+        max_position_embeddings=md[a + "context_length"],
+        rope_parameters={"rope_type": "default", "rope_theta": md[a + "rope.freq_base"]},
+        tie_word_embeddings="output.weight" not in t, attention_bias=False)
+    sd = {"model.embed_tokens.weight": t["token_embd.weight"], "model.norm.weight": t["output_norm.weight"]}
+    norms = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+             "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
+    for i in range(n_layers):
+        for g, h in (_LINEARS | norms).items():
+            sd[f"model.layers.{i}.{h}.weight"] = t[f"blk.{i}.{g}.weight"]
+    if "output.weight" in t:
+        sd["lm_head.weight"] = t["output.weight"]
+    model = Qwen3ForCausalLM(cfg).eval()
+    missing, unexpected = model.load_state_dict(sd, strict=False, assign=True)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    if cfg.tie_word_embeddings:
+        model.tie_weights()
+    return model
