@@ -68,3 +68,21 @@ def test_batched_linear_under_interpreter():
     assert len(results) == 96
     for name, err, tol in results:
         assert float(err) < float(tol), name
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("qt,n,k", [(T.Q4_K, 18944, 3584), (T.Q6_K, 3584, 18944), (T.Q4_K, 3584, 3584),
+                                    (T.Q8_0, 4096, 896)], ids=lambda v: getattr(v, "name", str(v)))
+@pytest.mark.parametrize("m", [5, 8, 64])
+def test_fused_linear_routes_batched_rows(qt, n, k, m):
+    """QuantLinear's fused path at 5..64 rows: batched_linear where routed(), dequantize + cuBLAS else;
+    both against the float64 reference."""
+    from orcd.quant.kernels import get_fused_linear
+    from orcd.quant.kernels.batched_linear import routed
+
+    assert routed(qt, n, k) == (qt == T.Q8_0 or n * k >= 1 << 24)
+    raw = random_blocks(qt, n, k, seed=m).cuda()
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    y = get_fused_linear(qt, "cuda")(x, raw, n, k)
+    assert _err(y, _ref(x.float(), raw, qt, n, k)) < TOL[torch.bfloat16]

@@ -26,12 +26,16 @@ from orcd.quant.kernels.tiles import dequant_tile
 # type -> (elements per scale group S, groups per K step G): BK = S * G inputs per step
 # (K-quants: one 256-input super-block per step, read by _tile_q4_k / _tile_q6_k)
 MM_TILES = types.MappingProxyType({Q.Q8_0: (32, 4), Q.Q5_0: (32, 4), Q.Q4_K: (32, 8), Q.Q6_K: (16, 16)})
-# type -> (BN output columns per program, num_warps, num_stages); see docs/performance.md
-MM_LAUNCH = types.MappingProxyType({Q.Q8_0: (64, 4, 2), Q.Q5_0: (64, 4, 2), Q.Q4_K: (64, 4, 2),
-                                    Q.Q6_K: (64, 4, 2)})
-# types fused_linear sends here for GEMV_MAX_N < N <= MM_MAX_N (faster than dequantize + cuBLAS on the
-# H100 sweep, docs/performance.md); the others keep dequantize + cuBLAS
-MM_ROUTE = frozenset({Q.Q8_0})
+# (BN output columns per program, num_warps, num_stages), from the H100 sweep over the 7B products at
+# M = 8 and 64 (docs/performance.md, "7B and the peer"): BN 64, 4 warps, 2 stages, W as the first dot
+# operand; for long rows (K >= LONG_K: 7B ffn_down, K = 18944) BN 128, 8 warps, 3 stages.
+MM_LAUNCH = (64, 4, 2)
+MM_LAUNCH_LONG_K = (128, 8, 3)
+LONG_K = 8192
+# fused_linear sends GEMV_MAX_N < N <= MM_MAX_N rows here for these types, K-quants only for matrices of
+# >= MM_MIN_WEIGHTS weights: where the sweep measured it faster than dequantize + cuBLAS (Q8_0: 0.5B LM
+# head 271 -> 98 us at M = 8; Q4_K / Q6_K 7B gate, down, LM head 1.5-2x). Q5_0 measured equal: not sent.
+MM_ROUTE = types.MappingProxyType({Q.Q8_0: 0, Q.Q4_K: 1 << 24, Q.Q6_K: 1 << 24})  # type -> MM_MIN_WEIGHTS
 BM_MAX = 64  # rows per program; more rows: more programs along M (each reads the weights again)
 TARGET_PROGRAMS = 264  # 2 per SM on an H100: split K until about this many programs run
 
@@ -149,10 +153,16 @@ def _dot(a, b, acc, IEEE: tl.constexpr):
     return acc
 
 
+def routed(qtype: Q | int, out_features: int, in_features: int) -> bool:
+    """Whether fused_linear runs an [N <= MM_MAX_N, in] x [out, in].T product of this type here."""
+    floor = MM_ROUTE.get(qtype)
+    return floor is not None and out_features * in_features >= floor
+
+
 def mm_plan(qtype: Q, m: int, n: int, k: int, launch: tuple[int, int, int] | None = None,
             target: int = TARGET_PROGRAMS) -> tuple[int, int, int, int, int]:
     """(BM, BN, num_warps, num_stages, K steps per split) for an [m, k] x [n, k].T product."""
-    bn, warps, stages = launch or MM_LAUNCH[qtype]
+    bn, warps, stages = launch or (MM_LAUNCH_LONG_K if k >= LONG_K else MM_LAUNCH)
     s, g = MM_TILES[qtype]
     bm = min(BM_MAX, max(16, triton.next_power_of_2(m)))
     steps = triton.cdiv(k, s * g)
@@ -165,7 +175,7 @@ def batched_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_fea
                    bias: torch.Tensor | None = None, launch: tuple[int, int, int] | None = None,
                    target: int = TARGET_PROGRAMS, swap: bool = True) -> torch.Tensor:
     """x [M, in] (bf16/fp16/fp32), raw uint8 [out, row_bytes] of `qtype` -> [M, out] in x.dtype (+ bias).
-    launch: (BN, warps, stages) instead of MM_LAUNCH's; target: programs to aim for with split-K;
+    launch: (BN, warps, stages) instead of MM_LAUNCH(_LONG_K); target: programs to aim for with split-K;
     swap: W as the dot's first operand (y.T = W @ x.T), else x first."""
     qt = Q(int(qtype))
     x = x.contiguous()

@@ -6,7 +6,7 @@ contiguous). The weights are read once per call and never written back dequantiz
     SPLIT_LAUNCH), fp32 multiply-reduce on the CUDA cores (+ bias / residual, RMSNorm of x on the fly);
     `_gemv_glu_kernel` fuses SwiGLU's gate, up and product. On Hopper they are launched with
     programmatic dependent launch (PDL_MODE): weight loads start before the previous kernel ends.
-  - GEMV_MAX_N < N <= MM_MAX_N (batched decode) for the MM_ROUTE types: batched_linear.py, raw tiles
+  - GEMV_MAX_N < N <= MM_MAX_N (batched decode) where batched_linear.routed(): raw tiles
     dequantized in registers into tensor-core products, each weight read once for all rows.
   - larger N (prefill) and the other types: Triton dequantize to x.dtype, then one cuBLAS GEMM.
 """
@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 from gguf import GGMLQuantizationType as Q
 
-from orcd.quant.kernels.batched_linear import MM_ROUTE, batched_linear
+from orcd.quant.kernels.batched_linear import batched_linear, routed
 from orcd.quant.kernels.dequant_kernel import dequantize_raw
 from orcd.quant.kernels.gemv_tiles import gemv_tile
 from orcd.quant.kernels.layout import BLOCK_SIZE, TYPE_SIZE
@@ -31,7 +31,7 @@ from orcd.quant.kernels.layout import BLOCK_SIZE, TYPE_SIZE
 # Tables are read-only and keyed by GGMLQuantizationType (an IntEnum: t[12] finds t[Q.Q4_K] too).
 # GEMV: type -> (inputs per group EPG, load units per group U); see gemv_tiles.py
 GEMV_GROUPS = MappingProxyType({Q.Q8_0: (32, 16), Q.Q5_0: (32, 8), Q.Q4_K: (64, 8), Q.Q6_K: (128, 32)})
-GEMV_MAX_N: Final = 4  # above: batched_linear (MM_ROUTE types, N <= MM_MAX_N), else dequantize + cuBLAS
+GEMV_MAX_N: Final = 4  # above: batched_linear (routed shapes, N <= MM_MAX_N), else dequantize + cuBLAS
 MM_MAX_N: Final = 64
 
 
@@ -278,7 +278,7 @@ def fused_gemv(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feature
         launch_gemv(x, raw, y, qt, out_features, in_features, g, bo, warps, splits, bias, norm,
                     residual is not None)
         return y
-    if n <= MM_MAX_N and qt in MM_ROUTE:  # decode batches: raw tiles on the tensor cores
+    if n <= MM_MAX_N and routed(qt, out_features, in_features):  # decode batches: raw tiles, tensor cores
         return batched_linear(x, raw, out_features, in_features, qt, bias)
     # more tokens: dequantize to x.dtype (Triton), then one cuBLAS GEMM
     w = dequantize_raw(raw, qt, out_features, in_features, x.dtype)
