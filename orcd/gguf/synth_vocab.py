@@ -22,6 +22,10 @@ LLAMA3_TEMPLATE = (
     " + '<|end_header_id|>\\n\\n' + message['content'] + '<|eot_id|>' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"
 )
+HARMONY_TEMPLATE = (  # the shape of gpt-oss's Harmony turns, without its system/developer/tool parts
+    "{% for message in messages %}{{ '<|start|>' + message['role'] + '<|message|>' + message['content']"
+    " + '<|end|>' }}{% endfor %}{% if add_generation_prompt %}{{ '<|start|>assistant' }}{% endif %}"
+)
 
 # arch -> (pre-tokenizer, special tokens, bos, eos, extra end-of-turn, add_bos, template)
 _STYLES: dict[str, tuple[str, list[str], str, str, str | None, bool, str]] = {
@@ -30,6 +34,10 @@ _STYLES: dict[str, tuple[str, list[str], str, str, str | None, bool, str]] = {
     "llama": ("llama-bpe", ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
                             "<|end_header_id|>", "<|eot_id|>"],
               "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", True, LLAMA3_TEMPLATE),
+    # gpt-oss's o200k_harmony specials; its "gpt-4o" pre-tokenizer is not in orcd yet: qwen2's stands in
+    "gpt-oss": ("qwen2", ["<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>",
+                          "<|start|>", "<|end|>", "<|message|>", "<|call|>"],
+                "<|startoftext|>", "<|return|>", None, False, HARMONY_TEMPLATE),
 }
 
 

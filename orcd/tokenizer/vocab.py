@@ -14,9 +14,13 @@ from orcd.errors import TokenizerError
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
 # Token texts llama.cpp treats as end-of-generation (and forces to CONTROL), from llama-vocab.cpp.
-EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>")
+EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
+             "<|return|>", "<|call|>")  # the last two: gpt-oss's Harmony (o200k_harmony)
 _EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
               "<｜end▁of▁sentence｜>")
+# Harmony markup llama.cpp turns into user-defined tokens, so detokenizing never drops it (gpt-oss's
+# channels stay visible to a reasoning parser)
+_ALWAYS_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
 _SPECIAL_ID_KEYS = ("bos", "eos", "eot", "eom", "unknown", "seperator", "padding")
 log = logging.getLogger("orcd.tokenizer")
 _MAX_TOKENS = 1 << 22  # 4M tokens: far above any real vocabulary, bounds what a hostile file can ask
@@ -114,6 +118,11 @@ def read_vocab(md: dict[str, Any]) -> Vocab:
     for i in by_text:
         types[i] = CONTROL  # llama.cpp forces end-of-generation-looking tokens to control type
     eog = by_text | {special[k] for k in ("eos", "eot", "eom") if k in special}
+    if "<|return|>" in index and "<|call|>" in index:  # Harmony, as llama.cpp: <|end|> ends a message only
+        eog.discard(index.get("<|end|>", -1))
+    for t in _ALWAYS_RENDERED:
+        if t in index:
+            types[index[t]] = USER_DEFINED
     add_bos = model == "llama" or pre in ("llama-bpe", "llama3", "llama-v3")
     add_bos = bool(md.get("tokenizer.ggml.add_bos_token", add_bos))
     add_eos = bool(md.get("tokenizer.ggml.add_eos_token", False))
