@@ -31,6 +31,10 @@ def synth_like(out: str, like: str, quant: str | None = None, seed: int = 0,
     preset.pop("quant", None)
     if context_length:
         preset["context_length"] = context_length
+    if preset["arch"] == "gpt-oss":  # mixture of experts: its own layout, writer and MXFP4 plan
+        from orcd.gguf.synth_gpt_oss import synth_gpt_oss_like
+
+        return synth_gpt_oss_like(out, like, quant, seed, preset)
     shapes = tensor_shapes(preset["arch"], preset["vocab_size"], preset["hidden"], preset["n_layers"],
                            preset["ffn"], preset["n_heads"], preset["n_kv_heads"], preset["tied"])
     qtypes = plan_qtypes(shapes, quant, preset["n_layers"])

@@ -19,6 +19,11 @@ PRESETS: dict[str, dict] = {
     # Q5_0 / Q8_0 like llama.cpp's; Q4_K_M is about 47 GB (for tensor parallelism over 2-4 GPUs).
     "qwen2.5-72b": dict(arch="qwen2", vocab_size=152064, hidden=8192, n_layers=80, ffn=29568, n_heads=64,
                         n_kv_heads=8, context_length=32768, tied=False, rope_theta=1e6, quant="Q4_K_M"),
+    # Exact shapes of gpt-oss-20b (ggml-org's MXFP4 file: experts MXFP4, router F32, the rest Q8_0; ~12 GB).
+    "gpt-oss-20b": dict(arch="gpt-oss", vocab_size=201088, hidden=2880, n_layers=24, ffn=2880, n_heads=64,
+                        n_kv_heads=8, head_dim=64, n_experts=32, n_experts_used=4, sliding_window=128,
+                        context_length=131072, tied=False, rope_theta=150000.0, yarn_factor=32.0,
+                        yarn_orig_context=4096, quant="MXFP4"),
     # Tiny models for tests (seconds to write, milliseconds to run).
     "tiny-qwen2": dict(arch="qwen2", vocab_size=1024, hidden=64, n_layers=2, ffn=128, n_heads=4,
                        n_kv_heads=2, context_length=2048, tied=True, rope_theta=1e6, quant="F32"),
@@ -27,6 +32,10 @@ PRESETS: dict[str, dict] = {
     # Tiny but 256-wide, so every type (K-quants included) applies.
     "tiny-qwen2-256": dict(arch="qwen2", vocab_size=1024, hidden=256, n_layers=2, ffn=512, n_heads=4,
                            n_kv_heads=2, context_length=2048, tied=False, rope_theta=1e6, quant="Q4_K_M"),
+    "tiny-gpt-oss": dict(arch="gpt-oss", vocab_size=1024, hidden=64, n_layers=2, ffn=64, n_heads=4,
+                         n_kv_heads=2, head_dim=32, n_experts=4, n_experts_used=2, sliding_window=8,
+                         context_length=8192, tied=False, rope_theta=150000.0, yarn_factor=32.0,
+                         yarn_orig_context=256, quant="MXFP4"),
 }
 
 # llama.cpp's substitutes when a row is not a whole number of 256-element super-blocks.

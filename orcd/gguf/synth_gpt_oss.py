@@ -8,11 +8,12 @@ and biases [E, F] / [E, H]. The head is untied (output.weight).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gguf import GGMLQuantizationType
+from gguf import GGMLQuantizationType, LlamaFileType
 
 from orcd.gguf import config as K
 from orcd.gguf.synth import model_metadata, resolve_qtype, write_gguf
@@ -91,3 +92,21 @@ def write_gpt_oss_gguf(
         tokenizer_metadata = synthetic_tokenizer_metadata(vocab_size, ARCH, seed)
     md |= dict(tokenizer_metadata) | dict(extra_metadata or {})
     return write_gguf(path, ARCH, md, shapes, plan, seed)
+
+
+def synth_gpt_oss_like(out: str | Path, name: str, quant: str, seed: int,
+                       preset: Mapping[str, Any]) -> tuple[Path, Counter]:
+    """`orcd synth --like <gpt-oss preset>`: (path, {qtype name: tensor count}). quant: MXFP4 (experts
+    MXFP4, rest Q8_0) or one GGML type for every matrix."""
+    kw = {k: v for k, v in preset.items() if k not in ("arch", "quant")}
+    shapes = gpt_oss_shapes(kw["vocab_size"], kw["hidden"], kw["n_layers"], kw["ffn"], kw["n_heads"],
+                            kw["n_kv_heads"], kw["head_dim"], kw["n_experts"])
+    try:
+        plan = gpt_oss_qtypes(shapes, quant)
+    except KeyError:
+        raise ValueError(f"unknown quant {quant!r}: use MXFP4 or a GGML type name") from None
+    md = {"general.name": f"orcd-synth-{name}-{quant}"}
+    if quant.upper() == "MXFP4":
+        md["general.file_type"] = int(LlamaFileType.MOSTLY_MXFP4_MOE)  # what llama.cpp's converter records
+    path = write_gpt_oss_gguf(out, qtypes={"default": Q.F32} | plan, seed=seed, extra_metadata=md, **kw)
+    return path, Counter(q.name for q in plan.values())
