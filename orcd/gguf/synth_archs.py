@@ -36,9 +36,13 @@ def arch_tensor_shapes(arch: str, vocab: int, hidden: int, n_layers: int, ffn: i
         layers |= {"post_attention_norm.weight": (hidden,), "post_ffw_norm.weight": (hidden,)}
     elif arch == "qwen3":  # QK-norm, no biases
         layers = _gated(hidden, ffn, q, kv) | qk_norm
+    elif arch == "phi3":  # fused q/k/v rows and gate/up rows (gate first)
+        layers = {"attn_norm.weight": (hidden,), "attn_qkv.weight": (q + 2 * kv, hidden),
+                  "attn_output.weight": (hidden, q), "ffn_norm.weight": (hidden,),
+                  "ffn_up.weight": (2 * ffn, hidden), "ffn_down.weight": (hidden, ffn)}
     else:
         return None
     return _common(vocab, hidden, tied, layers, n_layers)
 
 
-ARCHS = ("gemma3", "qwen3")
+ARCHS = ("gemma3", "qwen3", "phi3")

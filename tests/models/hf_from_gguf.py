@@ -126,3 +126,37 @@ def hf_qwen3(path: Path):
     if cfg.tie_word_embeddings:
         model.tie_weights()
     return model
+
+
+def hf_phi3(path: Path):
+    """Phi3ForCausalLM (fp32, eval): attn_qkv is HF's qkv_proj, ffn_up its gate_up_proj (gate first)."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    md, t = gguf_tensors(path)
+    a = "phi3."
+    n_layers = md[a + "block_count"]
+    cfg = Phi3Config(
+        vocab_size=t["token_embd.weight"].shape[0], hidden_size=md[a + "embedding_length"],
+        intermediate_size=md[a + "feed_forward_length"], num_hidden_layers=n_layers,
+        num_attention_heads=md[a + "attention.head_count"],
+        num_key_value_heads=md[a + "attention.head_count_kv"],
+        rms_norm_eps=md[a + "attention.layer_norm_rms_epsilon"],
+        max_position_embeddings=md[a + "context_length"],
+        original_max_position_embeddings=md[a + "context_length"],
+        rope_parameters={"rope_type": "default", "rope_theta": md[a + "rope.freq_base"]},
+        tie_word_embeddings="output.weight" not in t, sliding_window=None, pad_token_id=0)
+    sd = {"model.embed_tokens.weight": t["token_embd.weight"], "model.norm.weight": t["output_norm.weight"]}
+    names = {"attn_qkv": "self_attn.qkv_proj", "attn_output": "self_attn.o_proj",
+             "ffn_up": "mlp.gate_up_proj", "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm",
+             "ffn_norm": "post_attention_layernorm"}
+    for i in range(n_layers):
+        for g, h in names.items():
+            sd[f"model.layers.{i}.{h}.weight"] = t[f"blk.{i}.{g}.weight"]
+    if "output.weight" in t:
+        sd["lm_head.weight"] = t["output.weight"]
+    model = Phi3ForCausalLM(cfg).eval()
+    missing, unexpected = model.load_state_dict(sd, strict=False, assign=True)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    if cfg.tie_word_embeddings:
+        model.tie_weights()
+    return model
