@@ -34,8 +34,8 @@ _STYLES: dict[str, tuple[str, list[str], str, str, str | None, bool, str]] = {
     "llama": ("llama-bpe", ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
                             "<|end_header_id|>", "<|eot_id|>"],
               "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", True, LLAMA3_TEMPLATE),
-    # gpt-oss's o200k_harmony specials; its "gpt-4o" pre-tokenizer is not in orcd yet: qwen2's stands in
-    "gpt-oss": ("qwen2", ["<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>",
+    # o200k_harmony's pre-tokenizer and special tokens (real ids differ: 200k vocabulary)
+    "gpt-oss": ("gpt-4o", ["<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>",
                           "<|start|>", "<|end|>", "<|message|>", "<|call|>"],
                 "<|startoftext|>", "<|return|>", None, False, HARMONY_TEMPLATE),
 }

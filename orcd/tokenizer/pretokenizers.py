@@ -21,6 +21,12 @@ _QWEN2 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\
 # Qwen 3.5: Qwen 2's split with combining marks (\p{M}) kept inside words
 _QWEN35 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
            r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# o200k (gpt-4o, gpt-oss): tokenizer.json's regex as is (llama.cpp rewrites the cased-letter classes for its
+# own regex engine); words split at lower->upper case changes, digits in threes, no space before digits
+_GPT4O_CASED = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+_GPT4O = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+" + _GPT4O_CASED
+          + r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*" + _GPT4O_CASED
+          + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 _CJK = "[一-龥ࠀ-一가-퟿]+"
 # deepseek-llm's cased-letter class (from its tokenizer.json); \u escapes where NFC would alter the char
 _DEEPSEEK_LETTERS = (
@@ -48,6 +54,7 @@ PRE_TOKENIZERS: dict[str, list[str]] = {
     "qwen2": [_QWEN2],
     "stablelm2": [_QWEN2],
     "qwen35": [_QWEN35],
+    "gpt-4o": [_GPT4O],
     "deepseek-llm": [
         r"[\r\n]",
         r"\s?[" + _DEEPSEEK_LETTERS + "]+",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from orcd.gguf.synth_vocab import synthetic_tokenizer_metadata
 from orcd.tokenizer import load_tokenizer
 from orcd.tokenizer.harmony import parse_harmony
+from orcd.tokenizer.pretokenizers import split_rules
 from orcd.tokenizer.vocab import CONTROL, USER_DEFINED
 
 
@@ -23,3 +24,14 @@ def test_harmony_end_of_generation_and_rendered_markup() -> None:
     for skip in (False, True):
         r = parse_harmony(tok.decode(out, skip_special=skip))
         assert (r.reasoning_content, r.content) == ("Think.", "Hi!")
+
+
+def test_gpt_4o_split_is_o200k() -> None:
+    """o200k's split: case changes start words, digits in threes, punctuation leads the next word."""
+    from tokenizers import Regex, pre_tokenizers
+
+    (rule,) = split_rules("gpt-4o")
+    split = pre_tokenizers.Split(Regex(rule), behavior="isolated")
+    pieces = [p for p, _ in split.pre_tokenize_str("HelloWorld ABCdef don'T 1234567 a/b\n\n  x  ÉTÉ été")]
+    assert pieces == ["Hello", "World", " ABCdef", " don'T", " ", "123", "456", "7", " a", "/b", "\n\n", " ",
+                      " x", " ", " ÉTÉ", " été"]
