@@ -6,6 +6,7 @@ they never touch the GPU. CPU: gloo for both. NVLink multicast (NVLS) stays off 
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -123,13 +124,18 @@ def _entry(rank: int, world: int, device_kind: str, port: int, threads: int, fn,
         sys.exit(code)
 
 
-def _teardown(rank: int, device_kind: str, code: int, timeout_s: float = 20.0) -> None:
+def _teardown(rank: int, device_kind: str, code: int, timeout_s: float = 10.0) -> None:
     """destroy_process_group; on CUDA in a helper thread, and a rank that waits on it longer than
-    timeout_s exits without it (after NCCL collectives were captured into CUDA graphs the teardown has
-    been seen to hang: pytorch/pytorch#115388), so a shutdown never leaves a rank behind."""
+    timeout_s exits without it, so a shutdown never leaves a rank behind. After NCCL collectives were
+    captured into CUDA graphs (tp_runner.py) the teardown hung on 2 H100s (torch 2.11, NCCL 2.28;
+    pytorch/pytorch#115388), probably because NCCL keeps a captured collective's resources until its
+    graph is destroyed: so the graphs go first (gc: the runners are unreachable by now) and the device
+    is synchronized (not yet run on GPUs; the time limit is what was seen to work)."""
     if device_kind != "cuda":
         dist.destroy_process_group()
         return
+    gc.collect()
+    torch.cuda.synchronize()
     t = threading.Thread(target=dist.destroy_process_group, name="orcd-pg-teardown", daemon=True)
     t.start()
     t.join(timeout_s)
