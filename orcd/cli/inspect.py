@@ -43,6 +43,8 @@ def summarize(f: GGUFFile) -> dict[str, Any]:
         summary.update(layers=cfg.n_layers, hidden=cfg.hidden_size, ffn=cfg.ffn_size, heads=cfg.n_heads,
                        kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim, rope_theta=cfg.rope_theta,
                        tied_embeddings=cfg.tied_embeddings)
+        if cfg.n_experts:  # mixture of experts: the ffn of each expert, k of n routed per token
+            summary.update(experts=cfg.n_experts, experts_used=cfg.n_experts_used, ffn=cfg.expert_ffn_size)
     except GGUFError as err:  # a vocabulary-only or foreign file: still worth a summary
         summary["config_error"] = str(err)
     return summary
@@ -61,6 +63,8 @@ def _lines(s: dict[str, Any]) -> list[str]:
         out.append(f"shape           {s['layers']} layers, hidden {s['hidden']}, ffn {s['ffn']}, "
                    f"{s['heads']}/{s['kv_heads']} heads of {s['head_dim']}, rope theta {s['rope_theta']:g}, "
                    f"{'tied' if s['tied_embeddings'] else 'untied'} embeddings")
+        if "experts" in s:
+            out[-1] += f", {s['experts']} experts ({s['experts_used']} per token)"
     types = ", ".join(f"{k} x{v}" for k, v in s["quant_types"].items()) or "-"
     out += [
         f"quant types     {types} ({s['tensors']} tensors)",

@@ -47,6 +47,8 @@ def test_synth_cli_tiny_gpt_oss_loads_and_runs(tmp_path: Path, capsys) -> None:
         t = f.tensors[name]
         w = np.asarray(quants.dequantize(t.data, t.qtype), np.float32)
         assert np.isfinite(w).all() and 0.005 < w.std() < 2, name
+    assert main(["inspect", str(out)]) == 0
+    assert "4 experts (2 per token)" in capsys.readouterr().out
     m = load_model(out, device="cpu", dtype=torch.float32)
     assert m.cfg.n_experts == 4 and m.tokenizer.vocab_size == 1024
     ids = torch.tensor(m.tokenizer.encode_chat([{"role": "user", "content": "Hi"}]))
