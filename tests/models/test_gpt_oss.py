@@ -103,21 +103,30 @@ class _IdTokenizer:
         return _IdDetokenizer()
 
 
-def test_engine_batch_of_different_lengths_matches_hf(path, hf):
-    loaded = load_model(path, device="cpu", dtype=torch.float32, tokenizer=False)
-    loaded.tokenizer = _IdTokenizer()
-    engine = LLMEngine(loaded, num_kv_blocks=64, block_size=4, max_num_batched_tokens=16)
+def _engine_run(engine: LLMEngine, prompts: dict[str, list[int]]) -> dict[str, list[int]]:
     greedy = SamplingParams(max_tokens=N_NEW, temperature=0.0)
-    for i, ids in enumerate(PROMPTS):
-        engine.add_request(EngineRequest(f"r{i}", ids, greedy))
-    got: dict[str, list[int]] = {f"r{i}": [] for i in range(len(PROMPTS))}
+    for rid, ids in prompts.items():
+        engine.add_request(EngineRequest(rid, ids, greedy))
+    got: dict[str, list[int]] = {rid: [] for rid in prompts}
     while engine.has_work():
         for ev in engine.step():
             assert ev.finish_reason != "error", ev.error
             if ev.token_id is not None:
                 got[ev.request_id].append(ev.token_id)
-    for i, ids in enumerate(PROMPTS):
-        assert got[f"r{i}"] == hf_greedy(hf, ids, N_NEW)
+    return got
+
+
+def test_engine_batch_of_different_lengths_matches_hf(path, hf):
+    """LLMEngine: the three prompts at once under a 16-token budget (chunked prefill beside decode), then
+    the first again from the prefix cache (its window-crossing blocks reused)."""
+    loaded = load_model(path, device="cpu", dtype=torch.float32, tokenizer=False)
+    loaded.tokenizer = _IdTokenizer()
+    engine = LLMEngine(loaded, num_kv_blocks=64, block_size=4, max_num_batched_tokens=16)
+    got = _engine_run(engine, {f"r{i}": ids for i, ids in enumerate(PROMPTS)})
+    want = [hf_greedy(hf, ids, N_NEW) for ids in PROMPTS]
+    assert [got[f"r{i}"] for i in range(len(PROMPTS))] == want
+    assert _engine_run(engine, {"again": PROMPTS[0]})["again"] == want[0]
+    assert engine.stats()["prefix_cache_hits"] > 0
 
 
 def test_changing_one_expert_changes_output_only_where_routed(path):
