@@ -62,3 +62,21 @@ def test_greedy_continuations_match_hf(gemma):
         assert hf_greedy_agrees(hf, ids, out), tok.decode(out)
     assert tok.decode(got[0]).startswith(" the capital of the country")  # sensible text
     assert tok.decode(got[-1]).startswith(f"{COUNT_TO + 1}, {COUNT_TO + 2}, ")  # counting on
+
+
+def test_tokenizer_matches_llama_cpp_vectors(gemma):
+    """Gemma 3's SentencePiece vocabulary (tokenizer.ggml.model = llama) shares its normal tokens with
+    Gemma 4's: llama.cpp's gemma-4 test vectors (46 texts) tokenize the same with orcd's Gemma 3 tokenizer."""
+    from orcd.testdata import FETCH_HINT as DATA_HINT
+    from orcd.testdata import TestDataError, fetch
+
+    try:
+        vocab = fetch().vocab_path("gemma-4")
+    except TestDataError as err:
+        pytest.skip(f"llama.cpp test vocabularies not available ({str(err).splitlines()[0]}); {DATA_HINT}")
+    texts = vocab.with_name(vocab.name + ".inp").read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
+    wants = vocab.with_name(vocab.name + ".out").read_text(encoding="utf-8").split("\n")
+    tok = gemma[1]
+    assert len(texts) >= 40
+    for text, want in zip(texts, wants, strict=False):
+        assert tok.encode(text) == [int(x) for x in want.split()], text
