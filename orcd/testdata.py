@@ -36,6 +36,7 @@ ENV_VAR = "ORCD_TESTDATA_DIR"  # read by orcd.env.testdata_dir()
 FETCH_HINT = "fetch it with `python -m orcd.testdata` (needs the package registry)"
 _MANIFEST = "manifest.json"
 _VENDOR = "vendor/llama.cpp/"
+_PIP_TIMEOUT_S = 900
 
 
 class TestDataError(RuntimeError):
@@ -110,9 +111,15 @@ def _check(root: Path) -> bool:
 
 
 def _download(dest: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--retries", "2",
+    # The sdist of PACKAGE only: pip still prepares its metadata in a build environment, whose build
+    # requirements (scikit-build-core) come as wheels; `--no-binary :all:` would build them, and theirs,
+    # from source (minutes, without a warm pip cache).
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", PACKAGE, "--retries", "2",
            "--disable-pip-version-check", "--dest", str(dest), f"{PACKAGE}=={VERSION}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=_PIP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise TestDataError(f"`pip download {PACKAGE}=={VERSION}` took over {_PIP_TIMEOUT_S} s") from None
     if proc.returncode != 0:
         lines = (proc.stderr or proc.stdout).strip().splitlines() or [f"exit status {proc.returncode}"]
         why = next((ln for ln in reversed(lines) if ln.startswith("ERROR:")), lines[-1])
