@@ -160,9 +160,12 @@ def routed(qtype: Q | int, out_features: int, in_features: int) -> bool:
 
 
 def mm_plan(qtype: Q, m: int, n: int, k: int, launch: tuple[int, int, int] | None = None,
-            target: int = TARGET_PROGRAMS) -> tuple[int, int, int, int, int]:
-    """(BM, BN, num_warps, num_stages, K steps per split) for an [m, k] x [n, k].T product."""
-    bn, warps, stages = launch or (MM_LAUNCH_LONG_K if k >= LONG_K else MM_LAUNCH)
+            target: int = TARGET_PROGRAMS, wide: bool = False) -> tuple[int, int, int, int, int]:
+    """(BM, BN, num_warps, num_stages, K steps per split) for an [m, k] x [n, k].T product.
+    wide: 4-byte x (fp32): MM_LAUNCH always (MM_LAUNCH_LONG_K's 3 stages of fp32 tiles need 235-334 KB
+    of shared memory, over the H100's 227 KB: measured, lease 4)."""
+    long_k = k >= LONG_K and not wide
+    bn, warps, stages = launch or (MM_LAUNCH_LONG_K if long_k else MM_LAUNCH)
     s, g = MM_TILES[qtype]
     bm = min(BM_MAX, max(16, triton.next_power_of_2(m)))
     steps = triton.cdiv(k, s * g)
@@ -188,7 +191,7 @@ def batched_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_fea
     y = torch.empty((m, out_features), dtype=x.dtype, device=x.device)
     if m == 0:
         return y
-    bm, bn, warps, stages, sps = mm_plan(qt, m, out_features, k, launch, target)
+    bm, bn, warps, stages, sps = mm_plan(qt, m, out_features, k, launch, target, x.element_size() > 2)
     splits = triton.cdiv(triton.cdiv(k, s * g), sps)
     ws = torch.empty((splits, m, out_features), dtype=torch.float32, device=x.device) if splits > 1 else None
     grid = (triton.cdiv(out_features, bn), triton.cdiv(m, bm), splits)
