@@ -141,7 +141,7 @@ class GptOssModel(nn.Module):
             return RMSNorm(dense(t[name + ".weight"], device, dtype), cfg.rms_eps)
 
         def experts(name: str) -> ExpertLinear:
-            return ExpertLinear(t[name + ".weight"], t[name + ".bias"], device, dtype, keep_quantized)
+            return ExpertLinear(t[name + ".weight"], t[name + ".bias"], device, dtype)  # raw if quantized
 
         blocks = []
         for i in range(cfg.n_layers):

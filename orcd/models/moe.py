@@ -6,9 +6,11 @@ only (llama.cpp's SOFTMAX_WEIGHT gating, HF's GptOssTopKRouter). Expert e: gpt-o
     y = (g * sigmoid(alpha * g) * (u + 1)) @ Wd_e.T + bd_e
 and a token's output is the routing-weighted sum of its k experts' y.
 
-Expert weights are llama.cpp's 3-D tensors ffn_{gate,up,down}_exps [E, out, in] (torch order). Kept
-quantized, the raw blocks stay [E, out, row_bytes] on the device and only the routed experts' blocks
-are dequantized each step; otherwise all experts are dequantized once at load.
+Expert weights are llama.cpp's 3-D tensors ffn_{gate,up,down}_exps [E, out, in] (torch order). Quantized
+experts (MXFP4 in gpt-oss files) always stay raw, [E, out, row_bytes] on the device, and only the routed
+experts' blocks are dequantized each step, on every device: a token uses k of E experts, so dense copies
+would cost E/k times the memory for no gain (gpt-oss-20b: 12 GB raw, ~76 GB as float32 on a CPU). Float
+experts (F32/F16/BF16) are converted to the model dtype once.
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ SWIGLU_LIMIT = 7.0  # gpt-oss's clamp on the gate (above) and the up projection 
 
 
 class ExpertLinear(nn.Module):
-    """E stacked linears y = x @ W_e.T + b_e; W [E, out, in] dense, or raw uint8 [E, out, row_bytes]."""
+    """E stacked linears y = x @ W_e.T + b_e; W [E, out, in] dense (float files) or raw uint8
+    [E, out, row_bytes] (quantized files)."""
 
-    def __init__(self, weight: GGUFTensor, bias: GGUFTensor | None, device: torch.device,
-                 dtype: torch.dtype, keep_quantized: bool):
+    def __init__(self, weight: GGUFTensor, bias: GGUFTensor | None, device: torch.device, dtype: torch.dtype):
         super().__init__()
         if len(weight.shape) != 3:
             raise GGUFError(f"tensor {weight.name} should be 3-D [experts, out, in], "
@@ -38,7 +40,7 @@ class ExpertLinear(nn.Module):
         self.n_experts, self.out_features, self.in_features = weight.shape
         self.qtype, self.dtype = weight.qtype, dtype
         raw = raw_to_device(weight, device).view(self.n_experts, self.out_features, -1)
-        keep = keep_quantized and weight.qtype not in FLOAT_TYPES
+        keep = weight.qtype not in FLOAT_TYPES
         dense = None if keep else dequantize_to(raw, weight.qtype, tuple(weight.shape), dtype)
         self.register_buffer("raw", raw if keep else None, persistent=False)
         self.register_buffer("weight", dense, persistent=False)
@@ -51,7 +53,7 @@ class ExpertLinear(nn.Module):
         self.register_buffer("bias", b, persistent=False)  # [E, out] or None
 
     def expert_weight(self, e: int) -> torch.Tensor:
-        """W_e [out, in] in self.dtype; kept quantized, only expert e's blocks are dequantized."""
+        """W_e [out, in] in self.dtype; quantized, only expert e's blocks are dequantized."""
         if self.weight is not None:
             return self.weight[e]
         return dequantize_to(self.raw[e], self.qtype, (self.out_features, self.in_features), self.dtype)

@@ -1,7 +1,8 @@
 """gpt-oss vs HF GptOssForCausalLM on a tiny random GGUF (fp32, CPU): MXFP4 experts (4, top-2), Q/K/V/O
 biases, attention sinks, YaRN RoPE, and an 8-token sliding window on the even layers, so prompts,
-chunked prefill and decode all cross the window edge. Both ways of holding the experts: dequantized at
-load, and kept as raw MXFP4 blocks (only the routed experts' blocks dequantized per step)."""
+chunked prefill and decode all cross the window edge. Both ways of holding the experts: raw MXFP4 blocks
+(only the routed experts' blocks dequantized per step; the rest F32) and dense F16 experts (the rest
+Q8_0, run dequantized on the CPU, raw on the decode path's QuantLinears)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,11 @@ WINDOW = 8
 DIMS = dict(vocab_size=320, hidden=64, n_layers=4, ffn=64, n_heads=4, n_kv_heads=2, head_dim=32, n_experts=4,
             n_experts_used=2, sliding_window=WINDOW, context_length=8192, yarn_factor=32.0,
             yarn_orig_context=256)
-QTYPES = {"default": Q.F32, "ffn_gate_exps": Q.MXFP4, "ffn_up_exps": Q.MXFP4, "ffn_down_exps": Q.MXFP4}
+EXPERTS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
+QTYPES = {"default": Q.F32} | dict.fromkeys(EXPERTS, Q.MXFP4)
+# name -> (types, keep_quantized): raw MXFP4 experts with a dequantized rest; dense F16 experts, raw Q8_0 rest
+CASES = {"mxfp4-experts": (QTYPES, False),
+         "f16-experts-q8_0-rest": ({"default": Q.Q8_0} | dict.fromkeys(EXPERTS, Q.F16), True)}
 PROMPTS = [[7, 100, 42, 3, 250, 11, 19, 64, 5, 17, 33, 2, 90, 91, 92, 93, 8, 200, 5],  # 19 > window
            [1, 2, 3],
            list(range(40, 70))]  # 30 tokens, prefilled in chunks of 5
@@ -50,39 +55,52 @@ def hf(path):
     return hf_gpt_oss(path)
 
 
+@pytest.fixture(scope="module", params=sorted(CASES))
+def case(request, tmp_path_factory):
+    """(orcd runner, HF model) on one file of each expert type."""
+    qtypes, keep = CASES[request.param]
+    p = write_gpt_oss_gguf(tmp_path_factory.mktemp(request.param) / "tiny.gguf", qtypes=qtypes, seed=7,
+                           **DIMS)
+    return runner(p, keep), hf_gpt_oss(p)
+
+
 def runner(path, keep_quantized: bool) -> ModelRunner:
     loaded = load_model(path, device="cpu", dtype=torch.float32, tokenizer=False,
                         keep_quantized=keep_quantized)
     return ModelRunner(loaded, num_kv_blocks=64, block_size=4)
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["dense-experts", "raw-mxfp4-experts"])
-def orcd(request, path):
-    return runner(path, request.param)
-
-
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm() / b.norm()).item()
 
 
-def test_config_and_layout(orcd):
-    model = orcd.model
+def test_config_and_layout(path):
+    model = runner(path, keep_quantized=False).model
     cfg = model.cfg
     assert (cfg.n_experts, cfg.n_experts_used, cfg.expert_ffn_size, cfg.head_dim) == (4, 2, 64, 32)
     assert cfg.swa_layers == (True, False, True, False) and cfg.sliding_window == WINDOW
     assert (cfg.rope_scaling_type, cfg.rope_scaling_factor, cfg.rope_orig_context) == ("yarn", 32.0, 256)
     assert [b.attn.window for b in model.blocks] == [WINDOW, 0, WINDOW, 0]
-    assert model.blocks[0].moe.gate.qtype == Q.MXFP4
+    gate = model.blocks[0].moe.gate
+    assert gate.qtype == Q.MXFP4 and gate.weight is None  # raw even where keep_quantized is off (CPU)
+    assert gate.raw.shape == (4, 64, 2 * 17)  # [experts, rows, 2 blocks of 17 bytes]
 
 
-def test_last_position_logits_match_hf(orcd, hf):
+def test_float_experts_are_dense(case):
+    gate = case[0].model.blocks[0].moe.gate
+    assert (gate.raw is None) == (gate.weight is not None)
+
+
+def test_last_position_logits_match_hf(case):
+    orcd, hf = case
     for ids in PROMPTS:
         assert rel_err(orcd_last_logits(orcd, ids), hf_last_logits(hf, ids)) < 1e-4
 
 
-def test_greedy_batch_with_chunked_prefill_matches_hf(orcd, hf):
+def test_greedy_batch_with_chunked_prefill_matches_hf(case):
     """Three prompts at once: the first prefilled whole, the third in 5-token chunks across the window
     edge while the others decode; 32 new tokens each (well past the window)."""
+    orcd, hf = case
     got = paged_greedy(orcd, PROMPTS, N_NEW, [len(PROMPTS[0]), len(PROMPTS[1]), 5])
     for ids, tokens in zip(PROMPTS, got, strict=True):
         assert tokens == hf_greedy(hf, ids, N_NEW)
