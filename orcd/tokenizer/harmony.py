@@ -80,7 +80,8 @@ def _partial_marker(text: str) -> int:
 
 class HarmonyParser:
     """Incremental: push(text delta) -> [(kind, text delta)] with kind REASONING / CONTENT / TOOL_CALL
-    (tool-call deltas are argument text; `messages` tells which call); flush() at the end."""
+    (tool-call deltas are argument text; `current` is the open message, its recipient the function);
+    flush() at the end."""
 
     def __init__(self) -> None:
         self.messages: list[HarmonyMessage] = []  # closed messages (and the open one, on flush)
@@ -88,6 +89,11 @@ class HarmonyParser:
         self._header = ""  # header text of the message being started
         self._open: HarmonyMessage | None = None  # the message whose body is being read
         self._saw_markup = False
+
+    @property
+    def current(self) -> HarmonyMessage | None:
+        """The message whose body is being read (after its <|message|>), else None."""
+        return self._open
 
     def push(self, text: str) -> list[tuple[str, str]]:
         self._buf += text

@@ -75,3 +75,12 @@ def test_reasoning_streams_before_the_answer_exists() -> None:
     assert p.push("age|>Let me") == [(REASONING, "Let me")]
     assert p.push(" think<|en") == [(REASONING, " think")]
     assert p.push("d|><|start|>assistant<|channel|>final<|message|>Hi") == [(CONTENT, "Hi")]
+
+
+def test_streamed_tool_call_names_its_function_before_the_arguments() -> None:
+    p = HarmonyParser()
+    p.push("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>")
+    assert p.current is not None and p.current.recipient == "functions.get_weather"
+    assert p.current.content_type == "json"
+    assert p.push('{"city": "Os') == [(TOOL_CALL, '{"city": "Os')]
+    assert p.push('lo"}<|call|>') == [(TOOL_CALL, 'lo"}')] and p.current is None
