@@ -136,7 +136,7 @@ def _engine_run(engine: LLMEngine, prompts: dict[str, list[int]]) -> dict[str, l
 
 def test_engine_batch_of_different_lengths_matches_hf(path, hf):
     """LLMEngine: the three prompts at once under a 16-token budget (chunked prefill beside decode), then
-    the first again from the prefix cache (its window-crossing blocks reused)."""
+    the first again from the prefix cache (its window-crossing blocks reused), then each one alone."""
     loaded = load_model(path, device="cpu", dtype=torch.float32, tokenizer=False)
     loaded.tokenizer = _IdTokenizer()
     engine = LLMEngine(loaded, num_kv_blocks=64, block_size=4, max_num_batched_tokens=16)
@@ -145,6 +145,9 @@ def test_engine_batch_of_different_lengths_matches_hf(path, hf):
     assert [got[f"r{i}"] for i in range(len(PROMPTS))] == want
     assert _engine_run(engine, {"again": PROMPTS[0]})["again"] == want[0]
     assert engine.stats()["prefix_cache_hits"] > 0
+    alone = LLMEngine(loaded, num_kv_blocks=64, block_size=4, enable_prefix_caching=False)
+    for ids, tokens in zip(PROMPTS, want, strict=True):  # each prompt alone, whole prefill
+        assert _engine_run(alone, {"one": ids})["one"] == tokens
 
 
 def test_changing_one_expert_changes_output_only_where_routed(path):
