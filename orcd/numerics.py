@@ -28,18 +28,24 @@ def invariant_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in model.modules() if hasattr(m, "batch_invariant")]
 
 
+def set_batch_invariant(layers: list[torch.nn.Module], on: bool) -> None:
+    """Switch these layers (invariant_layers(model)) to their batch-invariant kernels, or back. Written
+    to each instance's __dict__: nn.Module.__setattr__ costs ~7 us a layer, ~2 ms a step at 0.5B."""
+    for m in layers:
+        m.__dict__["batch_invariant"] = on
+
+
 @contextmanager
 def batch_invariant_mode(layers: list[torch.nn.Module], on: bool = True) -> Iterator[None]:
-    """Run the enclosed forwards (and CUDA-graph captures) of these layers (invariant_layers(model))
-    with their batch-invariant kernels when `on`; each layer's previous setting comes back after."""
+    """Run the enclosed forwards (and CUDA-graph captures) of these layers with their batch-invariant
+    kernels when `on`; each layer's previous setting comes back after."""
     before = [m.batch_invariant for m in layers]
-    for m in layers:
-        m.batch_invariant = on
+    set_batch_invariant(layers, on)
     try:
         yield
     finally:
         for m, b in zip(layers, before, strict=True):
-            m.batch_invariant = b
+            m.__dict__["batch_invariant"] = b
 
 
 POLICIES = ("off", "seeded", "all")  # which steps of an engine run batch-invariant

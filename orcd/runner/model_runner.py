@@ -17,7 +17,7 @@ import torch
 from orcd.engine.io import ModelRunnerOutput, ScheduledSeq, SchedulerOutput
 from orcd.models.kv_cache import KVCache
 from orcd.models.layers.attention import AttnMetadata
-from orcd.numerics import batch_invariant_mode, invariant_layers, invariant_policy
+from orcd.numerics import batch_invariant_mode, invariant_layers, invariant_policy, set_batch_invariant
 from orcd.runner.decode_graphs import DecodeGraphs, graphs_supported
 from orcd.runner.executors import (
     DecodeGraphExecutor,
@@ -93,6 +93,7 @@ class ModelRunner:
         self.loaded = loaded
         self.model = loaded.model
         self.invariant_layers = invariant_layers(loaded.model)  # switched per step (orcd.numerics)
+        self.invariant_now = False  # what those layers are set to (changed only when a step differs)
         self.device = loaded.device
         self.block_size = block_size
         self.graph: DecodeGraphs | None = None  # decode graphs of the fast (fused) step
@@ -153,15 +154,21 @@ class ModelRunner:
             return any(s.sampling.seed is not None for s in sched.seqs)
         return self.invariant_policy == "all"
 
+    def set_invariant(self, on: bool) -> None:
+        """Set the model's layers to the batch-invariant kernels (or back) when the step needs the other."""
+        if on != self.invariant_now:
+            set_batch_invariant(self.invariant_layers, on)
+            self.invariant_now = on
+
     @torch.inference_mode()
     def forward(self, sched: SchedulerOutput) -> torch.Tensor:
         """Run the model on one step; returns logits [N, V] float32 of the rows with sample=True."""
-        with batch_invariant_mode(self.invariant_layers, self.step_is_invariant(sched)):
-            return self.run(prepare_inputs(sched, self.block_size, self.device))
+        self.set_invariant(self.step_is_invariant(sched))
+        return self.run(prepare_inputs(sched, self.block_size, self.device))
 
     @torch.inference_mode()
     def forward_seqs(self, seqs: list[ScheduledSeq]) -> torch.Tensor:
-        """forward() of these sequences, under the batch-invariant mode already set by execute()."""
+        """forward() of these sequences, with the batch-invariant setting execute() chose."""
         return self.run(prepare_inputs(SchedulerOutput(seqs, sum(len(s.token_ids) for s in seqs)),
                                        self.block_size, self.device))
 
@@ -175,9 +182,9 @@ class ModelRunner:
             return ModelRunnerOutput(sampled={})
         invariant = self.step_is_invariant(sched)
         executor = next(e for e in self.executors(invariant) if e.accepts(sched.seqs))
+        self.set_invariant(invariant)
         try:
-            with batch_invariant_mode(self.invariant_layers, invariant):
-                tokens, to_sample = executor.run(sched.seqs)
+            tokens, to_sample = executor.run(sched.seqs)
         except (RuntimeError, torch.cuda.OutOfMemoryError) as err:  # a failed step fails its sequences
             log.exception("model step failed")
             msg = f"model step failed: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
