@@ -18,6 +18,7 @@ K_HEADS = "attention.head_count"
 K_KV_HEADS = "attention.head_count_kv"
 K_KEY_LEN = "attention.key_length"
 K_RMS_EPS = "attention.layer_norm_rms_epsilon"
+K_NORM_EPS = "attention.layer_norm_epsilon"  # LayerNorm models (gpt2)
 K_ROPE_BASE = "rope.freq_base"
 K_ROPE_DIM = "rope.dimension_count"
 K_ROPE_SCALING_TYPE = "rope.scaling.type"
@@ -56,7 +57,7 @@ class ModelConfig:
     rope_scaling_type: str  # "none" | "linear" | "yarn" | ...
     rope_scaling_factor: float
     rope_orig_context: int
-    rms_eps: float
+    rms_eps: float  # the norm's epsilon: RMSNorm's, or LayerNorm's for the LayerNorm models
     tied_embeddings: bool  # True when the file has no output.weight (LM head = token_embd)
     sliding_window: int = 0  # local layers attend to the last `sliding_window` positions; 0 = none
     swa_layers: tuple[bool, ...] = ()  # per layer: True = local (sliding-window) layer
@@ -122,7 +123,7 @@ def model_config_from_gguf(f: GGUFFile) -> ModelConfig:
         rope_scaling_type=get(K_ROPE_SCALING_TYPE, str, "none", required=False),
         rope_scaling_factor=get(K_ROPE_SCALING_FACTOR, float, 1.0, required=False),
         rope_orig_context=get(K_ROPE_SCALING_ORIG_CTX, int, 0, required=False),
-        rms_eps=get(K_RMS_EPS, float, 1e-6, required=False),
+        rms_eps=get(K_RMS_EPS, float, get(K_NORM_EPS, float, 1e-6, required=False), required=False),
         tied_embeddings="output.weight" not in f.tensors,
         **_swa_fields(md, arch, get(K_BLOCKS, int)),
         attn_scale=get(K_ATTN_SCALE, float, 0.0, required=False),

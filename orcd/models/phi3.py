@@ -11,25 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import torch
 
 from orcd.errors import GGUFError
 from orcd.gguf.config import ModelConfig
-from orcd.gguf.reader import GGUFFile, GGUFTensor
+from orcd.gguf.reader import GGUFFile
 from orcd.models.decoder import DecoderModel, Shape
+from orcd.models.layers.linear import split_rows
 from orcd.models.registry import register
-
-
-def split_rows(t: GGUFTensor, names: list[str], rows: list[int]) -> dict[str, GGUFTensor]:
-    """Consecutive row ranges of a weight [out, in] as weights of their own (raw blocks copied)."""
-    data = t.data.reshape(t.shape[0], -1)  # uint8 [out, row_bytes]
-    out, r0 = {}, 0
-    for name, n in zip(names, rows, strict=True):
-        out[name] = dataclasses.replace(t, name=name, shape=(n, t.shape[1]), device_copy=None,
-                                        data=np.ascontiguousarray(data[r0 : r0 + n]))
-        r0 += n
-    return out
 
 
 @register("phi3")

@@ -78,8 +78,9 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(t, self.n_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        qk = apply_rotary(torch.cat((q, k), dim=1), cos, sin)  # one rotary pass for both (elementwise)
-        q, k = qk[:, : self.n_heads], qk[:, self.n_heads :]
+        if cos is not None:  # None: no rotary positions (gpt2's are learned, added to the embeddings)
+            qk = apply_rotary(torch.cat((q, k), dim=1), cos, sin)  # one pass for both (elementwise)
+            q, k = qk[:, : self.n_heads], qk[:, self.n_heads :]
         write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         o = paged_attention(q, k_cache, v_cache, meta, self.scale, self.window, self.batch_invariant,
                             self.sinks)

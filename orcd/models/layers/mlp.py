@@ -1,4 +1,4 @@
-"""Gated feed-forward blocks: SwiGLU down(silu(gate(x)) * up(x)) and GeluGLU (Gemma)."""
+"""Feed-forward blocks: SwiGLU down(silu(gate(x)) * up(x)), GeluGLU (Gemma), GeluMLP (GPT-2)."""
 
 from __future__ import annotations
 
@@ -27,3 +27,15 @@ class GeluGLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, H] -> [T, H]."""
         return self.down(F.gelu(self.gate(x), approximate="tanh") * self.up(x))
+
+
+class GeluMLP(nn.Module):
+    """Ungated feed-forward (GPT-2): down(gelu_tanh(up(x))), biases inside the linears."""
+
+    def __init__(self, up: nn.Module, down: nn.Module):
+        super().__init__()
+        self.up, self.down = up, down
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [T, H] -> [T, H]."""
+        return self.down(F.gelu(self.up(x), approximate="tanh"))

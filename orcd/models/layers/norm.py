@@ -1,8 +1,9 @@
-"""RMSNorm, computed in float32 and cast back (as HF transformers and llama.cpp do)."""
+"""RMSNorm and LayerNorm, computed in float32 and cast back (as HF transformers and llama.cpp do)."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -25,3 +26,19 @@ class RMSNorm(nn.Module):
         xf = x.float()
         xf = xf * torch.rsqrt((xf * xf).mean(-1, keepdim=True) + self.eps)  # x*x: what pow(x, 2) computes
         return self.weight * xf.to(dtype)
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm with weight and bias (GPT-2), computed in float32 and cast back; per row, so batch-invariant
+    as it is."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=False)  # [H]
+        self.bias = nn.Parameter(bias, requires_grad=False)  # [H]
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [T, H] -> same shape and dtype."""
+        h = x.shape[-1]
+        return F.layer_norm(x.float(), (h,), self.weight.float(), self.bias.float(), self.eps).to(x.dtype)
