@@ -146,15 +146,15 @@ class GptOssModel(nn.Module):
         blocks = []
         for i in range(cfg.n_layers):
             p = f"blk.{i}."
-            local = cfg.is_local(i)
-            sinks = dense(t[p + "attn_sinks.weight"], device, torch.float32)
+            is_local = cfg.is_local(i)
+            sinks = dense(t[p + "attn_sinks.weight"], device, torch.float32)  # [n_heads] logits
             attn = Attention(lin(p + "attn_q"), lin(p + "attn_k"), lin(p + "attn_v"), lin(p + "attn_output"),
                              cfg.n_heads, cfg.n_kv_heads, cfg.head_dim,
-                             window=cfg.sliding_window if local else 0, sinks=sinks)
+                             window=cfg.sliding_window if is_local else 0, sinks=sinks)
             moe = MoE(lin(p + "ffn_gate_inp"), experts(p + "ffn_gate_exps"), experts(p + "ffn_up_exps"),
                       experts(p + "ffn_down_exps"), cfg.n_experts_used)
             ffn_norm = norm(p + "post_attention_norm")
-            blocks.append(GptOssBlock(norm(p + "attn_norm"), attn, ffn_norm, moe, local))
+            blocks.append(GptOssBlock(norm(p + "attn_norm"), attn, ffn_norm, moe, is_local))
         embed = embedding(t["token_embd.weight"], device, dtype, keep_quantized)
         return cls(cfg, embed, blocks, norm("output_norm"), lin("output"), rotary)
 
