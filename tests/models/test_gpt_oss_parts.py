@@ -66,3 +66,18 @@ def test_clamped_swiglu() -> None:
                          0.0, torch.sigmoid(torch.tensor(1.702)).item() * 2.0,
                          7.0 * torch.sigmoid(torch.tensor(7.0 * 1.702)).item() * 8.0])
     torch.testing.assert_close(clamped_swiglu(gate, up), want)
+
+
+def test_missing_expert_keys_are_named(tmp_path) -> None:
+    from orcd.errors import GGUFError
+    from orcd.gguf.synth_gpt_oss import write_gpt_oss_gguf
+    from orcd.loading.loader import load_model
+
+    dims = dict(vocab_size=320, hidden=64, n_layers=2, ffn=64, n_heads=4, n_kv_heads=2, head_dim=32,
+                n_experts=4, n_experts_used=2)
+    path = write_gpt_oss_gguf(tmp_path / "m.gguf", extra_metadata={"gpt-oss.expert_used_count": 0}, **dims)
+    with pytest.raises(GGUFError, match="expert_used_count"):
+        load_model(path, device="cpu", tokenizer=False)
+    path = write_gpt_oss_gguf(tmp_path / "n.gguf", extra_metadata={"gpt-oss.expert_used_count": 5}, **dims)
+    with pytest.raises(GGUFError, match="5 of 4 experts"):
+        load_model(path, device="cpu", tokenizer=False)
