@@ -49,13 +49,13 @@ def follower_step(runner: TPModelRunner, sched: SchedulerOutput) -> str:
     eligible, else eager), logits dropped (rank 0 samples). Returns the executor's name."""
     invariant = runner.step_is_invariant(sched)
     graph = runner.graph_invariant if invariant else runner.graph
-    with batch_invariant_mode(runner.invariant_layers, invariant):
-        if graph is not None and graph.eligible(sched.seqs):
-            graph.run(sched.seqs)
-            name = "decode_graph"
-        else:
-            runner.forward_seqs(sched.seqs)
-            name = "eager"
+    runner.set_invariant(invariant)
+    if graph is not None and graph.eligible(sched.seqs):
+        graph.run(sched.seqs)
+        name = "decode_graph"
+    else:
+        runner.forward_seqs(sched.seqs)
+        name = "eager"
     if runner.device.type == "cuda":  # host staging buffers are rewritten by the next step
         torch.cuda.current_stream(runner.device).synchronize()
     return name

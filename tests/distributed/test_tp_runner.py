@@ -24,7 +24,7 @@ class FakeGraph:
 
 def fake_runner(policy: str, graph, graph_invariant):
     calls = []
-    runner = SimpleNamespace(graph=graph, graph_invariant=graph_invariant, invariant_layers=[],
+    runner = SimpleNamespace(graph=graph, graph_invariant=graph_invariant, set_invariant=lambda on: None,
                              device=torch.device("cpu"), eager=calls,
                              forward_seqs=lambda seqs: calls.append(len(seqs)))
     runner.step_is_invariant = lambda sched: policy == "all" or (
