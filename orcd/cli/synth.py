@@ -35,11 +35,13 @@ def synth_like(out: str, like: str, quant: str | None = None, seed: int = 0,
         from orcd.gguf.synth_gpt_oss import synth_gpt_oss_like
 
         return synth_gpt_oss_like(out, like, quant, seed, preset)
+    extra = preset.pop("metadata", {})  # architecture keys beyond the shapes (e.g. a sliding window)
     shapes = tensor_shapes(preset["arch"], preset["vocab_size"], preset["hidden"], preset["n_layers"],
-                           preset["ffn"], preset["n_heads"], preset["n_kv_heads"], preset["tied"])
+                           preset["ffn"], preset["n_heads"], preset["n_kv_heads"], preset["tied"],
+                           preset.get("head_dim"))
     qtypes = plan_qtypes(shapes, quant, preset["n_layers"])
     arch = preset.pop("arch")
-    md = {"general.name": f"orcd-synth-{like}-{quant}"}
+    md = {"general.name": f"orcd-synth-{like}-{quant}", **extra}
     ftype = {"F32": "ALL_F32"}.get(quant.upper(), f"MOSTLY_{quant.upper()}")
     if ftype in LlamaFileType.__members__:  # what llama.cpp's quantize would record
         md["general.file_type"] = int(LlamaFileType[ftype])

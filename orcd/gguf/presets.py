@@ -24,6 +24,10 @@ PRESETS: dict[str, dict] = {
                         n_kv_heads=8, head_dim=64, n_experts=32, n_experts_used=4, sliding_window=128,
                         context_length=131072, tied=False, rope_theta=150000.0, yarn_factor=32.0,
                         yarn_orig_context=4096, quant="MXFP4"),
+    # Exact shapes of Gemma 3 270M (tied; head_dim 256 != hidden / heads; 5 of 6 layers slide over 512).
+    "gemma3-270m": dict(arch="gemma3", vocab_size=262144, hidden=640, n_layers=18, ffn=2048, n_heads=4,
+                        n_kv_heads=1, head_dim=256, context_length=32768, tied=True, rope_theta=1e6,
+                        rms_eps=1e-6, quant="Q4_K_M", metadata={"gemma3.attention.sliding_window": 512}),
     # Tiny models for tests (seconds to write, milliseconds to run).
     "tiny-qwen2": dict(arch="qwen2", vocab_size=1024, hidden=64, n_layers=2, ffn=128, n_heads=4,
                        n_kv_heads=2, context_length=2048, tied=True, rope_theta=1e6, quant="F32"),

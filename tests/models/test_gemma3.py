@@ -58,3 +58,18 @@ def test_greedy_batch_with_chunked_prefill_matches_hf(case):
     got = paged_greedy(runner, PROMPTS, N_NEW, [len(PROMPTS[0]), len(PROMPTS[1]), 5])
     for ids, tokens in zip(PROMPTS, got, strict=True):
         assert tokens == hf_greedy(hf, ids, N_NEW)
+
+
+def test_synth_preset_plans_the_real_files_types():
+    """`orcd synth --like gemma3-270m` lays out the real file's 236 tensors with its quant-type counts."""
+    from collections import Counter
+
+    from orcd.gguf.presets import PRESETS, plan_qtypes
+    from orcd.gguf.synth import tensor_shapes
+
+    p = PRESETS["gemma3-270m"]
+    shapes = tensor_shapes(p["arch"], p["vocab_size"], p["hidden"], p["n_layers"], p["ffn"], p["n_heads"],
+                           p["n_kv_heads"], p["tied"], p["head_dim"])
+    plan = plan_qtypes(shapes, "Q4_K_M", p["n_layers"])
+    assert len(shapes) == 236 and p["metadata"]["gemma3.attention.sliding_window"] == 512
+    assert Counter(q.name for q in plan.values()) == {"Q5_0": 81, "Q4_K": 27, "Q8_0": 10, "Q6_K": 9}
