@@ -6,6 +6,8 @@ Q8_0, run dequantized on the CPU, raw on the decode path's QuantLinears)."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
@@ -121,10 +123,12 @@ class _IdTokenizer:
         return _IdDetokenizer()
 
 
-def _engine_run(engine: LLMEngine, prompts: dict[str, list[int]]) -> dict[str, list[int]]:
+def _engine_run(engine: LLMEngine, prompts: dict[str, list[int]],
+                sampling: dict[str, SamplingParams] | None = None) -> dict[str, list[int]]:
+    """Every prompt to the end (greedy, N_NEW tokens, unless `sampling` says otherwise) -> tokens by id."""
     greedy = SamplingParams(max_tokens=N_NEW, temperature=0.0)
     for rid, ids in prompts.items():
-        engine.add_request(EngineRequest(rid, ids, greedy))
+        engine.add_request(EngineRequest(rid, ids, (sampling or {}).get(rid, greedy)))
     got: dict[str, list[int]] = {rid: [] for rid in prompts}
     while engine.has_work():
         for ev in engine.step():
@@ -172,3 +176,19 @@ def test_changing_one_expert_changes_output_only_where_routed(path):
     for ids, old, used in zip(prompts, before, uses, strict=True):
         new = orcd_last_logits(r, ids)
         assert torch.equal(new, old) != used, (ids, used)
+
+
+def test_seeded_sampling_alone_equals_batched(path):
+    """Sampled (seeded) requests give the same tokens alone and batched, whole or chunked: the routed
+    experts of a token do not depend on the other tokens of its step."""
+    loaded = load_model(path, device="cpu", dtype=torch.float32, tokenizer=False)
+    loaded.tokenizer = _IdTokenizer()
+    rng = random.Random(0)
+    reqs = {f"r{i}": [rng.randrange(319) for _ in range(rng.randrange(1, 40))] for i in range(8)}
+    sampling = {rid: SamplingParams(max_tokens=16, temperature=0.9, top_p=0.95, seed=i)
+                for i, rid in enumerate(reqs)}
+    single = LLMEngine(loaded, num_kv_blocks=128, block_size=16, enable_prefix_caching=False)
+    alone = {rid: _engine_run(single, {rid: prompt}, sampling)[rid] for rid, prompt in reqs.items()}
+    for budget in (2048, 24):
+        batched = LLMEngine(loaded, num_kv_blocks=128, block_size=16, max_num_batched_tokens=budget)
+        assert _engine_run(batched, reqs, sampling) == alone
