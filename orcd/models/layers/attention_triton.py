@@ -28,7 +28,7 @@ from orcd.models.layers.attention_ref import AttnMetadata, paged_attention_torch
 from orcd.quant.kernels.fused_linear import pdl_enabled
 
 BLOCK_N = 64  # context tokens per inner iteration
-# Both kernels use programmatic dependent launch where pdl_enabled() (Hopper+, ORCD_PDL=0 off): each
+# Both kernels use programmatic dependent launch where pdl_enabled() (Hopper+): each
 # launches while the kernel before it finishes and waits (griddepcontrol.wait) before its first read.
 
 

@@ -14,7 +14,6 @@ contiguous). The weights are read once per call and never written back dequantiz
 from __future__ import annotations
 
 import functools
-import os
 from types import MappingProxyType
 from typing import Final
 
@@ -23,6 +22,7 @@ import triton
 import triton.language as tl
 from gguf import GGMLQuantizationType as Q
 
+from orcd import env
 from orcd.quant.kernels.batched_linear import batched_linear, routed
 from orcd.quant.kernels.dequant_kernel import dequantize_raw
 from orcd.quant.kernels.gemv_tiles import gemv_tile
@@ -199,7 +199,7 @@ def pdl_enabled(device: torch.device) -> bool:
     """Programmatic dependent launch: each GEMV may start (and read its first weights) while the kernel
     before it finishes; it waits (griddepcontrol.wait) before reading x. Hopper or newer, compiled kernels
     only (not under Triton's own interpreter switch, TRITON_INTERPRET=1)."""
-    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+    if device.type != "cuda" or env.triton_interpreter():
         return False
     return torch.cuda.get_device_capability(device)[0] >= 9
 
