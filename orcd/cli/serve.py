@@ -2,6 +2,8 @@
 
 The model loads (progress on stderr) before the port is bound, so a reachable port means a loaded
 model; /health says 503 until the warm-up generation has run, and again while draining.
+With several models (`--model` twice, `--models-dir`, or `--model-idle-timeout`), each loads on first
+use into its own engine (orcd/server/model_pool.py).
 """
 
 from __future__ import annotations
@@ -23,8 +25,17 @@ from orcd.server.settings import ServerSettings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None,
-                   help="GGUF path or hf:REPO/FILE (default: the bundled demo model)")
+    p.add_argument("--model", action="append", default=None, dest="models", metavar="[NAME=]MODEL",
+                   help="GGUF path or hf:REPO/FILE, served as NAME or its file stem (default: the bundled "
+                        "demo model); repeat it to serve several models, loaded on first use")
+    p.add_argument("--models-dir", default=None, metavar="DIR",
+                   help="serve every *.gguf in DIR too, each under its file stem, loaded on first use")
+    p.add_argument("--max-loaded-models", type=int, default=4, metavar="N",
+                   help="several models: at most N loaded at once; past it the least recently used idle "
+                        "model is unloaded (0 = no limit; default 4)")
+    p.add_argument("--model-idle-timeout", type=float, default=None, metavar="SECONDS",
+                   help="unload a model no request has used for SECONDS (default: never); with one "
+                        "--model it too then loads on first use")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: loopback only)")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
@@ -54,10 +65,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _settings(args: argparse.Namespace, api_key: str | None) -> ServerSettings:
     if args.max_queue < 0 or args.max_body_bytes < 1 or args.ping_interval <= 0 or args.shutdown_grace < 0:
         raise OrcdError("--max-queue, --max-body-bytes, --ping-interval, --shutdown-grace must be positive")
+    if args.max_loaded_models < 0 or (args.model_idle_timeout is not None and args.model_idle_timeout <= 0):
+        raise OrcdError("--max-loaded-models must be >= 0 and --model-idle-timeout positive")
     return ServerSettings(served_model_name=args.served_model_name, api_key=api_key,
                           max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
                           ping_interval_s=args.ping_interval, shutdown_grace_s=args.shutdown_grace,
-                          cors_origins=tuple(args.cors_origin), warmup=not args.no_warmup)
+                          cors_origins=tuple(args.cors_origin), warmup=not args.no_warmup,
+                          max_loaded_models=args.max_loaded_models,
+                          model_idle_timeout_s=args.model_idle_timeout)
+
+
+def _several(args: argparse.Namespace) -> bool:
+    """Several models (a pool loading on demand) rather than one model loaded before the port is bound."""
+    return len(args.models or []) > 1 or args.models_dir is not None or args.model_idle_timeout is not None
+
+
+def _pool(args: argparse.Namespace, settings: ServerSettings):
+    from orcd.server.model_pool import ModelPool
+    from orcd.server.model_specs import model_specs
+
+    if args.served_model_name is not None:
+        raise OrcdError("--served-model-name names the one model: with several, use --model NAME=PATH")
+    if getattr(args, "tensor_parallel", 1) != 1:
+        raise OrcdError("--tensor-parallel serves one model: not with several models")
+    specs = model_specs(args.models, args.models_dir)
+    names = ", ".join(s.name for s in specs)
+    print(f"orcd serve: {len(specs)} model(s), loaded on first use: {names}", file=sys.stderr, flush=True)
+    return ModelPool(specs, lambda spec: build_engine(args, spec.path), settings)
 
 
 def build_engine(args: argparse.Namespace, path: Path):
@@ -84,7 +118,13 @@ def build_engine(args: argparse.Namespace, path: Path):
 
 def run(args: argparse.Namespace, build=None) -> int:
     """build(args, path) -> AsyncEngine: the hook tensor parallelism's rank 0 uses (default: build_engine)."""
-    if getattr(args, "tensor_parallel", 1) != 1 and build is None:
+    several = _several(args)
+    if not several:
+        from orcd.server.model_specs import split_alias
+
+        alias, args.model = split_alias(args.models[0]) if args.models else (None, None)
+        args.served_model_name = args.served_model_name or alias
+    if getattr(args, "tensor_parallel", 1) != 1 and build is None and not several:
         return run_tensor_parallel(args)
     import uvicorn
 
@@ -94,11 +134,14 @@ def run(args: argparse.Namespace, build=None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     api_key = args.api_key or env.api_key()
     settings = _settings(args, api_key)
-    path = resolve_model_path(args.model)  # None -> the demo model
     t0 = time.perf_counter()
-    engine = (build or build_engine)(args, path)
-    if settings.served_model_name is None:
-        settings = dataclasses.replace(settings, served_model_name=path.stem)
+    if several:
+        engine = _pool(args, settings)
+    else:
+        path = resolve_model_path(args.model)  # None -> the demo model
+        engine = (build or build_engine)(args, path)
+        if settings.served_model_name is None:
+            settings = dataclasses.replace(settings, served_model_name=path.stem)
     app = create_app(engine, settings)
 
     class DrainingServer(uvicorn.Server):
@@ -112,7 +155,8 @@ def run(args: argparse.Namespace, build=None) -> int:
     # uvicorn re-raises the signal it caught once it has shut down; a no-op handler makes that a
     # clean return, so SIGTERM ends with exit status 0 after the drain.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    print(f"orcd serve: {settings.served_model_name} ready to bind http://{args.host}:{args.port} "
+    served = settings.served_model_name or "models"
+    print(f"orcd serve: {served} ready to bind http://{args.host}:{args.port} "
           f"(startup {time.perf_counter() - t0:.1f} s, API key {'on' if api_key else 'off'})",
           file=sys.stderr, flush=True)
     server.run()

@@ -1,6 +1,7 @@
-"""create_app(engine, settings): the FastAPI application around one AsyncEngine.
+"""create_app(engine or pool, settings): the FastAPI application around one AsyncEngine, or around a
+ModelPool of several models (orcd/server/model_pool.py), one AsyncEngine each while loaded.
 
-The engine runs its step loop on its own thread; routes only await its async iterators, so a long
+Each engine runs its step loop on its own thread; routes only await its async iterators, so a long
 generation never blocks /health or other requests.
 """
 
@@ -16,27 +17,15 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
-from orcd.engine.io import EngineRequest
-from orcd.engine.sampling_params import SamplingParams
-from orcd.server import generate_route, openai_routes, tokenize_routes
+from orcd.server import generate_route, model_routes, openai_routes, tokenize_routes
 from orcd.server.errors import ErrorBody, install_error_handlers
 from orcd.server.jobs import JobHub
-from orcd.server.logprobs_format import TokenNames
 from orcd.server.middleware import APIKeyMiddleware, BodyLimitMiddleware
+from orcd.server.model_pool import ModelPool
 from orcd.server.schemas import Health
 from orcd.server.settings import ServerSettings
 
 log = logging.getLogger("orcd.server")
-
-
-async def _warmup(engine) -> None:
-    """One greedy token through the whole path, so the first user request pays no first-call costs."""
-    tok = getattr(engine.tokenizer, "bos_id", None)
-    req = EngineRequest("orcd-warmup", [tok if tok is not None else 0], SamplingParams(max_tokens=1,
-                                                                                      temperature=0.0))
-    async for ev in engine.generate(req):
-        if ev.finished:
-            break
 
 
 def _device_memory(device) -> dict[str, int] | None:
@@ -58,6 +47,7 @@ def begin_drain(app: FastAPI) -> None:
     if hub.draining:
         return
     hub.draining = True
+    hub.pool.close()  # requests waiting for a model to load get 503 too
     grace = app.state.settings.shutdown_grace_s
     log.info("draining %d request(s), grace %.1f s", len(hub.active), grace)
 
@@ -70,14 +60,15 @@ def begin_drain(app: FastAPI) -> None:
 
 
 def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
+    """`engine`: one AsyncEngine (served as settings.served_model_name or its model_name), or a ModelPool."""
     settings = settings or ServerSettings()
+    pool = engine if isinstance(engine, ModelPool) else ModelPool.single(
+        engine, settings.served_model_name or str(engine.model_name), settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine.start()
         try:
-            if settings.warmup:
-                await _warmup(engine)
+            await pool.start()
             app.state.ready = True
             yield
         finally:
@@ -85,20 +76,20 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
             drain = getattr(app.state, "drain_task", None)
             if drain is not None:
                 drain.cancel()
-            await asyncio.to_thread(engine.shutdown)
+            await pool.shutdown()
 
     app = FastAPI(title="orcd", version="0.1.0", lifespan=lifespan,
                   description="GGUF inference worker: /v1/generate SSE stream and an OpenAI-compatible API")
     app.state.settings = settings
-    app.state.hub = JobHub(engine, settings)
-    app.state.token_names = TokenNames(engine.tokenizer)  # logprobs: token id -> (text, bytes), cached
-    app.state.model_id = settings.served_model_name or str(engine.model_name)
+    app.state.hub = JobHub(pool, settings)
+    app.state.pool = pool
     app.state.created = int(time.time())
     app.state.ready = False
     install_error_handlers(app)
     app.include_router(generate_route.router)
     app.include_router(openai_routes.router)
     app.include_router(tokenize_routes.router)
+    app.include_router(model_routes.router)
     _add_ops_routes(app)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     if settings.api_key:
@@ -115,17 +106,25 @@ def _add_ops_routes(app: FastAPI) -> None:
     @app.get("/health", response_model=Health, responses={503: {"model": Health}})
     async def health(request: Request) -> JSONResponse:
         hub: JobHub = request.app.state.hub
-        engine = hub.engine
+        pool: ModelPool = hub.pool
+        engines = [s.engine for s in pool.slots.values() if s.engine is not None]
+        engine = None if pool.multi or not engines else engines[0]
         ready = request.app.state.ready
         status = "draining" if hub.draining else "ok" if ready else "loading"
-        stats = hub.engine_stats() if ready else {}
-        body = {"status": status, "model": request.app.state.model_id,
+        stats = pool.stats() if ready else {}
+        device = getattr(engine, "device", None) if engine is not None else \
+            getattr(engines[0], "device", None) if engines else None
+        body = {"status": status, "model": None if pool.multi else pool.default,
                 "architecture": getattr(engine, "architecture", None),
-                "device": str(getattr(engine, "device", None)), "active_requests": len(hub.active),
-                "device_memory": _device_memory(getattr(engine, "device", "")) if ready else None}
+                "device": None if device is None else str(device), "active_requests": len(hub.active),
+                "device_memory": _device_memory(device or "") if ready else None}
         for key in ("weights_bytes", "kv_cache_bytes", "kv_capacity_tokens", "kv_blocks_total",
                     "kv_blocks_used", "running", "waiting"):
             body[key] = stats.get(key)
+        body["models"] = [{"id": name, "status": state, "active_requests": jobs,
+                           **{k: st.get(k) for k in ("weights_bytes", "kv_cache_bytes", "kv_blocks_used",
+                                                     "kv_blocks_total")}}
+                          for name, state, jobs, st in pool.model_rows()]
         return JSONResponse(body, status_code=200 if status == "ok" else 503)
 
     @app.get("/metrics", response_class=Response, responses={401: {"model": ErrorBody}, 200: {

@@ -16,6 +16,7 @@ from orcd.engine.io import EngineRequest, TokenEvent
 from orcd.engine.sampling_params import SamplingParams
 from orcd.errors import RequestError
 from orcd.server.jobs import Job, JobHub
+from orcd.server.model_pool import ModelSlot
 
 _SEED_STEP = 0x9E3779B97F4A7C15  # golden-ratio stride: forks' seeds far apart in the 63-bit space
 MAX_N = 16  # choices one request may ask for
@@ -41,7 +42,7 @@ class DeferredStream:
             if self.job.cancel_requested:
                 raise StopAsyncIteration  # JobHub turns this into a `cancelled` final event
             job = self.job
-            self.inner = aiter(self.hub.engine.generate(EngineRequest(job.request_id, job.prompt_ids,
+            self.inner = aiter(job.slot.engine.generate(EngineRequest(job.request_id, job.prompt_ids,
                                                                       job.sampling)))
         return await anext(self.inner)
 
@@ -55,13 +56,13 @@ class DeferredStream:
             await aclose()
 
 
-def admit_choices(hub: JobHub, route: str, prompt_ids: list[int], sampling: SamplingParams, n: int,
-                  prefix: str) -> list[Job]:
-    """n Jobs for one request (all admitted, or none: the queue must hold them all)."""
-    room = hub.capacity
+def admit_choices(hub: JobHub, slot: ModelSlot, route: str, prompt_ids: list[int], sampling: SamplingParams,
+                  n: int, prefix: str) -> list[Job]:
+    """n Jobs for one request on one model (all admitted, or none: the queue must hold them all)."""
+    room = hub.capacity(slot)
     if n > room:  # would never fit: a 400, not a 503 a client would retry forever
         raise RequestError(f"n={n} is more than this server runs and queues at once ({room})", param="n")
-    first = hub.admit(route, prompt_ids, sampling, prefix=prefix, reserve=n)
+    first = hub.admit(slot, route, prompt_ids, sampling, prefix=prefix, reserve=n)
     if n == 1:
         return [first]
     first.opens = asyncio.Event()
@@ -69,7 +70,7 @@ def admit_choices(hub: JobHub, route: str, prompt_ids: list[int], sampling: Samp
     try:
         for i in range(1, n):
             params = dataclasses.replace(sampling, seed=fork_seed(sampling.seed, i))
-            jobs.append(hub.admit(route, prompt_ids, params, f"{first.request_id}.{i}", reserve=n - i,
+            jobs.append(hub.admit(slot, route, prompt_ids, params, f"{first.request_id}.{i}", reserve=n - i,
                                   stream=lambda job: DeferredStream(hub, job, first.opens)))
             jobs[-1].parent = first.request_id
     except BaseException:

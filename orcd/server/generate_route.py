@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request
 
 from orcd.server.errors import APIError, ErrorBody
 from orcd.server.jobs import Job, JobHub
-from orcd.server.prep import build_sampling, check_model, encode_text, precheck_sampling
+from orcd.server.prep import build_sampling, encode_text, precheck_sampling
 from orcd.server.schemas import CancelRequest, CancelResponse, GenerateRequest, GenerateResponse
 from orcd.server.sse import PING, SSEResponse, sse_event
 
@@ -80,16 +80,16 @@ async def _collect(hub: JobHub, job: Job, model: str, request: Request) -> dict:
                      "content": {"text/event-stream": {}}}})
 async def generate(body: GenerateRequest, request: Request):
     hub: JobHub = request.app.state.hub
-    model = request.app.state.model_id
-    check_model(body.model, model)
+    hub.pool.slot(body.model)  # an unknown model is a 404 before any field is looked at
     precheck_sampling(body)
     hub.check_request_id(body.request_id)
-    ids = await encode_text(hub.engine.tokenizer, body.prompt, body.chat, hub.context_length)
-    max_tokens = hub.resolve_max_tokens(body.max_tokens, len(ids), DEFAULT_MAX_TOKENS, "prompt")
-    job = hub.admit("generate", ids, build_sampling(body, max_tokens), body.request_id)
-    if not body.stream:
-        return await _collect(hub, job, model, request)
-    return SSEResponse(_sse_stream(hub, job, model), on_close=lambda: hub.release(job))
+    async with hub.pool.lease(body.model) as slot:  # no model: the default (first) one; loads it if needed
+        ids = await encode_text(slot.engine.tokenizer, body.prompt, body.chat, hub.context_length(slot))
+        max_tokens = hub.resolve_max_tokens(slot, body.max_tokens, len(ids), DEFAULT_MAX_TOKENS, "prompt")
+        job = hub.admit(slot, "generate", ids, build_sampling(body, max_tokens), body.request_id)
+        if not body.stream:
+            return await _collect(hub, job, slot.name, request)
+        return SSEResponse(_sse_stream(hub, job, slot.name), on_close=lambda: hub.release(job))
 
 
 @router.post("/v1/cancel", response_model=CancelResponse, responses=_ERRORS)

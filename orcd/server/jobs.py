@@ -24,6 +24,7 @@ from orcd.engine.sampling_params import SamplingParams
 from orcd.errors import RequestError
 from orcd.server.errors import APIError, context_overflow
 from orcd.server.metrics import ServerMetrics
+from orcd.server.model_pool import ModelPool, ModelSlot
 from orcd.server.settings import ServerSettings
 
 log = logging.getLogger("orcd.server")
@@ -35,6 +36,7 @@ class Job:
     route: str
     prompt_ids: list[int]
     sampling: SamplingParams
+    slot: ModelSlot  # the model it runs on (pinned until the job is released)
     t_start: float = field(default_factory=time.perf_counter)
     t_first: float | None = None
     t_last: float | None = None
@@ -66,41 +68,37 @@ def new_request_id(prefix: str = "") -> str:
 
 
 class JobHub:
-    def __init__(self, engine, settings: ServerSettings):
-        self.engine = engine
+    """Every admitted request of the server, over the models of `pool` (one engine per loaded model)."""
+
+    def __init__(self, pool: ModelPool, settings: ServerSettings):
+        self.pool = pool
         self.settings = settings
         self.active: dict[str, Job] = {}
         self.draining = False
-        self.metrics = ServerMetrics(self.engine_stats, lambda: len(self.active))
+        self.metrics = ServerMetrics(pool.stats, lambda: len(self.active), pool.model_rows)
+        pool.on_event = self.metrics.model_event
 
     # --- engine facts -------------------------------------------------------------------------
-    def engine_stats(self) -> dict:
-        try:
-            return dict(self.engine.stats())
-        except Exception:  # a scrape must never fail because the engine is busy or gone
-            log.exception("engine.stats() failed")
-            return {}
-
-    @property
-    def context_length(self) -> int:
+    @staticmethod
+    def context_length(slot: ModelSlot) -> int:
         """Tokens one request may span: the model context, or less when the KV pool is smaller."""
-        return int(self.engine_stats().get("max_model_len") or self.engine.config.context_length)
+        return int(slot.stats().get("max_model_len") or slot.engine.config.context_length)
 
-    def _slots(self) -> int:
-        stats = self.engine_stats()
-        return int(stats.get("max_num_seqs") or getattr(self.engine, "max_num_seqs", 0) or 0)
+    @staticmethod
+    def _slots(slot: ModelSlot) -> int:
+        stats = slot.stats()
+        return int(stats.get("max_num_seqs") or getattr(slot.engine, "max_num_seqs", 0) or 0)
 
-    @property
-    def capacity(self) -> int:
-        """Requests admitted at once: the running slots plus the queue beyond them."""
-        return self._slots() + self.settings.max_queue
+    def capacity(self, slot: ModelSlot) -> int:
+        """Requests of one model admitted at once: its running slots plus the queue beyond them."""
+        return self._slots(slot) + self.settings.max_queue
 
     # --- admission ----------------------------------------------------------------------------
-    def resolve_max_tokens(self, requested: int | None, n_prompt: int, default: int | None,
+    def resolve_max_tokens(self, slot: ModelSlot, requested: int | None, n_prompt: int, default: int | None,
                            prompt_param: str, max_param: str = "max_tokens") -> int:
         """The max_tokens a request runs with. `prompt_param` / `max_param` name the fields an error
         points at (chat: `messages`, and `max_completion_tokens` when that is what the client sent)."""
-        ctx = self.context_length
+        ctx = self.context_length(slot)
         what = "messages" if prompt_param == "messages" else "prompt"
         if ctx - n_prompt < 1:
             raise context_overflow(ctx, n_prompt, None, what=what, param=prompt_param)
@@ -112,7 +110,7 @@ class JobHub:
             raise context_overflow(ctx, n_prompt, requested, what=what, param=max_param)
         return requested
 
-    def admit(self, route: str, prompt_ids: list[int], sampling: SamplingParams,
+    def admit(self, slot: ModelSlot, route: str, prompt_ids: list[int], sampling: SamplingParams,
               request_id: str | None = None, prefix: str = "", *, reserve: int = 1, stream=None) -> Job:
         """Admit one request. `reserve`: requests about to be admitted together (the queue must hold
         them all); `stream(job)`: builds its event iterator instead of engine.generate (orcd.server.fork)."""
@@ -120,22 +118,25 @@ class JobHub:
             self.metrics.rejected.labels("draining").inc()
             raise APIError(503, "server is shutting down", code="server_shutting_down",
                            headers={"Retry-After": str(self.settings.retry_after_s)})
-        if len(self.active) + reserve > self.capacity:
+        if slot.jobs + reserve > self.capacity(slot):
             self.metrics.rejected.labels("queue_full").inc()
-            raise APIError(503, f"server overloaded: {len(self.active)} requests in flight",
+            raise APIError(503, f"server overloaded: {slot.jobs} requests in flight for {slot.name!r}",
                            code="overloaded", headers={"Retry-After": str(self.settings.retry_after_s)})
         self.check_request_id(request_id)
-        job = Job(request_id or new_request_id(prefix), route, prompt_ids, sampling)
+        job = Job(request_id or new_request_id(prefix), route, prompt_ids, sampling, slot)
         # The engine validates here (LLMEngine.validate, the one place), before any response byte is
         # sent: its errors become 4xx.
         try:
-            job.stream = stream(job) if stream is not None else self.engine.generate(
+            job.stream = stream(job) if stream is not None else slot.engine.generate(
                 EngineRequest(job.request_id, prompt_ids, sampling))
         except EngineStoppedError as err:
             raise APIError(503, str(err), code="server_shutting_down",
                            headers={"Retry-After": str(self.settings.retry_after_s)}) from err
         self.active[job.request_id] = job
+        slot.jobs += 1
+        self.pool.pin(slot)
         self.metrics.prompt_tokens.inc(len(prompt_ids))
+        self.metrics.model_prompt_tokens.labels(slot.name).inc(len(prompt_ids))
         return job
 
     def check_request_id(self, request_id: str | None) -> None:
@@ -151,10 +152,13 @@ class JobHub:
             job.opens.set()  # its forks must not wait for a job that is gone
         self.active.pop(job.request_id, None)
         if job.finish_reason is None:  # the response ended before its stream did (client gone early)
-            self._engine_cancel(job.request_id)
+            self._engine_cancel(job)
         outcome = job.finish_reason or ("cancelled" if job.cancel_requested else "disconnected")
         self.metrics.requests.labels(job.route, outcome).inc()
+        self.metrics.model_requests.labels(job.slot.name, job.route, outcome).inc()
         self.metrics.e2e.observe(time.perf_counter() - job.t_start)
+        job.slot.jobs -= 1
+        self.pool.unpin(job.slot)
 
     # --- cancellation -------------------------------------------------------------------------
     def cancel(self, request_id: str) -> bool:
@@ -165,7 +169,7 @@ class JobHub:
         forks = [j for j in self.active.values() if j.parent == request_id]
         for j in [job, *forks]:
             j.cancel_requested = True
-            self._engine_cancel(j.request_id)
+            self._engine_cancel(j)
         return True
 
     def cancel_all(self) -> int:
@@ -174,11 +178,12 @@ class JobHub:
             self.cancel(rid)
         return len(ids)
 
-    def _engine_cancel(self, request_id: str) -> None:
+    @staticmethod
+    def _engine_cancel(job: Job) -> None:
         try:
-            self.engine.cancel(request_id)
+            job.slot.engine.cancel(job.request_id)
         except Exception:
-            log.exception("engine.cancel(%s) failed", request_id)
+            log.exception("engine.cancel(%s) failed", job.request_id)
 
     # --- streaming ----------------------------------------------------------------------------
     async def events(self, job: Job) -> AsyncIterator[TokenEvent | None]:
@@ -217,7 +222,7 @@ class JobHub:
         finally:
             with anyio.CancelScope(shield=True):
                 if job.finish_reason is None:
-                    self._engine_cancel(job.request_id)  # disconnect: free the sequence now
+                    self._engine_cancel(job)  # disconnect: free the sequence now
                 if task is not None and not task.done():
                     task.cancel()
                     with contextlib.suppress(BaseException):
@@ -285,3 +290,4 @@ class JobHub:
         if n_tokens:
             job.tokens_out += n_tokens
             self.metrics.generated_tokens.inc(n_tokens)
+            self.metrics.model_generated_tokens.labels(job.slot.name).inc(n_tokens)

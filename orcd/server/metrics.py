@@ -48,8 +48,43 @@ class _EngineCollector(Collector):
                                       "prefix cache", value=float(s["prefix_cache_hits"]))
 
 
+_MODEL_GAUGES = (("orcd_model_kv_blocks_used", "KV cache blocks in use", "kv_blocks_used"),
+                 ("orcd_model_kv_blocks_total", "KV cache blocks allocated", "kv_blocks_total"),
+                 ("orcd_model_kv_cache_bytes", "bytes held by the KV cache", "kv_cache_bytes"),
+                 ("orcd_model_weights_bytes", "bytes held by weights", "weights_bytes"),
+                 ("orcd_model_requests_running", "sequences in the running batch", "running"),
+                 ("orcd_model_queue_depth", "requests waiting for a running slot", "waiting"))
+
+
+class _ModelCollector(Collector):
+    """Per-model gauges, labelled by model: loaded or not, requests in flight, the engine's memory."""
+
+    def __init__(self, rows: Callable[[], list[tuple[str, str, int, dict]]]):
+        self._rows = rows
+
+    def collect(self) -> Iterator:
+        rows = self._rows()
+        loaded = GaugeMetricFamily("orcd_model_loaded", "1 while the model is loaded", labels=["model"])
+        active = GaugeMetricFamily("orcd_model_active_requests", "requests admitted and not finished",
+                                   labels=["model"])
+        gauges = [(GaugeMetricFamily(name, doc, labels=["model"]), key) for name, doc, key in _MODEL_GAUGES]
+        for name, state, jobs, stats in rows:
+            loaded.add_metric([name], 1.0 if state == "loaded" else 0.0)
+            active.add_metric([name], jobs)
+            for family, key in gauges:
+                if stats.get(key) is not None:
+                    family.add_metric([name], float(stats[key]))
+        yield loaded
+        yield active
+        yield from (family for family, _ in gauges)
+
+
 class ServerMetrics:
-    def __init__(self, stats: Callable[[], dict], active: Callable[[], int]):
+    """Server-wide series (all models together, as with one model), and `orcd_model_*` series labelled
+    by model."""
+
+    def __init__(self, stats: Callable[[], dict], active: Callable[[], int],
+                 rows: Callable[[], list[tuple[str, str, int, dict]]] = list):
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("orcd_requests", "finished generation requests", ["route", "outcome"],
@@ -64,7 +99,25 @@ class ServerMetrics:
                               buckets=_TPOT_BUCKETS, registry=r)
         self.e2e = Histogram("orcd_e2e_request_latency_seconds", "request arrival to last event",
                              buckets=_E2E_BUCKETS, registry=r)
+        self.model_requests = Counter("orcd_model_requests", "finished generation requests per model",
+                                      ["model", "route", "outcome"], registry=r)
+        self.model_prompt_tokens = Counter("orcd_model_prompt_tokens", "prompt tokens per model", ["model"],
+                                           registry=r)
+        self.model_generated_tokens = Counter("orcd_model_generation_tokens", "generated tokens per model",
+                                              ["model"], registry=r)
+        self.model_loads = Counter("orcd_model_loads", "model loads (outcome: ok or failed)",
+                                   ["model", "outcome"], registry=r)
+        self.model_unloads = Counter("orcd_model_unloads", "model unloads (reason: lru, idle, request)",
+                                     ["model", "reason"], registry=r)
         r.register(_EngineCollector(stats, active))
+        r.register(_ModelCollector(rows))
+
+    def model_event(self, name: str, event: str, reason: str) -> None:
+        """ModelPool's hook: `load`, `load_failed`, or `unload` with its reason."""
+        if event == "unload":
+            self.model_unloads.labels(name, reason).inc()
+        else:
+            self.model_loads.labels(name, "ok" if event == "load" else "failed").inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,4 +1,4 @@
-"""OpenAI-compatible routes: /v1/completions, /v1/chat/completions, /v1/models.
+"""OpenAI-compatible routes: /v1/completions, /v1/chat/completions (/v1/models: model_routes.py).
 
 Field checks are in openai_checks.py; choices (n of them, streamed or collected, with logprobs) in
 openai_stream.py. Every accepted field is honoured; the ones orcd does not implement are refused with
@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from orcd.server.errors import ErrorBody
 from orcd.server.fork import admit_choices
 from orcd.server.jobs import Job, JobHub
-from orcd.server.logprobs_format import TokenNames
+from orcd.server.model_pool import ModelSlot
 from orcd.server.openai_checks import (
     chat_sampling,
     check_chat,
@@ -25,14 +25,12 @@ from orcd.server.openai_checks import (
     refuse,
 )
 from orcd.server.openai_stream import ChoiceFormat, collect_choices, stream_choices, usage
-from orcd.server.prep import chat_messages, check_model, encode_chat
+from orcd.server.prep import chat_messages, encode_chat
 from orcd.server.schemas import (
     ChatCompletionRequest,
     ChatCompletionResponse,
     CompletionRequest,
     CompletionResponse,
-    ModelCard,
-    ModelList,
 )
 from orcd.server.sse import SSEResponse
 
@@ -50,11 +48,6 @@ async def _completion_prompt(body: CompletionRequest, tokenizer) -> tuple[list[i
     if isinstance(p, str):
         return await to_thread.run_sync(tokenizer.encode_prompt, p), p
     return list(p), None
-
-
-def _names(request: Request) -> TokenNames:
-    """The server's token-name cache (app.state.token_names, filled as logprobs requests need it)."""
-    return request.app.state.token_names
 
 
 def _head(jobs: list[Job], obj: str, model: str) -> dict:
@@ -83,15 +76,21 @@ async def _respond(hub: JobHub, jobs: list[Job], fmt: ChoiceFormat, head: dict, 
 @router.post("/v1/completions", response_model=CompletionResponse, responses=_ERRORS)
 async def completions(body: CompletionRequest, request: Request):
     hub: JobHub = request.app.state.hub
-    model = request.app.state.model_id
-    check_model(body.model, model)
+    hub.pool.slot(body.model)  # an unknown model is a 404 before any field is looked at
     check_completion(body)
-    ids, text = await _completion_prompt(body, hub.engine.tokenizer)
-    max_tokens = hub.resolve_max_tokens(body.max_tokens, len(ids), None, "prompt")
-    echo = "" if not body.echo else text if text is not None else hub.engine.tokenizer.decode(ids)
-    jobs = admit_choices(hub, "completions", ids, completion_sampling(body, max_tokens), body.n, "cmpl-")
-    fmt = ChoiceFormat(chat=False, names=_names(request) if body.logprobs is not None else None, echo=echo)
-    head = _head(jobs, "text_completion", model)
+    async with hub.pool.lease(body.model) as slot:  # loads the model if it is not loaded
+        return await _completions(hub, slot, body, request)
+
+
+async def _completions(hub: JobHub, slot: ModelSlot, body: CompletionRequest, request: Request):
+    tok = slot.engine.tokenizer
+    ids, text = await _completion_prompt(body, tok)
+    max_tokens = hub.resolve_max_tokens(slot, body.max_tokens, len(ids), None, "prompt")
+    echo = "" if not body.echo else text if text is not None else tok.decode(ids)
+    sampling = completion_sampling(body, max_tokens)
+    jobs = admit_choices(hub, slot, "completions", ids, sampling, body.n, "cmpl-")
+    fmt = ChoiceFormat(chat=False, names=slot.token_names if body.logprobs is not None else None, echo=echo)
+    head = _head(jobs, "text_completion", slot.name)
     include = bool(body.stream_options and body.stream_options.include_usage)
     return await _respond(hub, jobs, fmt, head, body.stream, include, request)
 
@@ -99,31 +98,16 @@ async def completions(body: CompletionRequest, request: Request):
 @router.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=_ERRORS)
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     hub: JobHub = request.app.state.hub
-    model = request.app.state.model_id
-    check_model(body.model, model)
+    hub.pool.slot(body.model)
     check_chat(body)
-    ids = await encode_chat(hub.engine.tokenizer, chat_messages(body.messages), hub.context_length)
-    max_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-    max_tokens = hub.resolve_max_tokens(getattr(body, max_param), len(ids), None, "messages", max_param)
-    jobs = admit_choices(hub, "chat", ids, chat_sampling(body, max_tokens), body.n, "chatcmpl-")
-    fmt = ChoiceFormat(chat=True, names=_names(request) if body.logprobs else None)
-    head = _head(jobs, "chat.completion", model)
-    include = bool(body.stream_options and body.stream_options.include_usage)
-    return await _respond(hub, jobs, fmt, head, body.stream, include, request)
-
-
-def _card(request: Request) -> dict:
-    return {"id": request.app.state.model_id, "object": "model", "created": request.app.state.created,
-            "owned_by": "orcd"}
-
-
-@router.get("/v1/models", response_model=ModelList, responses={401: {"model": ErrorBody}})
-async def models(request: Request) -> dict:
-    return {"object": "list", "data": [_card(request)]}
-
-
-@router.get("/v1/models/{model_id:path}", response_model=ModelCard,
-            responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
-async def model(model_id: str, request: Request) -> dict:
-    check_model(model_id, request.app.state.model_id)
-    return _card(request)
+    messages = chat_messages(body.messages)
+    async with hub.pool.lease(body.model) as slot:
+        ids = await encode_chat(slot.engine.tokenizer, messages, hub.context_length(slot))
+        max_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
+        max_tokens = hub.resolve_max_tokens(slot, getattr(body, max_param), len(ids), None, "messages",
+                                            max_param)
+        jobs = admit_choices(hub, slot, "chat", ids, chat_sampling(body, max_tokens), body.n, "chatcmpl-")
+        fmt = ChoiceFormat(chat=True, names=slot.token_names if body.logprobs else None)
+        head = _head(jobs, "chat.completion", slot.name)
+        include = bool(body.stream_options and body.stream_options.include_usage)
+        return await _respond(hub, jobs, fmt, head, body.stream, include, request)

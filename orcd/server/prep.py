@@ -6,17 +6,11 @@ from anyio import to_thread
 
 from orcd.engine.sampling_params import SamplingParams
 from orcd.errors import ContextLengthExceededError, RequestError
-from orcd.server.errors import APIError, context_overflow
+from orcd.server.errors import context_overflow
 from orcd.server.schemas import ChatMessage, SamplingFields
 from orcd.tokenizer.chat import MAX_OUTPUT_CHARS
 
 _DEFAULTS = SamplingParams()
-
-
-def check_model(requested: str | None, served: str) -> None:
-    if requested is not None and requested != served:
-        raise APIError(404, f"model {requested!r} does not exist; this server serves {served!r}",
-                       param="model", code="model_not_found")
 
 
 def stop_tuple(stop: str | list[str] | None) -> tuple[str, ...]:

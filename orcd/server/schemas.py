@@ -195,11 +195,34 @@ class ChatCompletionResponse(BaseModel):
     usage: Usage
 
 
+class ModelStatus(BaseModel):
+    """llama.cpp router mode's status object."""
+
+    value: Literal["unloaded", "loading", "loaded", "unloading"]
+    failed: bool | None = Field(default=None, description="the last load failed (then `error` says why)")
+    error: str | None = None
+
+
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "orcd"
+    path: str | None = None
+    status: ModelStatus | None = None
+    active_requests: int | None = None
+
+
+class ModelAction(_Body):
+    """POST /models/load and /models/unload (llama.cpp router mode's shape)."""
+
+    model: Str
+
+
+class ModelActionResponse(BaseModel):
+    success: bool
+    model: str
+    status: ModelStatus
 
 
 class ModelList(BaseModel):
@@ -221,3 +244,5 @@ class Health(BaseModel):
     waiting: int | None
     active_requests: int
     device_memory: dict[str, int] | None = Field(default=None, description="as the device reports it")
+    models: list[dict[str, Any]] | None = Field(default=None, description="per model: id, status, "
+                                                "active_requests, weights_bytes, kv_cache_bytes, kv_blocks_*")

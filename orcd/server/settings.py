@@ -15,4 +15,6 @@ class ServerSettings:
     shutdown_grace_s: float = 30.0  # on SIGTERM: let streams finish this long, then cancel them
     retry_after_s: int = 1  # Retry-After header on 503 (overloaded / draining)
     cors_origins: tuple[str, ...] = ()  # explicit allowlist; empty -> no CORS headers at all
-    warmup: bool = True  # run one 1-token generation before /health says ok
+    warmup: bool = True  # run one 1-token generation before /health says ok (and after each model load)
+    max_loaded_models: int = 4  # several models: loaded at once at most (LRU unloaded past it); 0 = no limit
+    model_idle_timeout_s: float | None = None  # several models: unload one unused this long; None = never
