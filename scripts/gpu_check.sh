@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 if [ -n "${WHEELS:-}" ] && [ -d "$WHEELS" ]; then
-  python3 -m pip install -q --no-deps --no-index "$WHEELS"/*.whl 2>&1 | tail -2
+  # only what is missing: pip resolves against the wheels folder and keeps what the machine has
+  python3 -m pip install -q --no-index --find-links "$WHEELS" gguf fastapi uvicorn prometheus_client httpx \
+    openai hypothesis pytest 2>&1 | tail -2
 fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 export PYTHONPATH=$PWD
