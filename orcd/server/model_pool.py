@@ -21,6 +21,7 @@ from pathlib import Path
 
 from orcd.engine.io import EngineRequest
 from orcd.engine.sampling_params import SamplingParams
+from orcd.errors import OrcdError
 from orcd.server.errors import APIError
 from orcd.server.logprobs_format import TokenNames
 from orcd.server.settings import ServerSettings
@@ -300,7 +301,10 @@ class ModelPool:
             if self.settings.warmup:
                 await warmup(engine)
         except Exception as err:
-            log.exception("loading model %s failed", slot.name)
+            if isinstance(err, OrcdError):  # a bad file: its one-line message says it all
+                log.error("loading model %s failed: %s", slot.name, err)
+            else:
+                log.exception("loading model %s failed", slot.name)
             if engine is not None:
                 await asyncio.to_thread(engine.shutdown)
             slot.state, slot.error, slot.load_task = UNLOADED, str(err).splitlines()[0] if str(err) else \

@@ -12,6 +12,7 @@ from orcd.server.schemas import ModelAction, ModelActionResponse, ModelCard, Mod
 
 router = APIRouter()
 _ERRORS = {s: {"model": ErrorBody} for s in (400, 401, 404, 500, 503)}
+_ACTION = {"response_model": ModelActionResponse, "response_model_exclude_none": True, "responses": _ERRORS}
 
 
 def _pool(request: Request) -> ModelPool:
@@ -40,24 +41,24 @@ async def models_router_mode(request: Request) -> dict:
     return _list(request)
 
 
-@router.post("/models/load", response_model=ModelActionResponse, responses=_ERRORS)
+@router.post("/models/load", **_ACTION)
 async def load(body: ModelAction, request: Request) -> dict:
     """Load a model (making room by unloading the least recently used one if needed); answers once loaded."""
     return _done(await _pool(request).load(body.model))
 
 
-@router.post("/models/unload", response_model=ModelActionResponse, responses=_ERRORS)
+@router.post("/models/unload", **_ACTION)
 async def unload(body: ModelAction, request: Request) -> dict:
     """Unload a model; with requests in flight, answers once they have finished and it is unloaded."""
     return _done(await _pool(request).unload(body.model))
 
 
-@router.post("/v1/models/{model_id:path}/load", response_model=ModelActionResponse, responses=_ERRORS)
+@router.post("/v1/models/{model_id:path}/load", **_ACTION)
 async def load_by_id(model_id: str, request: Request) -> dict:
     return _done(await _pool(request).load(model_id))
 
 
-@router.post("/v1/models/{model_id:path}/unload", response_model=ModelActionResponse, responses=_ERRORS)
+@router.post("/v1/models/{model_id:path}/unload", **_ACTION)
 async def unload_by_id(model_id: str, request: Request) -> dict:
     return _done(await _pool(request).unload(model_id))
 

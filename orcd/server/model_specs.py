@@ -38,12 +38,16 @@ def model_specs(models: list[str] | None, models_dir: str | None) -> list[ModelS
         if not files:
             raise OrcdError(f"--models-dir {models_dir}: no .gguf files in it")
         specs += [ModelSpec(p.stem, p) for p in files]
-    seen: dict[str, Path | None] = {}
+    seen: dict[str, Path] = {}
+    unique = []
     for s in specs:
         if not NAME.match(s.name):
             raise OrcdError(f"model name {s.name!r} ({s.path}): use NAME=PATH with letters, digits, . _ : -")
+        if s.name in seen and seen[s.name].resolve() == s.path.resolve():
+            continue  # the same file under the same name twice (--model and --models-dir): one model
         if s.name in seen:
             raise OrcdError(f"two models named {s.name!r} ({seen[s.name]} and {s.path}): "
                             "give one another name with --model NAME=PATH")
         seen[s.name] = s.path
-    return specs
+        unique.append(s)
+    return unique
