@@ -9,7 +9,8 @@ the whole context (llama.cpp's default pattern 2). MoE: orcd/models/moe.py (rout
 softmax over the selected logits, clamped SwiGLU, expert biases; experts usually MXFP4). Untied head.
 
 YaRN as gpt-oss defines it (HF rope_parameters truncate=false): the ramp bounds are not rounded to whole
-dimensions; llama.cpp rounds them (floor/ceil), which moves a few mid frequencies slightly.
+dimensions; llama.cpp rounds them (floor/ceil), which moves a few mid frequencies slightly. With that
+rounding swapped in, orcd equals llama.cpp to 5e-7 on an F32 file (scripts/gpt_oss_vs_llama_cpp.py).
 """
 
 from __future__ import annotations
