@@ -86,3 +86,20 @@ def test_template_refusals_are_template_errors(source: str, hf_tokenizer, name: 
         hf_tokenizer.apply_chat_template(REFUSED[name], tokenize=False)
     with pytest.raises(TemplateError, match="chat template raised"):
         ChatTemplate(source, "<|startoftext|>", "<|return|>").render(REFUSED[name])
+
+
+def test_encode_chat_parses_harmony_markup_not_contents(source: str) -> None:
+    """With a Harmony vocabulary the template's markup becomes its special tokens, a user's text does not
+    (<|end|> typed by a user stays text: it is a control token)."""
+    from orcd.gguf.synth_vocab import synthetic_tokenizer_metadata
+    from orcd.tokenizer import load_tokenizer
+
+    md = synthetic_tokenizer_metadata(600, "gpt-oss", seed=1) | {"tokenizer.chat_template": source}
+    tok = load_tokenizer(md)
+    messages = [{"role": "user", "content": "a <|end|> b"}]
+    ids = tok.encode_chat(messages)
+    index = tok.vocab.index
+    assert ids.count(index["<|end|>"]) == 2  # closing the system and the user message, not the user's text
+    tail = [index["<|start|>"], *tok.encode("assistant")]
+    assert ids[-len(tail):] == tail
+    assert tok.decode(ids) == tok.render_chat(messages)
