@@ -8,98 +8,33 @@ job): a pinned slot is never unloaded. A slot chosen for unloading is `draining`
 wait until it is gone (and load it again), so a busy model cannot starve the others.
 """
 
+
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from pathlib import Path
 
-from orcd.engine.io import EngineRequest
-from orcd.engine.sampling_params import SamplingParams
 from orcd.errors import OrcdError
 from orcd.server.errors import APIError
-from orcd.server.logprobs_format import TokenNames
+from orcd.server.model_slot import (
+    LOADED,
+    LOADING,
+    UNLOADED,
+    UNLOADING,
+    ModelSlot,
+    ModelSpec,
+    free_device_memory,
+    load_error,
+    warmup,
+)
 from orcd.server.settings import ServerSettings
 
+__all__ = ["ModelPool", "ModelSlot", "ModelSpec"]
+
 log = logging.getLogger("orcd.server")
-
-UNLOADED, LOADING, LOADED, UNLOADING = "unloaded", "loading", "loaded", "unloading"
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    name: str  # the id clients send in `model`
-    path: Path | None  # None: an engine built by the caller (single-model mode)
-
-
-class ModelSlot:
-    """One served model: its state and, while loaded, its engine."""
-
-    def __init__(self, spec: ModelSpec, engine=None):
-        self.spec, self.name = spec, spec.name
-        self.engine = engine
-        self.state = LOADED if engine is not None else UNLOADED
-        self.pinned = engine is not None  # single-model mode: loaded before the port, never unloaded
-        self.token_names = TokenNames(engine.tokenizer) if engine is not None else None
-        self.pins = 0  # route leases + admitted jobs; > 0 means requests in flight
-        self.jobs = 0  # admitted jobs (the queue limit counts these)
-        self.waiting = 0  # requests inside ModelPool.acquire for this slot
-        self.draining = False  # chosen to be unloaded once its pins reach 0
-        self.drain_reason = ""  # lru | idle | request
-        self.last_used = time.monotonic()
-        self.load_task: asyncio.Task | None = None
-        self.error: str | None = None  # why the last load failed
-        self.load_seconds: float | None = None
-
-    def stats(self) -> dict:
-        if self.engine is None:
-            return {}
-        try:
-            return dict(self.engine.stats())
-        except Exception:  # a scrape must never fail because the engine is busy or gone
-            log.exception("engine.stats() of %s failed", self.name)
-            return {}
-
-    def card(self, created: int) -> dict:
-        """OpenAI's model card plus llama.cpp router mode's `status` object."""
-        status: dict = {"value": self.state}
-        if self.state == UNLOADED and self.error:
-            status.update(failed=True, error=self.error)
-        return {"id": self.name, "object": "model", "created": created, "owned_by": "orcd",
-                "path": None if self.spec.path is None else str(self.spec.path), "status": status,
-                "active_requests": self.jobs}
-
-
-async def warmup(engine) -> None:
-    """One greedy token through the whole path, so the first user request pays no first-call costs."""
-    tok = getattr(engine.tokenizer, "bos_id", None)
-    req = EngineRequest("orcd-warmup", [tok if tok is not None else 0], SamplingParams(max_tokens=1,
-                                                                                      temperature=0.0))
-    async for ev in engine.generate(req):
-        if ev.finished:
-            break
-
-
-def _free_device_memory(device) -> None:
-    gc.collect()
-    if str(device).startswith("cuda"):
-        import torch
-
-        torch.cuda.empty_cache()
-
-
-def _load_error(name: str, err: BaseException, retry_after: int) -> APIError:
-    text = (str(err).splitlines() or [type(err).__name__])[0]
-    if "out of memory" in text.lower():
-        return APIError(503, f"model {name!r} does not fit in device memory now: {text}",
-                        code="insufficient_memory", param="model", headers={"Retry-After": str(retry_after)})
-    return APIError(500, f"model {name!r} could not be loaded: {text}", code="model_load_failed",
-                    param="model")
 
 
 class ModelPool:
@@ -311,8 +246,8 @@ class ModelPool:
                 type(err).__name__, None
             self.on_event(slot.name, "load_failed", "")
             self._notify()
-            raise _load_error(slot.name, err, self.settings.retry_after_s) from err
-        slot.engine, slot.token_names = engine, TokenNames(engine.tokenizer)
+            raise load_error(slot.name, err, self.settings.retry_after_s) from err
+        slot.attach(engine)
         slot.load_seconds = time.perf_counter() - t0
         slot.state, slot.load_task, slot.last_used = LOADED, None, time.monotonic()
         log.info("model %s loaded in %.2f s", slot.name, slot.load_seconds)
@@ -330,7 +265,7 @@ class ModelPool:
             await asyncio.to_thread(engine.shutdown)
         finally:
             slot.engine = slot.token_names = engine = None
-            await asyncio.to_thread(_free_device_memory, device)
+            await asyncio.to_thread(free_device_memory, device)
             slot.state, slot.draining = UNLOADED, False
             log.info("model %s unloaded (%s)", slot.name, reason)
             self.on_event(slot.name, "unload", reason)
