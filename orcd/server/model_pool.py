@@ -131,12 +131,12 @@ class ModelPool:
         slot.waiting += 1
         try:
             while True:
-                if self.closed:
+                if slot.state == LOADED and not slot.draining:
+                    self.pin(slot)  # while draining, JobHub.admit refuses it (and counts it)
+                    return slot
+                if self.closed:  # no loading while the server shuts down
                     raise APIError(503, "server is shutting down", code="server_shutting_down",
                                    headers={"Retry-After": str(self.settings.retry_after_s)})
-                if slot.state == LOADED and not slot.draining:
-                    self.pin(slot)
-                    return slot
                 if slot.state == UNLOADED:
                     if self._room():
                         self._start_load(slot)
