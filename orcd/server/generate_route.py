@@ -15,6 +15,8 @@ from fastapi import APIRouter, Request
 
 from orcd.server.errors import APIError, ErrorBody
 from orcd.server.jobs import Job, JobHub
+from orcd.server.load_wait import generate_error, needs_wait, stream_after_load
+from orcd.server.model_pool import ModelSlot
 from orcd.server.prep import build_sampling, encode_text, precheck_sampling
 from orcd.server.schemas import CancelRequest, CancelResponse, GenerateRequest, GenerateResponse
 from orcd.server.sse import PING, SSEResponse, sse_event
@@ -80,16 +82,22 @@ async def _collect(hub: JobHub, job: Job, model: str, request: Request) -> dict:
                      "content": {"text/event-stream": {}}}})
 async def generate(body: GenerateRequest, request: Request):
     hub: JobHub = request.app.state.hub
-    hub.pool.slot(body.model)  # an unknown model is a 404 before any field is looked at
+    slot = hub.pool.slot(body.model)  # an unknown model is a 404 before any field is looked at
     precheck_sampling(body)
     hub.check_request_id(body.request_id)
+    if body.stream and needs_wait(hub, slot):  # `: ping` while the model loads
+        return stream_after_load(hub, body.model, lambda s: _generate(hub, s, body, request), generate_error)
     async with hub.pool.lease(body.model) as slot:  # no model: the default (first) one; loads it if needed
-        ids = await encode_text(slot.engine.tokenizer, body.prompt, body.chat, hub.context_length(slot))
-        max_tokens = hub.resolve_max_tokens(slot, body.max_tokens, len(ids), DEFAULT_MAX_TOKENS, "prompt")
-        job = hub.admit(slot, "generate", ids, build_sampling(body, max_tokens), body.request_id)
-        if not body.stream:
-            return await _collect(hub, job, slot.name, request)
-        return SSEResponse(_sse_stream(hub, job, slot.name), on_close=lambda: hub.release(job))
+        return await _generate(hub, slot, body, request)
+
+
+async def _generate(hub: JobHub, slot: ModelSlot, body: GenerateRequest, request: Request):
+    ids = await encode_text(slot.engine.tokenizer, body.prompt, body.chat, hub.context_length(slot))
+    max_tokens = hub.resolve_max_tokens(slot, body.max_tokens, len(ids), DEFAULT_MAX_TOKENS, "prompt")
+    job = hub.admit(slot, "generate", ids, build_sampling(body, max_tokens), body.request_id)
+    if not body.stream:
+        return await _collect(hub, job, slot.name, request)
+    return SSEResponse(_sse_stream(hub, job, slot.name), on_close=lambda: hub.release(job))
 
 
 @router.post("/v1/cancel", response_model=CancelResponse, responses=_ERRORS)

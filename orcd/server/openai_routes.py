@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from orcd.server.errors import ErrorBody
 from orcd.server.fork import admit_choices
 from orcd.server.jobs import Job, JobHub
+from orcd.server.load_wait import needs_wait, openai_error, stream_after_load
 from orcd.server.model_pool import ModelSlot
 from orcd.server.openai_checks import (
     chat_sampling,
@@ -76,8 +77,10 @@ async def _respond(hub: JobHub, jobs: list[Job], fmt: ChoiceFormat, head: dict, 
 @router.post("/v1/completions", response_model=CompletionResponse, responses=_ERRORS)
 async def completions(body: CompletionRequest, request: Request):
     hub: JobHub = request.app.state.hub
-    hub.pool.slot(body.model)  # an unknown model is a 404 before any field is looked at
+    slot = hub.pool.slot(body.model)  # an unknown model is a 404 before any field is looked at
     check_completion(body)
+    if body.stream and needs_wait(hub, slot):  # `: ping` while the model loads
+        return stream_after_load(hub, body.model, lambda s: _completions(hub, s, body, request), openai_error)
     async with hub.pool.lease(body.model) as slot:  # loads the model if it is not loaded
         return await _completions(hub, slot, body, request)
 
@@ -98,16 +101,23 @@ async def _completions(hub: JobHub, slot: ModelSlot, body: CompletionRequest, re
 @router.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=_ERRORS)
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     hub: JobHub = request.app.state.hub
-    hub.pool.slot(body.model)
+    slot = hub.pool.slot(body.model)
     check_chat(body)
     messages = chat_messages(body.messages)
+    if body.stream and needs_wait(hub, slot):
+        return stream_after_load(hub, body.model, lambda s: _chat(hub, s, body, messages, request),
+                                 openai_error)
     async with hub.pool.lease(body.model) as slot:
-        ids = await encode_chat(slot.engine.tokenizer, messages, hub.context_length(slot))
-        max_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-        max_tokens = hub.resolve_max_tokens(slot, getattr(body, max_param), len(ids), None, "messages",
-                                            max_param)
-        jobs = admit_choices(hub, slot, "chat", ids, chat_sampling(body, max_tokens), body.n, "chatcmpl-")
-        fmt = ChoiceFormat(chat=True, names=slot.token_names if body.logprobs else None)
-        head = _head(jobs, "chat.completion", slot.name)
-        include = bool(body.stream_options and body.stream_options.include_usage)
-        return await _respond(hub, jobs, fmt, head, body.stream, include, request)
+        return await _chat(hub, slot, body, messages, request)
+
+
+async def _chat(hub: JobHub, slot: ModelSlot, body: ChatCompletionRequest, messages: list[dict],
+                request: Request):
+    ids = await encode_chat(slot.engine.tokenizer, messages, hub.context_length(slot))
+    max_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
+    max_tokens = hub.resolve_max_tokens(slot, getattr(body, max_param), len(ids), None, "messages", max_param)
+    jobs = admit_choices(hub, slot, "chat", ids, chat_sampling(body, max_tokens), body.n, "chatcmpl-")
+    fmt = ChoiceFormat(chat=True, names=slot.token_names if body.logprobs else None)
+    head = _head(jobs, "chat.completion", slot.name)
+    include = bool(body.stream_options and body.stream_options.include_usage)
+    return await _respond(hub, jobs, fmt, head, body.stream, include, request)

@@ -38,7 +38,7 @@ class SSEResponse(StreamingResponse):
 
     def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None] | None = None):
         super().__init__(content, headers=SSE_HEADERS, media_type=self.media_type)
-        self._on_close = on_close
+        self.on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -62,5 +62,5 @@ class SSEResponse(StreamingResponse):
                 aclose = getattr(self.body_iterator, "aclose", None)
                 if aclose is not None:
                     await aclose()
-            if self._on_close is not None:
-                self._on_close()
+            if self.on_close is not None:
+                self.on_close()

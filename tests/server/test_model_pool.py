@@ -100,7 +100,10 @@ def test_idle_unload_and_a_pinned_single_model():
         pool, _ = make_pool(["a"], max_loaded=0, model_idle_timeout_s=0.1)
         await pool.start()
         await pool.load("a")
-        await asyncio.sleep(0.5)
+        for _ in range(100):  # the reaper looks every 25 ms; unloading runs in a thread
+            await asyncio.sleep(0.05)
+            if state(pool) == {"a": "unloaded"}:
+                break
         assert state(pool) == {"a": "unloaded"}
         await pool.shutdown()
         single = ModelPool.single(StubEngine("s"), "s", ServerSettings(warmup=False))

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 import pytest
-from server_helpers import LONG, TINY, ServerProc, generate_events, metric
+from server_helpers import LONG, TINY, ServerProc, generate_events, metric, sse_blocks
 
 from orcd.gguf.synth import write_model_gguf
 
@@ -42,6 +42,10 @@ def pool(tiny_model, model_b, tmp_path_factory):
 def pc(pool):
     with httpx.Client(base_url=pool.url, headers=pool.headers, timeout=60) as c:
         yield c
+
+
+def card_error(c: httpx.Client) -> str:
+    return "model 'broken' could not be loaded: " + c.get("/v1/models/broken").json()["status"]["error"]
 
 
 def states(c: httpx.Client) -> dict[str, str]:
@@ -132,6 +136,35 @@ def test_unload_while_busy_waits(pc):
     assert states(pc)["a"] == "unloaded"
 
 
+def test_a_stream_waiting_for_its_model_gets_pings(pc):
+    """`b` needs `a`'s place, and `a` is busy: b's stream starts at once and pings until it runs."""
+    assert pc.post("/models/load", json={"model": "a"}).json()["success"]
+    out: dict = {}
+
+    def stream_b() -> None:
+        with httpx.Client(base_url=pc.base_url, headers=pc.headers, timeout=60) as c:
+            messages = [{"role": "user", "content": "hi"}]
+            body = {"model": "b", "messages": messages, "max_tokens": 4, "stream": True}
+            with c.stream("POST", "/v1/chat/completions", json=body) as r:
+                out["blocks"] = list(sse_blocks(r))
+
+    with pc.stream("POST", "/v1/generate", json={"prompt": "x", "model": "a", "max_tokens": LONG,
+                                                 "ignore_eos": True, "request_id": "hold-a"}) as r:
+        events = generate_events(r)
+        assert next(events)[0] == "started" and next(events)[0] == "token"
+        waiter = threading.Thread(target=stream_b)
+        waiter.start()
+        time.sleep(0.5)
+        assert waiter.is_alive()
+        assert pc.post("/v1/cancel", json={"request_id": "hold-a"}).json()["cancelled"]
+        list(events)
+    waiter.join(30)
+    blocks = out["blocks"]
+    first_data = next(i for i, (kind, _) in enumerate(blocks) if kind != "comment")
+    assert first_data >= 3 and all(b == ("comment", "ping") for b in blocks[:first_data])
+    assert blocks[-1] == ("message", "[DONE]") and '"model":"b"' in blocks[first_data][1]
+
+
 def test_disconnect_releases_the_model(pc):
     with pc.stream("POST", "/v1/generate", json={"prompt": "x", "model": "b", "max_tokens": LONG,
                                                  "ignore_eos": True}) as r:
@@ -202,6 +235,10 @@ def test_models_dir_idle_unload_and_a_broken_file(tiny_model, model_b, tmp_path)
             assert metric(c.get("/metrics").text, 'orcd_model_unloads_total{model="beta",reason="idle"}') == 1
             r = c.post("/v1/generate", json={**BODY, "model": "broken"})
             assert r.status_code == 500 and r.json()["error"]["code"] == "model_load_failed"
+            with c.stream("POST", "/v1/generate", json={**BODY, "model": "broken", "stream": True}) as r:
+                assert r.status_code == 200  # streamed: the failure arrives as the stream's error event
+                last = list(generate_events(r))[-1]
+            assert last == ("error", {"code": "model_load_failed", "message": card_error(c)})
             card = c.get("/v1/models/broken").json()
             assert card["status"]["value"] == "unloaded" and card["status"]["failed"]
             assert gen(c, "alpha")["tokens_out"] == 12  # a failed load leaves the others serving
