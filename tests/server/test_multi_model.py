@@ -14,7 +14,11 @@ import openai
 import pytest
 from server_helpers import LONG, TINY, ServerProc, generate_events, metric, sse_blocks
 
+from orcd.engine.io import EngineRequest
+from orcd.engine.llm_engine import LLMEngine
+from orcd.engine.sampling_params import SamplingParams
 from orcd.gguf.synth import write_model_gguf
+from orcd.loading.loader import load_model
 
 BODY = {"prompt": "Once upon a time", "max_tokens": 12, "ignore_eos": True, "temperature": 0.8, "seed": 7,
         "stream": False}
@@ -67,12 +71,25 @@ def test_listed_loaded_or_not(pc):
     assert pc.get("/v1/models/b").json()["id"] == "b"
 
 
-def test_routed_by_model_same_output_as_alone(pc, client):
+def engine_alone(path) -> list[int]:
+    """BODY's tokens from the model file alone, through LLMEngine in this process."""
+    loaded = load_model(path, device="cpu")
+    engine = LLMEngine(loaded, num_kv_blocks=64)
+    params = SamplingParams(max_tokens=BODY["max_tokens"], temperature=BODY["temperature"], seed=BODY["seed"],
+                            ignore_eos=True)
+    engine.add_request(EngineRequest("r", loaded.tokenizer.encode_prompt(BODY["prompt"]), params))
+    ids: list[int] = []
+    while engine.has_work():
+        ids += [ev.token_id for ev in engine.step() if ev.token_id is not None]
+    return ids
+
+
+def test_routed_by_model_same_output_as_alone(pc, client, model_b):
     alone = client.post("/v1/generate", json=BODY).json()  # the single-model server, same file as `a`
     a, b = gen(pc, "a"), gen(pc, "b")
     assert a["model"] == "a" and b["model"] == "b"
     assert a["token_ids"] == alone["token_ids"] and a["text"] == alone["text"]
-    assert b["token_ids"] != a["token_ids"]
+    assert b["token_ids"] == engine_alone(model_b) != a["token_ids"]
     assert gen(pc, None)["token_ids"] == a["token_ids"]  # no model: the first one
     messages = [{"role": "user", "content": "hi"}]
     chat = pc.post("/v1/chat/completions", json={"model": "b", "messages": messages, "max_tokens": 4}).json()
