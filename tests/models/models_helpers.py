@@ -102,3 +102,22 @@ def orcd_last_logits(runner: ModelRunner, ids: list[int]) -> torch.Tensor:
     n_blocks = -(-len(ids) // runner.block_size)
     seq = ScheduledSeq(0, ids, 0, list(range(n_blocks)), True, SamplingParams(temperature=0.0))
     return runner.forward(SchedulerOutput([seq], len(ids)))[0]
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).norm() / b.norm()).item()
+
+
+def check_last_logits_match_hf(runner, hf, prompts: list[list[int]], tol: float = 1e-4) -> None:
+    """Each prompt alone: orcd's last-position logits within `tol` (relative) of the HF model's."""
+    for ids in prompts:
+        assert rel_err(orcd_last_logits(runner, ids), hf_last_logits(hf, ids)) < tol
+
+
+def check_greedy_batch_matches_hf(runner, hf, prompts: list[list[int]], n_new: int) -> None:
+    """The prompts at once, the last one prefilled in 5-token chunks while the others decode: every
+    greedy continuation equals the HF model's."""
+    chunks = [len(p) for p in prompts[:-1]] + [5]
+    got = paged_greedy(runner, prompts, n_new, chunks)
+    for ids, tokens in zip(prompts, got, strict=True):
+        assert tokens == hf_greedy(hf, ids, n_new)

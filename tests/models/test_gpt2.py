@@ -10,7 +10,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf import GGUFWriter
 from gguf.quants import quantize
 from hf_from_gguf import gguf_tensors
-from models_helpers import PROMPTS, hf_greedy, hf_last_logits, orcd_last_logits, paged_greedy
+from models_helpers import PROMPTS, check_greedy_batch_matches_hf, check_last_logits_match_hf
 
 from orcd.gguf.synth_vocab import synthetic_tokenizer_metadata
 from orcd.loading.loader import load_model
@@ -102,19 +102,9 @@ def case(request, tmp_path_factory):
     return ModelRunner(loaded, num_kv_blocks=64, block_size=4), hf_gpt2(path)
 
 
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a - b).norm() / b.norm()).item()
-
-
 def test_last_position_logits_match_hf(case):
-    runner, hf = case
-    for ids in PROMPTS:
-        assert rel_err(orcd_last_logits(runner, ids), hf_last_logits(hf, ids)) < 1e-4
+    check_last_logits_match_hf(*case, PROMPTS)
 
 
 def test_greedy_batch_of_mixed_lengths_matches_hf(case):
-    """Three prompts at once; the longest is prefilled in 5-token chunks while the others decode."""
-    runner, hf = case
-    got = paged_greedy(runner, PROMPTS, N_NEW, [len(PROMPTS[0]), len(PROMPTS[1]), 5])
-    for ids, tokens in zip(PROMPTS, got, strict=True):
-        assert tokens == hf_greedy(hf, ids, N_NEW)
+    check_greedy_batch_matches_hf(*case, PROMPTS, N_NEW)
