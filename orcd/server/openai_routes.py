@@ -27,6 +27,7 @@ from orcd.server.openai_checks import (
 )
 from orcd.server.openai_stream import ChoiceFormat, collect_choices, stream_choices, usage
 from orcd.server.prep import chat_messages, encode_chat
+from orcd.server.reasoning import splitter_for
 from orcd.server.schemas import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -117,7 +118,8 @@ async def _chat(hub: JobHub, slot: ModelSlot, body: ChatCompletionRequest, messa
     max_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = hub.resolve_max_tokens(slot, getattr(body, max_param), len(ids), None, "messages", max_param)
     jobs = admit_choices(hub, slot, "chat", ids, chat_sampling(body, max_tokens), body.n, "chatcmpl-")
-    fmt = ChoiceFormat(chat=True, names=slot.token_names if body.logprobs else None)
+    fmt = ChoiceFormat(chat=True, names=slot.token_names if body.logprobs else None,
+                       split=splitter_for(slot.engine, ids))
     head = _head(jobs, "chat.completion", slot.name)
     include = bool(body.stream_options and body.stream_options.include_usage)
     return await _respond(hub, jobs, fmt, head, body.stream, include, request)

@@ -15,6 +15,7 @@ from orcd.engine.io import TokenEvent
 from orcd.server.errors import APIError, error_body
 from orcd.server.jobs import Job, JobHub
 from orcd.server.logprobs_format import CompletionLogprobs, TokenNames, chat_content, scored
+from orcd.server.reasoning import Splitter, joined, split_all
 from orcd.server.sse import PING, sse_event
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "cancelled", "error": "error"}
@@ -27,15 +28,28 @@ class ChoiceFormat:
     chat: bool
     names: TokenNames | None = None  # set when the request asked for logprobs
     echo: str = ""  # completions: the prompt text returned before the generated text
+    split: Callable[[], Splitter] | None = None  # chat: reasoning models' splitter (orcd.server.reasoning)
     _legacy: dict[int, CompletionLogprobs] = field(default_factory=dict)
+    _splitters: dict[int, Splitter] = field(default_factory=dict)
 
     def first(self) -> dict | None:
         if self.chat:
             return {"delta": {"role": "assistant", "content": ""}}
         return {"text": self.echo} if self.echo else None
 
-    def piece(self, text: str) -> dict:
+    def piece(self, text: str, index: int = 0, final: bool = False) -> dict | None:
+        """The delta for a text increment of choice `index` (`final`: its last), None if nothing to send.
+        A reasoning model's deltas carry `reasoning_content` and/or `content`."""
+        if self.chat and self.split is not None:
+            splitter = self._splitters.setdefault(index, self.split())
+            delta = joined(splitter.push(text) + (splitter.flush() if final else []))
+            return {"delta": delta} if delta else None
+        if not text:
+            return None
         return {"delta": {"content": text}} if self.chat else {"text": text}
+
+    def blank(self) -> dict:
+        return {"delta": {"content": ""}} if self.chat else {"text": ""}
 
     def end(self) -> dict:
         return {"delta": {}} if self.chat else {"text": ""}
@@ -53,6 +67,9 @@ class ChoiceFormat:
         text = "".join(ev.text for ev in events)
         body = {"message": {"role": "assistant", "content": text}} if self.chat else {
             "text": self.echo + text}
+        if self.chat and self.split is not None:
+            reasoning, content = split_all(self.split(), text)
+            body["message"].update(content=content, reasoning_content=reasoning)
         return {"index": index, **body, "logprobs": self.logprobs(index, events), "finish_reason": reason}
 
 
@@ -120,8 +137,9 @@ async def stream_choices(hub: JobHub, jobs: list[Job], fmt: ChoiceFormat, chunk:
                 continue
             out: list[bytes] = []  # a batch of events goes out as one write
             for ev in batch:
-                if ev.text or (fmt.names is not None and scored([ev])):
-                    out.append(emit([choice(i, fmt.piece(ev.text), [ev])]))
+                part = fmt.piece(ev.text, i, ev.finished)
+                if part is not None or (fmt.names is not None and scored([ev])):
+                    out.append(emit([choice(i, part or fmt.blank(), [ev])]))
                 if ev.finished and jobs[i].finish_reason == "error":
                     out.append(sse_event(error_body(500, ev.error or "generation failed", None,
                                                     "generation_failed")))

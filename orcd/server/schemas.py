@@ -177,6 +177,7 @@ class CompletionResponse(BaseModel):
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str
+    reasoning_content: str | None = Field(default=None, description="reasoning models only: their thinking")
 
 
 class ChatChoice(BaseModel):

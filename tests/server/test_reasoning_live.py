@@ -1,0 +1,78 @@
+"""reasoning_content through a real `orcd serve`, with the official openai client: a tiny model whose
+vocabulary holds `<think>` / `</think>` (user-defined, as in Qwen3's files) and whose chat template opens the
+block for it, and a tiny gpt-oss (Harmony). Each choice's reasoning_content / content must be exactly its
+raw text (the same prompt ids and seed through /v1/completions) split by the model's splitter, streamed
+and not."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from openai import OpenAI
+from server_helpers import TINY, ServerProc
+
+from orcd.gguf.synth import write_model_gguf
+from orcd.gguf.synth_gpt_oss import write_gpt_oss_gguf
+from orcd.gguf.synth_vocab import synthetic_tokenizer_metadata
+from orcd.server.reasoning import HarmonySplitter, ThinkSplitter, split_all
+
+V = TINY["vocab_size"]
+THINK_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                  "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}")
+ASK = [{"role": "user", "content": "Why is the sky blue?"}]
+
+
+def think_model(path):
+    md = synthetic_tokenizer_metadata(V - 2, "qwen2", seed=3)
+    md["tokenizer.ggml.tokens"] += ["<think>", "</think>"]
+    md["tokenizer.ggml.token_type"] += [4, 4]  # user-defined: decoding keeps them
+    md["tokenizer.chat_template"] = THINK_TEMPLATE
+    return write_model_gguf(path, "qwen2", seed=3, tokenizer_metadata=md, **TINY)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[ServerProc]:
+    d = tmp_path_factory.mktemp("reasoning")
+    harmony = write_gpt_oss_gguf(d / "h.gguf", vocab_size=V, hidden=64, n_layers=1, ffn=64, n_heads=4,
+                                 n_kv_heads=2, head_dim=16, n_experts=4, n_experts_used=2, seed=2)
+    srv = ServerProc(think_model(d / "t.gguf"), d / "serve.log", "--model", f"harmony={harmony}")
+    try:  # both models on one server: "t" (the file stem) and "harmony"
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
+
+
+def raw_texts(srv: ServerProc, model: str, n: int, seed: int) -> list[str]:
+    with httpx.Client(base_url=srv.url, headers=srv.headers, timeout=60) as c:
+        ids = c.post("/tokenize", json={"model": model, "messages": ASK}).json()["tokens"]
+        r = c.post("/v1/completions", json={"model": model, "prompt": ids, "n": n, "seed": seed,
+                                            "max_tokens": 40}).json()
+    return [ch["text"] for ch in sorted(r["choices"], key=lambda ch: ch["index"])]
+
+
+@pytest.mark.parametrize("model, splitter", [("t", lambda: ThinkSplitter(in_reasoning=True)),
+                                             ("harmony", HarmonySplitter)])
+def test_reasoning_content_is_the_split_raw_text(server, model, splitter):
+    client = OpenAI(base_url=server.url + "/v1", api_key=server.api_key)
+    n, seed = 8, 11
+    raws = raw_texts(server, model, n, seed)
+    want = [split_all(splitter(), t) for t in raws]
+    got = client.chat.completions.create(model=model, messages=ASK, n=n, seed=seed, max_tokens=40)
+    msgs = [ch.message for ch in sorted(got.choices, key=lambda ch: ch.index)]
+    assert [(m.reasoning_content, m.content) for m in msgs] == want
+    streamed = [[None, ""] for _ in range(n)]
+    for chunk in client.chat.completions.create(model=model, messages=ASK, n=n, seed=seed, max_tokens=40,
+                                                stream=True):
+        for ch in chunk.choices:
+            r, c = getattr(ch.delta, "reasoning_content", None), ch.delta.content
+            if r:
+                streamed[ch.index][0] = (streamed[ch.index][0] or "") + r
+            streamed[ch.index][1] += c or ""
+    assert [tuple(s) for s in streamed] == want
+    if model == "t":  # the model closed the block in some choices: both fields were filled
+        assert any(r and c for r, c in want)
+    else:  # the random model wrote Harmony markup, which the parser took out of the content
+        assert any(c != raw for (_, c), raw in zip(want, raws, strict=True))
