@@ -26,6 +26,11 @@ def bytes_to_unicode() -> dict[int, str]:
     return table
 
 
+def split_pre_tokenizer(rules: list[str]) -> pre_tokenizers.PreTokenizer:
+    """The split rules as `tokenizers` Splits, applied in order, matches and gaps both kept."""
+    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r), behavior="isolated") for r in rules])
+
+
 def build_bpe(vocab: Vocab) -> Tokenizer:
     """Byte-level BPE with the split rules of `vocab.pre` (TokenizerError if unknown)."""
     rules = split_rules(vocab.pre)
@@ -40,9 +45,8 @@ def build_bpe(vocab: Vocab) -> Tokenizer:
         except Exception as err:
             raise TokenizerError(f"cannot build BPE from the file's vocab and merges: {err}") from err
     tok = Tokenizer(model)
-    splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in rules]
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tok.pre_tokenizer = pre_tokenizers.Sequence([*splits, byte_level])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([split_pre_tokenizer(rules), byte_level])
     tok.decoder = decoders.ByteLevel()
     return tok
 

@@ -9,6 +9,7 @@ from operator import itemgetter
 from typing import Any
 
 from orcd.errors import TokenizerError
+from orcd.tokenizer.pretokenizers import ADD_BOS
 
 # llama.cpp token types (gguf TokenType)
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -123,7 +124,7 @@ def read_vocab(md: dict[str, Any]) -> Vocab:
     for t in _ALWAYS_RENDERED:
         if t in index:
             types[index[t]] = USER_DEFINED
-    add_bos = model == "llama" or pre in ("llama-bpe", "llama3", "llama-v3")
+    add_bos = model == "llama" or pre in ADD_BOS
     add_bos = bool(md.get("tokenizer.ggml.add_bos_token", add_bos))
     add_eos = bool(md.get("tokenizer.ggml.add_eos_token", False))
     add_space_prefix = bool(md.get("tokenizer.ggml.add_space_prefix", model == "llama"))
