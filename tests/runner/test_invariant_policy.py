@@ -67,3 +67,24 @@ def test_seeded_requests_share_prefix_blocks_only_with_each_other(loaded):  # no
     run(off, [EngineRequest("e", PROMPT, greedy())])
     run(off, [EngineRequest("f", PROMPT, greedy(seed=1))])
     assert off.block_manager.prefix_hits == 48
+
+
+def test_layers_are_switched_only_when_the_setting_changes(loaded, monkeypatch):  # noqa: F811
+    """Switching ~240 layers costs ~1 ms: steps that keep the setting must not touch them."""
+    from orcd.runner import model_runner
+
+    flips = []
+    real = model_runner.set_batch_invariant
+
+    def counting(layers, on):
+        flips.append(on)
+        real(layers, on)
+
+    monkeypatch.setattr(model_runner, "set_batch_invariant", counting)
+    engine = LLMEngine(loaded, num_kv_blocks=64, block_size=16)  # "seeded"
+    run(engine, [EngineRequest("p", PROMPT, greedy(n=6)), EngineRequest("q", PROMPT[:20], greedy(n=6))])
+    assert flips == []  # no seed: every step keeps the fast kernels
+    run(engine, [EngineRequest("s", PROMPT, greedy(seed=3, n=6))])
+    assert flips == [True]  # one switch for all of the seeded request's steps
+    run(engine, [EngineRequest("t", PROMPT, greedy(n=6))])
+    assert flips == [True, False]
