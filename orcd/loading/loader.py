@@ -224,14 +224,23 @@ def _load(path: str | Path, device: str | torch.device, dtype: torch.dtype | Non
         t4 = time.perf_counter()
         warm_steps, warm_s = warm() if warm is not None else ({}, 0.0)  # warm_cuda itself never raises
     t5 = time.perf_counter()
+    phases, timeline = _phases((t0, t1, t2, t2w, t2c, t2u, t3, t4, t5), tok_s, warm_s, warm_steps)
+    loaded = LoadedModel(cfg, model, tok, f, dev, dtype, weights_nbytes(model), t5 - t0, phases, timeline)
+    log.info("loaded %s (%s) on %s in %.2f s, %.1f MiB of weights", Path(path).name, cfg.arch, dev,
+             loaded.load_seconds, loaded.weights_bytes / 2**20)
+    return loaded
+
+
+def _phases(instants: tuple[float, ...], tok_s: float, warm_s: float, warm_steps: dict[str, float]
+            ) -> tuple[dict[str, float], dict[str, float]]:
+    """LoadedModel.phases (seconds each step took) and .timeline (when each ended, in order) from the
+    load's instants (perf_counter): start, opened, checked, tokenizer started, CUDA ready, uploaded,
+    weights done, tokenizer joined, warm-up joined."""
+    t0, t1, t2, t2w, t2c, t2u, t3, t4, t5 = instants
     phases = {"open": t1 - t0, "check": t2 - t1, "weights": t3 - t2w, "cuda_wait": t2c - t2w,
               "upload": t2u - t2c, "tokenizer": tok_s, "tokenizer_wait": t4 - t3, "warm_cuda": warm_s,
               "warm_wait": t5 - t4, **{k: v for k, v in warm_steps.items() if k[0] != "@"}}
     timeline = {"open": t1 - t0, "check": t2 - t0, "cuda_wait": t2c - t0, "upload": t2u - t0,
                 "weights": t3 - t0, "tokenizer": t2 - t0 + tok_s, "warm": t5 - t0,
                 **{k[1:]: v for k, v in warm_steps.items() if k[0] == "@"}}
-    loaded = LoadedModel(cfg, model, tok, f, dev, dtype, weights_nbytes(model), t5 - t0, phases,
-                         dict(sorted(timeline.items(), key=lambda kv: kv[1])))
-    log.info("loaded %s (%s) on %s in %.2f s, %.1f MiB of weights", Path(path).name, cfg.arch, dev,
-             loaded.load_seconds, loaded.weights_bytes / 2**20)
-    return loaded
+    return phases, dict(sorted(timeline.items(), key=lambda kv: kv[1]))
