@@ -45,11 +45,11 @@ def server(tmp_path_factory) -> Iterator[ServerProc]:
         srv.stop()
 
 
-def raw_texts(srv: ServerProc, model: str, n: int, seed: int) -> list[str]:
+def raw_texts(srv: ServerProc, model: str, n: int, seed: int | None, **extra) -> list[str]:
     with httpx.Client(base_url=srv.url, headers=srv.headers, timeout=60) as c:
         ids = c.post("/tokenize", json={"model": model, "messages": ASK}).json()["tokens"]
         r = c.post("/v1/completions", json={"model": model, "prompt": ids, "n": n, "seed": seed,
-                                            "max_tokens": 40}).json()
+                                            "max_tokens": 40, **extra}).json()
     return [ch["text"] for ch in sorted(r["choices"], key=lambda ch: ch["index"])]
 
 
@@ -76,3 +76,23 @@ def test_reasoning_content_is_the_split_raw_text(server, model, splitter):
         assert any(r and c for r, c in want)
     else:  # the random model wrote Harmony markup, which the parser took out of the content
         assert any(c != raw for (_, c), raw in zip(want, raws, strict=True))
+
+
+def test_anthropic_thinking_blocks(server):
+    """/v1/messages: the reasoning as a `thinking` block when the request enables thinking, else left out;
+    never in the text."""
+    import anthropic
+
+    claude = anthropic.Anthropic(base_url=server.url, api_key=server.api_key, max_retries=0, timeout=60)
+    for seed in range(100):  # a seed with which the model closes its block within 40 tokens
+        reasoning, content = split_all(ThinkSplitter(in_reasoning=True), raw_texts(server, "t", 1, seed)[0])
+        if reasoning and content:
+            break
+    kw = dict(model="t", max_tokens=40, messages=ASK, extra_body={"seed": seed})
+    plain = claude.messages.create(**kw)
+    assert [(b.type, b.text) for b in plain.content] == [("text", content)]
+    with claude.messages.stream(**kw, thinking={"type": "enabled", "budget_tokens": 1024}) as s:
+        msg = s.get_final_message()
+    want = [("thinking", reasoning)] if reasoning else []
+    assert [(b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in msg.content] == \
+        [*want, ("text", content)]

@@ -1,0 +1,177 @@
+"""Anthropic Messages API shapes: the request body and its checks, errors, and the response content built
+from engine events (whole, or as Anthropic's stream events). Routes: orcd/server/anthropic_routes.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from orcd.errors import RequestError
+from orcd.server.errors import MAX_MESSAGE, APIError
+from orcd.server.reasoning import REASONING, Splitter
+from orcd.server.schemas import Bool, Float, Int, Str
+from orcd.server.sse import sse_event
+from orcd.server.text_checks import check_no_surrogates, printable
+
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                503: "overloaded_error", 529: "overloaded_error"}
+STOP_REASONS = {"eos": "end_turn", "stop": "stop_sequence", "length": "max_tokens", "cancelled": "cancelled"}
+_BLOCK_KEYS = {"type", "text", "cache_control", "citations"}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AnthropicMessage(_Strict):
+    role: Literal["user", "assistant"]
+    content: Str | list[dict[str, Any]]
+
+
+class MessagesRequest(_Strict):
+    model: Str
+    max_tokens: Int
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: Str | list[dict[str, Any]] | None = None
+    stop_sequences: list[Str] | None = None
+    temperature: Float | None = None
+    top_p: Float | None = None
+    top_k: Int | None = None
+    seed: Int | None = Field(default=None, description="orcd extension: same seed + input -> same output")
+    stream: Bool = False
+    metadata: dict[str, Any] | None = Field(default=None, description="accepted; recorded nowhere")
+    service_tier: Str | None = Field(default=None, description="accepted; orcd has one tier")
+    thinking: dict[str, Any] | None = None
+    tools: list[Any] | None = None
+    tool_choice: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_surrogates(cls, data: Any) -> Any:
+        check_no_surrogates(data)
+        return data
+
+
+class CountTokensRequest(MessagesRequest):
+    max_tokens: Int | None = None  # type: ignore[assignment]
+
+
+def error_body(status: int, message: str) -> dict:
+    message = printable(" ".join(message.split()))
+    if len(message) > MAX_MESSAGE:
+        message = message[: MAX_MESSAGE - 1] + "…"
+    kind = _ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def error_event(err: APIError) -> bytes:
+    return sse_event(error_body(err.status, err.message), "error")
+
+
+def block_text(blocks: str | list[dict[str, Any]], where: str) -> str:
+    """A content string, or text blocks joined; any other block is refused naming where it is."""
+    if isinstance(blocks, str):
+        return blocks
+    parts = []
+    for j, block in enumerate(blocks):
+        at = f"{where}.{j}"
+        if block.get("type") != "text":
+            raise RequestError(f"{at}.type: only text content blocks are supported (got "
+                               f"{block.get('type')!r})", param=f"{at}.type")
+        if not isinstance(block.get("text"), str):
+            raise RequestError(f"{at}.text: a text block needs a string `text`", param=f"{at}.text")
+        extra = sorted(set(block) - _BLOCK_KEYS)
+        if extra:
+            at = f"{at}.{extra[0]}"
+            raise RequestError(f"{at}: unrecognized field of a text block", param=at)
+        parts.append(block["text"])
+    return "".join(parts)
+
+
+def template_messages(body: MessagesRequest) -> tuple[list[dict], str | None]:
+    """(chat-template messages, the assistant prefill to continue or None). Unsupported features are
+    refused with a 400 naming the field, never dropped."""
+    if body.tools:
+        raise RequestError("tools: tool use is not supported by orcd yet", param="tools")
+    if body.tool_choice is not None and body.tool_choice.get("type") != "none":
+        raise RequestError("tool_choice: tool use is not supported by orcd yet", param="tool_choice")
+    thinking = body.thinking or {"type": "disabled"}
+    if thinking.get("type") not in ("enabled", "disabled") or not isinstance(
+            thinking.get("budget_tokens", 1), int) or set(thinking) - {"type", "budget_tokens"}:
+        raise RequestError("thinking: must be {\"type\": \"enabled\", \"budget_tokens\": N} or "
+                           "{\"type\": \"disabled\"}", param="thinking")
+    out = []
+    if body.system is not None:
+        out.append({"role": "system", "content": block_text(body.system, "system")})
+    for i, m in enumerate(body.messages):
+        out.append({"role": m.role, "content": block_text(m.content, f"messages.{i}.content")})
+    prefill = None
+    if out[-1]["role"] == "assistant":  # Anthropic continues a final assistant message
+        prefill = out.pop()["content"]
+        if not any(m["role"] == "user" for m in out):
+            raise RequestError("messages: needs a user message before the assistant's", param="messages")
+    return out, prefill
+
+
+def wants_thinking(body: MessagesRequest) -> bool:
+    return bool(body.thinking) and body.thinking.get("type") == "enabled"
+
+
+class ContentBuilder:
+    """Text increments -> content blocks: a reasoning model's thinking (kept only when the request enabled
+    thinking) as `thinking` blocks, the rest as `text` blocks; a new block whenever the kind changes.
+    `on_event(name, data)` receives the stream events; `blocks` is the whole content at the end."""
+
+    def __init__(self, split: Callable[[], Splitter] | None, thinking: bool,
+                 on_event: Callable[[str, dict], None] | None = None):
+        self.splitter = split() if split is not None else None
+        self.thinking, self.on_event = thinking, on_event
+        self.blocks: list[dict] = []
+        self._open = False
+
+    def push(self, text: str, final: bool = False) -> None:
+        if self.splitter is None:
+            pairs = [("content", text)] if text else []
+        else:
+            pairs = self.splitter.push(text) + (self.splitter.flush() if final else [])
+        for kind, piece in pairs:
+            if kind == REASONING and not self.thinking:
+                continue
+            self._add("thinking" if kind == REASONING else "text", piece)
+        if final:
+            if not any(b["type"] == "text" for b in self.blocks):
+                self._add("text", "")
+            self._close()
+
+    def _add(self, kind: str, piece: str) -> None:
+        if not self.blocks or self.blocks[-1]["type"] != kind or not self._open:
+            self._close()
+            block = {"type": "text", "text": ""} if kind == "text" else {
+                "type": "thinking", "thinking": "", "signature": ""}
+            self.blocks.append(block)
+            self._open = True
+            self._emit("content_block_start", {"index": len(self.blocks) - 1, "content_block": dict(block)})
+        if piece:
+            self.blocks[-1][kind] += piece
+            delta = {"type": "text_delta", "text": piece} if kind == "text" else {
+                "type": "thinking_delta", "thinking": piece}
+            self._emit("content_block_delta", {"index": len(self.blocks) - 1, "delta": delta})
+
+    def _close(self) -> None:
+        if self._open:
+            self._open = False
+            self._emit("content_block_stop", {"index": len(self.blocks) - 1})
+
+    def _emit(self, name: str, data: dict) -> None:
+        if self.on_event is not None:
+            self.on_event(name, {"type": name, **data})
+
+
+def matched_stop(decode: Callable[[list[int]], str], token_ids: list[int], text: str,
+                 stops: tuple[str, ...]) -> str | None:
+    """Which stop sequence ended the text: the one that follows the returned text in the full decode."""
+    full = decode(token_ids)
+    return next((s for s in stops if full.startswith(s, len(text))), None) if full.startswith(text) else None
