@@ -10,6 +10,7 @@ from orcd.errors import RequestError
 from orcd.server.fork import MAX_N
 from orcd.server.prep import build_sampling, precheck_sampling
 from orcd.server.schemas import ChatCompletionRequest, CompletionRequest
+from orcd.server.tools import check_tools
 
 
 def refuse(param: str, why: str = "is not supported by orcd") -> None:
@@ -37,12 +38,11 @@ def check_chat(body: ChatCompletionRequest) -> None:
         refuse("top_logprobs", "requires logprobs=true")
     if body.response_format is not None and body.response_format.get("type") != "text":
         refuse("response_format", "other than {\"type\": \"text\"} is not supported")
-    if body.tools or body.functions:
-        refuse("tools" if body.tools else "functions")
-    if body.tool_choice not in (None, "none") or body.function_call not in (None, "none"):
-        refuse("tool_choice" if body.tool_choice not in (None, "none") else "function_call")
-    if body.parallel_tool_calls:
-        refuse("parallel_tool_calls")
+    if body.functions:
+        refuse("functions", "(deprecated) is not supported: send tools")
+    if body.function_call not in (None, "none"):
+        refuse("function_call", "(deprecated) is not supported: send tool_choice")
+    check_tools(body.tools, body.tool_choice, body.parallel_tool_calls)
     if body.max_tokens is not None and body.max_completion_tokens not in (None, body.max_tokens):
         refuse("max_completion_tokens", "disagrees with max_tokens")
 

@@ -35,6 +35,7 @@ from orcd.server.schemas import (
     CompletionResponse,
 )
 from orcd.server.sse import SSEResponse
+from orcd.server.tools import check_tools, tool_splitter
 
 router = APIRouter()
 _ERRORS = {s: {"model": ErrorBody} for s in (400, 401, 404, 413, 503)}
@@ -114,12 +115,15 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
 
 async def _chat(hub: JobHub, slot: ModelSlot, body: ChatCompletionRequest, messages: list[dict],
                 request: Request):
-    ids = await encode_chat(slot.engine.tokenizer, messages, hub.context_length(slot))
+    tools = check_tools(body.tools, body.tool_choice, body.parallel_tool_calls)
+    use = tools if body.tool_choice != "none" else None  # "none": the model is not told of them
+    ids = await encode_chat(slot.engine.tokenizer, messages, hub.context_length(slot),
+                            **({"tools": use} if use else {}))
     max_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = hub.resolve_max_tokens(slot, getattr(body, max_param), len(ids), None, "messages", max_param)
     jobs = admit_choices(hub, slot, "chat", ids, chat_sampling(body, max_tokens), body.n, "chatcmpl-")
     fmt = ChoiceFormat(chat=True, names=slot.token_names if body.logprobs else None,
-                       split=splitter_for(slot.engine, ids))
+                       split=tool_splitter(slot.engine, ids) if use else splitter_for(slot.engine, ids))
     head = _head(jobs, "chat.completion", slot.name)
     include = bool(body.stream_options and body.stream_options.include_usage)
     return await _respond(hub, jobs, fmt, head, body.stream, include, request)

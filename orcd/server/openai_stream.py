@@ -15,8 +15,9 @@ from orcd.engine.io import TokenEvent
 from orcd.server.errors import APIError, error_body
 from orcd.server.jobs import Job, JobHub
 from orcd.server.logprobs_format import CompletionLogprobs, TokenNames, chat_content, scored
-from orcd.server.reasoning import Splitter, joined, split_all
+from orcd.server.reasoning import Splitter
 from orcd.server.sse import PING, sse_event
+from orcd.server.tools import fields, message_fields
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "cancelled", "error": "error"}
 
@@ -31,6 +32,7 @@ class ChoiceFormat:
     split: Callable[[], Splitter] | None = None  # chat: reasoning models' splitter (orcd.server.reasoning)
     _legacy: dict[int, CompletionLogprobs] = field(default_factory=dict)
     _splitters: dict[int, Splitter] = field(default_factory=dict)
+    _calls: dict[int, int] = field(default_factory=dict)  # tool calls streamed so far, per choice
 
     def first(self) -> dict | None:
         if self.chat:
@@ -42,7 +44,9 @@ class ChoiceFormat:
         A reasoning model's deltas carry `reasoning_content` and/or `content`."""
         if self.chat and self.split is not None:
             splitter = self._splitters.setdefault(index, self.split())
-            delta = joined(splitter.push(text) + (splitter.flush() if final else []))
+            calls = self._calls.get(index, 0)
+            delta = fields(splitter.push(text) + (splitter.flush() if final else []), calls)
+            self._calls[index] = calls + len(delta.get("tool_calls", ()))
             return {"delta": delta} if delta else None
         if not text:
             return None
@@ -53,6 +57,10 @@ class ChoiceFormat:
 
     def end(self) -> dict:
         return {"delta": {}} if self.chat else {"text": ""}
+
+    def finish(self, index: int, reason: str) -> str:
+        """`tool_calls` for a choice that ended on its own after calling tools."""
+        return "tool_calls" if reason == "stop" and self._calls.get(index) else reason
 
     def logprobs(self, index: int, events: list[TokenEvent]) -> dict | None:
         if self.names is None:
@@ -68,9 +76,10 @@ class ChoiceFormat:
         body = {"message": {"role": "assistant", "content": text}} if self.chat else {
             "text": self.echo + text}
         if self.chat and self.split is not None:
-            reasoning, content = split_all(self.split(), text)
-            body["message"].update(content=content, reasoning_content=reasoning)
-        return {"index": index, **body, "logprobs": self.logprobs(index, events), "finish_reason": reason}
+            body["message"].update(message_fields(self.split(), text))
+            self._calls[index] = len(body["message"].get("tool_calls", ()))
+        return {"index": index, **body, "logprobs": self.logprobs(index, events),
+                "finish_reason": self.finish(index, reason)}
 
 
 def usage(jobs: list[Job]) -> dict:
@@ -146,7 +155,7 @@ async def stream_choices(hub: JobHub, jobs: list[Job], fmt: ChoiceFormat, chunk:
                     yield b"".join(out) + sse_event("[DONE]")
                     return
                 if ev.finished:
-                    out.append(emit([choice(i, fmt.end(), [], FINISH[jobs[i].finish_reason])]))
+                    out.append(emit([choice(i, fmt.end(), [], fmt.finish(i, FINISH[jobs[i].finish_reason]))]))
             if out:
                 yield b"".join(out)
     if include_usage:

@@ -8,6 +8,7 @@ from orcd.engine.sampling_params import SamplingParams
 from orcd.errors import ContextLengthExceededError, RequestError
 from orcd.server.errors import context_overflow
 from orcd.server.schemas import ChatMessage, SamplingFields
+from orcd.server.tools import history_message
 from orcd.tokenizer.chat import MAX_OUTPUT_CHARS
 
 _DEFAULTS = SamplingParams()
@@ -43,7 +44,7 @@ async def encode_text(tokenizer, text: str, chat: bool, ctx: int) -> list[int]:
 
 
 async def encode_chat(tokenizer, messages: list[dict], ctx: int, param: str = "messages",
-                      add_generation_prompt: bool = True) -> list[int]:
+                      add_generation_prompt: bool = True, **template_vars) -> list[int]:
     """A file without a chat template gets the tokenizer's documented default (ChatML).
     Text beyond what a template may render (1 MiB) is a context overflow, counted without the template."""
     contents = [m["content"] for m in messages]
@@ -56,32 +57,35 @@ async def encode_chat(tokenizer, messages: list[dict], ctx: int, param: str = "m
             f"This model's maximum context length is {ctx} tokens. However, your {what} hold more than "
             f"{MAX_OUTPUT_CHARS} characters, more than a chat template may render. Please reduce the length "
             f"of the {what}.", param=param)
-    if add_generation_prompt:
+    if add_generation_prompt and not template_vars:
         return await to_thread.run_sync(tokenizer.encode_chat, messages)
-    return await to_thread.run_sync(lambda: tokenizer.encode_chat(messages, add_generation_prompt=False))
+    return await to_thread.run_sync(lambda: tokenizer.encode_chat(messages, add_generation_prompt,
+                                                                  **template_vars))
 
 
 def chat_messages(messages: list[ChatMessage]) -> list[dict]:
-    """OpenAI messages -> template messages. Tool and image features are refused, never dropped."""
-    out = []
-    for i, m in enumerate(messages):
-        where = f"messages.{i}"
-        if m.role in ("tool", "function") or m.tool_calls or m.tool_call_id or m.function_call:
-            raise RequestError(f"{where}: tool and function messages are not supported", param=where)
-        for name in ("audio", "refusal"):
-            if getattr(m, name) is not None:
-                raise RequestError(f"{where}.{name} is not supported", param=f"{where}.{name}")
-        content = m.content
-        if isinstance(content, list):
-            parts = []
-            for j, part in enumerate(content):
-                if part.type != "text" or part.text is None:
-                    raise RequestError(f"{where}.content.{j}: only text parts are supported (got "
-                                       f"{part.type!r})", param=f"{where}.content.{j}.type")
-                parts.append(part.text)
-            content = "".join(parts)
-        msg = {"role": "system" if m.role == "developer" else m.role, "content": content or ""}
-        if m.name is not None:
-            msg["name"] = m.name
-        out.append(msg)
-    return out
+    """OpenAI messages -> template messages; tool calls and tool results as orcd.server.tools renders
+    them. Function-call and image features are refused, never dropped."""
+    return [history_message(m, f"messages.{i}", lambda mm, w=f"messages.{i}": _plain_message(mm, w))
+            for i, m in enumerate(messages)]
+
+
+def _plain_message(m: ChatMessage, where: str) -> dict:
+    if m.role == "function" or m.tool_calls or m.tool_call_id or m.function_call:
+        raise RequestError(f"{where}: function messages are not supported", param=where)
+    for name in ("audio", "refusal"):
+        if getattr(m, name) is not None:
+            raise RequestError(f"{where}.{name} is not supported", param=f"{where}.{name}")
+    content = m.content
+    if isinstance(content, list):
+        parts = []
+        for j, part in enumerate(content):
+            if part.type != "text" or part.text is None:
+                raise RequestError(f"{where}.content.{j}: only text parts are supported (got "
+                                   f"{part.type!r})", param=f"{where}.content.{j}.type")
+            parts.append(part.text)
+        content = "".join(parts)
+    msg = {"role": "system" if m.role == "developer" else m.role, "content": content or ""}
+    if m.name is not None:
+        msg["name"] = m.name
+    return msg

@@ -29,7 +29,7 @@ class Splitter(Protocol):
     def flush(self) -> list[tuple[str, str]]: ...
 
 
-def _held_prefix(text: str, tag: str) -> int:
+def held_prefix(text: str, tag: str) -> int:
     """Length of the longest suffix of `text` that is a proper prefix of `tag` (held back: the tag may be
     completing in the next delta)."""
     for k in range(min(len(tag) - 1, len(text)), 0, -1):
@@ -64,7 +64,7 @@ class ThinkSplitter:
             self._seen_close = self._seen_close or tag == THINK_CLOSE
             self.kind = CONTENT if self.kind == REASONING else REASONING
             self._lstrip = True
-        keep = _held_prefix(self._buf, THINK_CLOSE if self.kind == REASONING else THINK_OPEN)
+        keep = held_prefix(self._buf, THINK_CLOSE if self.kind == REASONING else THINK_OPEN)
         self._emit(self._buf[: len(self._buf) - keep], out)
         self._buf = self._buf[len(self._buf) - keep:]
         return out

@@ -45,13 +45,13 @@ def test_message_equals_openai_chat(claude, oai):
 
 def test_stream_matches_and_events_are_in_order(claude, server):
     kw = dict(model=MODEL, max_tokens=16, messages=ASK,
-              extra_body={"temperature": 0.8, "top_p": 0.9, "top_k": 40})
+              extra_body={"temperature": 0.8, "top_p": 0.9, "top_k": 40, "seed": 5})
     # no seed on this API: greedy pieces are compared below; here the stream must be self-consistent
     with claude.messages.stream(**kw) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
-    assert final.content[0].text == text and final.usage.output_tokens == 16
-    assert final.stop_reason == "max_tokens"
+    assert final.content[0].text == text and 1 <= final.usage.output_tokens <= 16
+    assert final.stop_reason == ("max_tokens" if final.usage.output_tokens == 16 else "end_turn")
     body = {**{k: v for k, v in kw.items() if k != "extra_body"}, "temperature": 0, "stream": True}
     with httpx.Client(base_url=server.url, headers=server.headers, timeout=60) as c, \
             c.stream("POST", "/v1/messages", json=body) as r:

@@ -80,7 +80,7 @@ def test_stream_wire_format_ends_with_done(client):
     ({"top_logprobs": 2}, "top_logprobs"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}, "tool_choice"),
     ({"logit_bias": {"5": 1.0}}, "logit_bias"),
     ({"temperature": -0.5}, "temperature"),
     ({"top_p": 0}, "top_p"),

@@ -1,0 +1,132 @@
+"""Tools in chat completions: calls parsed from Hermes `<tool_call>` blocks (after a `<think>` block too)
+and from Harmony, whole and in any pieces; the stream's tool-call deltas and finish_reason; tools and
+tool-call history rendered by a real template (Qwen3's, from llama.cpp's set); the live route's checks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import types
+
+import openai
+import pytest
+from test_reasoning_split import _Hub, pieces
+
+from orcd import testdata
+from orcd.gguf.synth_vocab import synthetic_tokenizer_metadata
+from orcd.server.openai_stream import ChoiceFormat, stream_choices
+from orcd.server.prep import chat_messages
+from orcd.server.reasoning import ThinkSplitter
+from orcd.server.schemas import ChatMessage
+from orcd.server.tools import HarmonyTools, HermesTools, message_fields, with_tools
+from orcd.tokenizer import load_tokenizer
+
+MODEL = "tiny-qwen2"
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                            "parameters": {"type": "object",
+                                                           "properties": {"city": {"type": "string"}}}}}
+HERMES = ('<think>\nThe user wants weather.\n</think>\n\nLet me check.\n<tool_call>\n{"name": "get_weather", '
+          '"arguments": {"city": "Oslo"}}\n</tool_call>\n<tool_call>\n{"name": "get_weather", "arguments": '
+          '{"city": "Bergen"}}\n</tool_call>')
+HARMONY = ("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+           'to=functions.get_weather <|constrain|>json<|message|>{"city": "Oslo"}<|call|>')
+
+
+def calls(msg: dict) -> list[tuple[str, dict]]:
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in msg["tool_calls"]]
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_hermes_calls_after_thinking_in_any_pieces(seed):
+    whole = message_fields(with_tools(ThinkSplitter, harmony=False)(), HERMES)
+    assert whole["reasoning_content"] == "The user wants weather.\n" and whole["content"] == "Let me check.\n"
+    assert calls(whole) == [("get_weather", {"city": "Oslo"}), ("get_weather", {"city": "Bergen"})]
+    s, out = HermesTools(ThinkSplitter()), []
+    for p in pieces(HERMES, random.Random(seed)):
+        out += s.push(p)
+    out += s.flush()
+    assert [k for k, _ in out if k == "tool_call"] == ["tool_call"] * 2
+    assert "".join(t for k, t in out if k == "content") == "Let me check.\n"
+
+
+def test_hermes_text_that_is_not_a_call_stays_content():
+    assert message_fields(HermesTools(), "a <tool_call>{not json}</tool_call> b") == {
+        "content": "a <tool_call>{not json}</tool_call> b", "reasoning_content": None}
+    assert message_fields(HermesTools(), "cut <tool_call>{\"name\": \"f\"")["content"] == \
+        "cut <tool_call>{\"name\": \"f\""
+    assert message_fields(HermesTools(), "x <tool_ca") == {"content": "x <tool_ca", "reasoning_content": None}
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_harmony_calls(seed):
+    whole = message_fields(HarmonyTools(), HARMONY)
+    assert whole["reasoning_content"] == "Need weather." and whole["content"] is None
+    assert calls(whole) == [("get_weather", {"city": "Oslo"})]
+    skipped = HARMONY.replace("<|end|>", "").replace("<|call|>", "")  # as decoded: controls skipped
+    s, out = HarmonyTools(), []
+    for p in pieces(skipped, random.Random(seed)):
+        out += s.push(p)
+    assert [json.loads(t)["name"] for k, t in out + s.flush() if k == "tool_call"] == ["get_weather"]
+
+
+def test_stream_tool_call_deltas_and_finish_reason():
+    texts = ["Sure.", "<tool_", 'call>{"name": "get_weather", ', '"arguments": {"city": "Oslo"}}</tool_call>',
+             ""]
+    fmt = ChoiceFormat(chat=True, split=with_tools(None, harmony=False))
+    job = types.SimpleNamespace(finish_reason=None, prompt_ids=[1], tokens_out=len(texts))
+
+    async def run() -> list[bytes]:
+        return [b async for b in stream_choices(_Hub(texts), [job], fmt, lambda c: {"choices": c}, False)]
+
+    frames = b"".join(asyncio.run(run())).decode().split("\n\n")
+    chunks = [json.loads(f[len("data: "):])["choices"][0] for f in frames if f.startswith("data: {")]
+    assert "".join(c["delta"].get("content") or "" for c in chunks) == "Sure."
+    (call,) = [tc for c in chunks for tc in c["delta"].get("tool_calls", [])]
+    assert call["index"] == 0 and call["id"].startswith("call_") and call["type"] == "function"
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
+    assert chunks[-1]["finish_reason"] == "tool_calls"
+    full = ChoiceFormat(chat=True, split=with_tools(None, harmony=False)).full(0, [
+        types.SimpleNamespace(text=t) for t in texts], "stop")
+    assert full["finish_reason"] == "tool_calls" and full["message"]["content"] == "Sure."
+
+
+def test_real_template_renders_tools_and_history():
+    try:
+        data = testdata.fetch()
+    except (testdata.TestDataError, OSError) as err:
+        pytest.skip(f"llama.cpp templates missing: {err}")
+    (path,) = [p for p in data.templates() if p.name == "Qwen-Qwen3-0.6B.jinja"]
+    md = synthetic_tokenizer_metadata(400, "qwen2", seed=1)
+    md["tokenizer.chat_template"] = path.read_text()
+    tok = load_tokenizer(md)
+    history = chat_messages([ChatMessage(role="user", content="Weather in Oslo?"), ChatMessage(
+        role="assistant", content=None, tool_calls=[{"id": "call_1", "type": "function", "function": {
+            "name": "get_weather", "arguments": '{"city": "Oslo"}'}}]),
+        ChatMessage(role="tool", tool_call_id="call_1", content="12 C, rain")])
+    text = tok.render_chat(history, tools=[WEATHER])
+    assert '"name": "get_weather"' in text and "<tools>" in text  # the tool's signature
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>' in text
+    assert "<tool_response>\n12 C, rain\n</tool_response>" in text
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+@pytest.fixture()
+def oai(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key, max_retries=0, timeout=60)
+
+
+def test_route_takes_tools_and_history(oai):
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+    history = [{"role": "user", "content": "Weather in Oslo?"},
+               {"role": "assistant", "content": None, "tool_calls": [call]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "12 C, rain"}]
+    r = oai.chat.completions.create(model=MODEL, messages=history, tools=[WEATHER], max_tokens=8, seed=1)
+    assert r.choices[0].finish_reason in ("stop", "length", "tool_calls") and r.usage.prompt_tokens > 10
+    for kw, param in (({"tool_choice": "required"}, "tool_choice"), ({"tools": [{"type": "x"}]}, "tools.0"),
+                      ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.tool_call_id")):
+        with pytest.raises(openai.BadRequestError) as info:
+            oai.chat.completions.create(**{"model": MODEL, "messages": history, "tools": [WEATHER],
+                                           "max_tokens": 4, **kw})
+        assert info.value.body["param"] == param
