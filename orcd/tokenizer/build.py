@@ -6,10 +6,12 @@ Special tokens are not registered with `tokenizers`: GGUFTokenizer splits them o
 
 from __future__ import annotations
 
+import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
 from orcd.errors import TokenizerError
 from orcd.tokenizer.pretokenizers import IGNORE_MERGES, split_rules
+from orcd.tokenizer.spm_merges import split_pairs
 from orcd.tokenizer.vocab import Vocab
 
 
@@ -55,19 +57,15 @@ def spm_merges(vocab: Vocab) -> list[tuple[str, str]]:
     """Merges implied by SentencePiece scores: every split of a token into two tokens, best score first.
 
     llama.cpp merges the adjacent pair whose concatenation has the highest score (leftmost on ties);
-    ranking merges by the merged token's score (then its id) reproduces that.
+    ranking merges by the merged token's score (then its id, then the left part's id) reproduces that.
     """
     ids = vocab.index or {t: i for i, t in enumerate(vocab.tokens)}
-    scores = vocab.scores
-    assert scores is not None
-    found = []
-    for tok, i in ids.items():
-        for cut in range(1, len(tok)):
-            left, right = tok[:cut], tok[cut:]
-            if left in ids and right in ids:
-                found.append((-float(scores[i]), i, ids[left], left, right))
-    found.sort()
-    return [(left, right) for *_, left, right in found]
+    assert vocab.scores is not None
+    m, left, right = split_pairs(vocab.tokens, ids)
+    scores = np.asarray(vocab.scores, dtype=np.float64)
+    order = np.lexsort((left, m, -scores[m]))
+    text = vocab.tokens.__getitem__
+    return list(zip(map(text, left[order].tolist()), map(text, right[order].tolist()), strict=True))
 
 
 def build_spm(vocab: Vocab) -> Tokenizer:

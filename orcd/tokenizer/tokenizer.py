@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import re
 from collections.abc import Iterator, Sequence
+from itertools import repeat
 from typing import Any
 
 from orcd.errors import TemplateError, TokenizerError
@@ -89,7 +90,8 @@ class GGUFTokenizer:
         # the ~15 ms young-generation GC pass over them right after load_model turns the GC back on
         vocab = self.vocab = dataclasses.replace(vocab, merges=[])
         self._spm = vocab.model == "llama"
-        self._spm_cuttable = self._spm and not any(re.search("[^▁]▁", t) for t in vocab.tokens)
+        # a '▁' after another char in some token (its leading '▁'s stripped, any '▁' left is such a one)
+        self._spm_cuttable = self._spm and "▁" not in "".join(map(str.lstrip, vocab.tokens, repeat("▁")))
         self.pieces = PieceTable(vocab)
         types = vocab.types
         marked = [i for i, t in enumerate(types) if t != NORMAL]  # one pass; NORMAL is ~all of a vocab
