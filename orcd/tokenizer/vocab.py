@@ -24,6 +24,19 @@ _EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endofte
 _ALWAYS_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
 _SPECIAL_ID_KEYS = ("bos", "eos", "eot", "eom", "unknown", "seperator", "padding")
 log = logging.getLogger("orcd.tokenizer")
+# tokenizer.ggml.model values llama.cpp knows (llama-vocab.cpp) that orcd refuses, and why
+REFUSED_MODELS = {
+    "gemma4": "Gemma 4's BPE over raw UTF-8 with '▁' for spaces and the file's merges (neither byte-level "
+              "BPE nor SentencePiece scores), not implemented in orcd",
+    "bert": "WordPiece (BERT-style encoders), not implemented in orcd",
+    "t5": "Unigram (T5), not implemented in orcd",
+    "rwkv": "RWKV's trie tokenizer, not implemented in orcd",
+    "plamo2": "PLaMo-2's tokenizer, not implemented in orcd",
+    "hybriddna": "HybriDNA's k-mer tokenizer, not implemented in orcd",
+    "whitespace": "whitespace-split BPE over raw UTF-8, not implemented in orcd",
+    "no_vocab": "the file has no vocabulary", "none": "the file has no vocabulary",
+    "test": "llama.cpp's test tokenizer",
+}
 _MAX_TOKENS = 1 << 22  # 4M tokens: far above any real vocabulary, bounds what a hostile file can ask
 
 
@@ -90,7 +103,8 @@ def read_vocab(md: dict[str, Any]) -> Vocab:
     """Check and collect the tokenizer metadata; TokenizerError with one line on anything unusable."""
     model = md.get("tokenizer.ggml.model")
     if model not in ("gpt2", "llama"):
-        raise TokenizerError(f"unsupported tokenizer.ggml.model {model!r} (orcd supports gpt2, llama)")
+        why = f": {REFUSED_MODELS[model]}" if isinstance(model, str) and model in REFUSED_MODELS else ""
+        raise TokenizerError(f"unsupported tokenizer.ggml.model {model!r}{why} (orcd supports gpt2, llama)")
     tokens = _list(md, "tokenizer.ggml.tokens")
     if not tokens or len(tokens) > _MAX_TOKENS or set(map(type, tokens)) != {str}:
         raise TokenizerError("tokenizer.ggml.tokens is missing, empty, too long or not all strings")

@@ -5,7 +5,7 @@ and a summary line with the number of llama.cpp cases that ran. Helpers live in 
 from __future__ import annotations
 
 import pytest
-from tokenizer_testdata import XFAIL, Vocabs, fetched
+from tokenizer_testdata import Vocabs, fetched
 
 CASES_TEST = "test_vocab_cases.py::test_encode_matches_llama_cpp["
 _ran: dict[str, int] = {}
@@ -20,13 +20,9 @@ def vocabs() -> Vocabs:
 
 
 def _params(argname: str, v: Vocabs) -> list:
-    def marks(name: str) -> list:
-        return [pytest.mark.xfail(reason=XFAIL[name], strict=True)] if name in XFAIL else []
-
     if argname == "vocab_name":
-        return [pytest.param(name, id=name, marks=marks(name)) for name in v.names]
-    return [pytest.param((name, i), id=f"{name}-{i}", marks=marks(name))
-            for name in v.names for i in range(len(v.cases(name)))]
+        return [pytest.param(name, id=name) for name in v.names]
+    return [pytest.param((name, i), id=f"{name}-{i}") for name in v.names for i in range(len(v.cases(name)))]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -50,5 +46,6 @@ def pytest_terminal_summary(terminalreporter) -> None:
     data, why = fetched()
     run = sum(n for k, n in _ran.items() if k != "skipped")
     detail = ", ".join(f"{n} {k}" for k, n in sorted(_ran.items()))
-    where = f"{len(data.vocabs())} vocabularies in {data.root}" if data else why
+    where = (f"{len(data.vocabs())} vocabularies in {data.root} ({len(Vocabs(data).refused)} refused by name)"
+             if data else why)
     terminalreporter.write_line(f"llama.cpp tokenizer cases (encode) run: {run} ({detail}); {where}")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from tokenizer_testdata import Vocabs
+from tokenizer_testdata import REFUSED, Vocabs, read_cases
+
+from orcd.errors import TokenizerError
 
 # the vocabularies with test vectors in llama-cpp-python 0.3.36 (orcd.testdata), and their case count
 VOCABS = {"bert-bge", "command-r", "deepseek-coder", "deepseek-llm", "falcon", "gemma-4", "gpt-2",
@@ -12,8 +14,14 @@ N_CASES = 693
 
 
 def test_found_all_vocabularies_and_cases(vocabs: Vocabs) -> None:
-    assert set(vocabs.names) == VOCABS
-    assert sum(len(vocabs.cases(name)) for name in vocabs.names) == N_CASES
+    assert set(vocabs.names) | set(vocabs.refused) == VOCABS and set(vocabs.refused) == set(REFUSED)
+    assert sum(len(read_cases(vocabs.path(name))) for name in VOCABS) == N_CASES
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_refused_vocabularies_are_refused_by_name(vocabs: Vocabs, name: str) -> None:
+    with pytest.raises(TokenizerError, match=f"unsupported tokenizer.ggml.model '{REFUSED[name]}': "):
+        vocabs.tokenizer(name)
 
 
 def test_encode_matches_llama_cpp(vocabs: Vocabs, vocab_case: tuple[str, int]) -> None:
