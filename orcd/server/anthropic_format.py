@@ -3,17 +3,20 @@ from engine events (whole, or as Anthropic's stream events). Routes: orcd/server
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orcd.errors import RequestError
+from orcd.server.anthropic_tools import has_tool_blocks, history, template_tools, tool_use_block
 from orcd.server.errors import MAX_MESSAGE, APIError
 from orcd.server.reasoning import REASONING, Splitter
 from orcd.server.schemas import Bool, Float, Int, Str
 from orcd.server.sse import sse_event
 from orcd.server.text_checks import check_no_surrogates, printable
+from orcd.tokenizer.harmony import TOOL_CALL
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
@@ -91,13 +94,10 @@ def block_text(blocks: str | list[dict[str, Any]], where: str) -> str:
     return "".join(parts)
 
 
-def template_messages(body: MessagesRequest) -> tuple[list[dict], str | None]:
-    """(chat-template messages, the assistant prefill to continue or None). Unsupported features are
-    refused with a 400 naming the field, never dropped."""
-    if body.tools:
-        raise RequestError("tools: tool use is not supported by orcd yet", param="tools")
-    if body.tool_choice is not None and body.tool_choice.get("type") != "none":
-        raise RequestError("tool_choice: tool use is not supported by orcd yet", param="tool_choice")
+def template_messages(body: MessagesRequest) -> tuple[list[dict], str | None, list[dict] | None]:
+    """(chat-template messages, the assistant prefill to continue or None, the template's tools or None).
+    Unsupported features are refused with a 400 naming the field, never dropped."""
+    tools = template_tools(body.tools, body.tool_choice)
     thinking = body.thinking or {"type": "disabled"}
     if thinking.get("type") not in ("enabled", "disabled") or not isinstance(
             thinking.get("budget_tokens", 1), int) or set(thinking) - {"type", "budget_tokens"}:
@@ -107,13 +107,16 @@ def template_messages(body: MessagesRequest) -> tuple[list[dict], str | None]:
     if body.system is not None:
         out.append({"role": "system", "content": block_text(body.system, "system")})
     for i, m in enumerate(body.messages):
-        out.append({"role": m.role, "content": block_text(m.content, f"messages.{i}.content")})
+        if has_tool_blocks(m.content):
+            out += history(m.role, m.content, f"messages.{i}.content")
+        else:
+            out.append({"role": m.role, "content": block_text(m.content, f"messages.{i}.content")})
     prefill = None
-    if out[-1]["role"] == "assistant":  # Anthropic continues a final assistant message
+    if out[-1]["role"] == "assistant" and "tool_calls" not in out[-1]:  # a prefill: continued
         prefill = out.pop()["content"]
         if not any(m["role"] == "user" for m in out):
             raise RequestError("messages: needs a user message before the assistant's", param="messages")
-    return out, prefill
+    return out, prefill, tools
 
 
 def wants_thinking(body: MessagesRequest) -> bool:
@@ -138,11 +141,12 @@ class ContentBuilder:
         else:
             pairs = self.splitter.push(text) + (self.splitter.flush() if final else [])
         for kind, piece in pairs:
-            if kind == REASONING and not self.thinking:
-                continue
-            self._add("thinking" if kind == REASONING else "text", piece)
+            if kind == TOOL_CALL:
+                self._tool_use(piece)
+            elif kind != REASONING or self.thinking:
+                self._add("thinking" if kind == REASONING else "text", piece)
         if final:
-            if not any(b["type"] == "text" for b in self.blocks):
+            if not any(b["type"] in ("text", "tool_use") for b in self.blocks):
                 self._add("text", "")
             self._close()
 
@@ -159,6 +163,21 @@ class ContentBuilder:
             delta = {"type": "text_delta", "text": piece} if kind == "text" else {
                 "type": "thinking_delta", "thinking": piece}
             self._emit("content_block_delta", {"index": len(self.blocks) - 1, "delta": delta})
+
+    @property
+    def called(self) -> bool:
+        return any(b["type"] == "tool_use" for b in self.blocks)
+
+    def _tool_use(self, payload: str) -> None:
+        """A whole call: its block opens, carries its input as one input_json_delta, and closes."""
+        self._close()
+        block = tool_use_block(payload)
+        self.blocks.append(block)
+        index = len(self.blocks) - 1
+        self._emit("content_block_start", {"index": index, "content_block": {**block, "input": {}}})
+        self._emit("content_block_delta", {"index": index, "delta": {
+            "type": "input_json_delta", "partial_json": json.dumps(block["input"])}})
+        self._emit("content_block_stop", {"index": index})
 
     def _close(self) -> None:
         if self._open:

@@ -36,6 +36,7 @@ from orcd.server.model_pool import ModelSlot
 from orcd.server.prep import build_sampling, encode_chat, precheck_sampling
 from orcd.server.reasoning import splitter_for
 from orcd.server.sse import SSEResponse, sse_event
+from orcd.server.tools import tool_splitter
 
 router = APIRouter()
 _PING = sse_event({"type": "ping"}, "ping")
@@ -80,9 +81,10 @@ def _check_sampling(body: MessagesRequest) -> None:
         raise
 
 
-async def _prompt(slot: ModelSlot, hub: JobHub, messages: list[dict], prefill: str | None) -> list[int]:
+async def _prompt(slot: ModelSlot, hub: JobHub, messages: list[dict], prefill: str | None,
+                  tools: list[dict] | None) -> list[int]:
     tok = slot.engine.tokenizer
-    ids = await encode_chat(tok, messages, hub.context_length(slot))
+    ids = await encode_chat(tok, messages, hub.context_length(slot), **({"tools": tools} if tools else {}))
     if prefill:
         ids += await to_thread.run_sync(tok.encode, prefill)
     return ids
@@ -94,13 +96,13 @@ async def messages(request: Request):
     try:
         body = await _parse(request, MessagesRequest)
         slot = hub.pool.slot(body.model)
-        msgs, prefill = template_messages(body)
+        chat = template_messages(body)
         _check_sampling(body)
         if body.stream and needs_wait(hub, slot):
-            return stream_after_load(hub, body.model, lambda s: _run(hub, s, body, msgs, prefill, request),
+            return stream_after_load(hub, body.model, lambda s: _run(hub, s, body, chat, request),
                                      error_event)
         async with hub.pool.lease(body.model) as slot:
-            return await _run(hub, slot, body, msgs, prefill, request)
+            return await _run(hub, slot, body, chat, request)
     except Exception as err:
         return _error(err)
 
@@ -111,21 +113,22 @@ async def count_tokens(request: Request):
     try:
         body = await _parse(request, CountTokensRequest)
         hub.pool.slot(body.model)
-        msgs, prefill = template_messages(body)
+        chat = template_messages(body)
         async with hub.pool.lease(body.model) as slot:
-            return JSONResponse({"input_tokens": len(await _prompt(slot, hub, msgs, prefill))})
+            return JSONResponse({"input_tokens": len(await _prompt(slot, hub, *chat))})
     except Exception as err:
         return _error(err)
 
 
-async def _run(hub: JobHub, slot: ModelSlot, body: MessagesRequest, msgs: list[dict], prefill: str | None,
-               request: Request):
-    ids = await _prompt(slot, hub, msgs, prefill)
+async def _run(hub: JobHub, slot: ModelSlot, body: MessagesRequest, chat: tuple, request: Request):
+    """chat: template_messages(body)."""
+    ids = await _prompt(slot, hub, *chat)
     max_tokens = hub.resolve_max_tokens(slot, body.max_tokens, len(ids), None, "messages")
     (job,) = admit_choices(hub, slot, "messages", ids, build_sampling(_sampling_fields(body), max_tokens), 1,
                            "msg_")
     head = {"id": job.request_id, "type": "message", "role": "assistant", "model": slot.name}
-    split, thinking = splitter_for(slot.engine, ids), wants_thinking(body)
+    split = tool_splitter(slot.engine, ids) if chat[2] else splitter_for(slot.engine, ids)
+    thinking = wants_thinking(body)
     if body.stream:
         return SSEResponse(_stream(hub, job, head, ContentBuilder(split, thinking)),
                            on_close=lambda: hub.release(job))
@@ -134,12 +137,14 @@ async def _run(hub: JobHub, slot: ModelSlot, body: MessagesRequest, msgs: list[d
         raise APIError(500, job.error or "generation failed", code="generation_failed")
     content = ContentBuilder(split, thinking)
     content.push("".join(ev.text for ev in events), final=True)
-    return JSONResponse({**head, "content": content.blocks, **_ending(job, events)})
+    return JSONResponse({**head, "content": content.blocks, **_ending(job, events, content.called)})
 
 
-def _ending(job: Job, events: list) -> dict:
-    """stop_reason, stop_sequence and usage of a finished job."""
+def _ending(job: Job, events: list, called: bool) -> dict:
+    """stop_reason, stop_sequence and usage of a finished job (`called`: it wrote tool calls)."""
     reason, stop = STOP_REASONS.get(job.finish_reason, "end_turn"), None
+    if called and job.finish_reason == "eos":
+        reason = "tool_use"
     if job.finish_reason == "stop":
         tok = job.slot.engine.tokenizer
         stop = matched_stop(lambda ids: tok.decode(ids, skip_special=True, strip_leading_space=False),
@@ -171,7 +176,7 @@ async def _stream(hub: JobHub, job: Job, head: dict, content: ContentBuilder) ->
             if out:
                 yield b"".join(out)
                 out.clear()
-    end = _ending(job, events)
+    end = _ending(job, events, content.called)
     yield sse_event({"type": "message_delta", "delta": {"stop_reason": end["stop_reason"],
                                                         "stop_sequence": end["stop_sequence"]},
                      "usage": {"output_tokens": job.tokens_out}}, "message_delta")

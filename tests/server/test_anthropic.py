@@ -97,7 +97,10 @@ def test_stop_sequence_and_prefill(claude, server):
     ({"max_tokens": None}, "max_tokens"),
     ({"max_tokens": "5"}, "max_tokens"),
     ({"temperature": -1}, "temperature"),
-    ({"tools": [{"name": "f", "input_schema": {"type": "object"}}]}, "tools"),
+    ({"tools": [{"name": "f"}]}, "tools.0"),
+    ({"tools": [{"name": "f", "input_schema": {}}], "tool_choice": {"type": "any"}}, "tool_choice"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_use", "name": "f", "input": {}}]}]},
+     "messages.0.content.0.type"),
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
      "messages.0.content.0.type"),
     ({"messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
@@ -122,3 +125,54 @@ def test_client_errors(claude):
     assert info.value.body["error"]["type"] == "not_found_error" and "nope" in info.value.message
     with pytest.raises(anthropic.BadRequestError, match="tool_choice"):
         claude.messages.create(model=MODEL, max_tokens=4, messages=ASK, tool_choice={"type": "any"})
+
+
+WEATHER = {"name": "get_weather", "description": "Weather of a city",
+           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+TOOL_HISTORY = [{"role": "user", "content": "Weather in Oslo?"},
+                {"role": "assistant", "content": [{"type": "text", "text": "Checking."}, {
+                    "type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Oslo"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                              "content": [{"type": "text", "text": "12 C, rain"}]}]}]
+
+
+def test_tool_history_becomes_template_messages():
+    from orcd.server.anthropic_format import MessagesRequest, template_messages
+
+    body = MessagesRequest(model=MODEL, max_tokens=4, messages=TOOL_HISTORY, tools=[WEATHER])
+    msgs, prefill, tools = template_messages(body)
+    assert prefill is None and tools == [{"type": "function", "function": {
+        "name": "get_weather", "parameters": WEATHER["input_schema"], "description": "Weather of a city"}}]
+    call = {"name": "get_weather", "arguments": {"city": "Oslo"}}
+    assert msgs[1] == {"role": "assistant", "content": "Checking.",
+                       "tool_calls": [{"id": "toolu_1", "type": "function", "function": call}]}
+    assert msgs[2] == {"role": "tool", "tool_call_id": "toolu_1", "content": "12 C, rain"}
+    none = MessagesRequest(model=MODEL, max_tokens=4, messages=ASK, tools=[WEATHER],
+                           tool_choice={"type": "none"})
+    assert template_messages(none)[2] is None
+
+
+def test_calls_become_tool_use_blocks_and_events():
+    from orcd.server.anthropic_format import ContentBuilder
+    from orcd.server.tools import with_tools
+
+    events: list[tuple[str, dict]] = []
+    content = ContentBuilder(with_tools(None, harmony=False), False, lambda n, d: events.append((n, d)))
+    for piece in ["Sure. <tool_", 'call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>',
+                  ""]:
+        content.push(piece, final=not piece)
+    assert content.called and [b["type"] for b in content.blocks] == ["text", "tool_use"]
+    use = content.blocks[1]
+    assert use["id"].startswith("toolu_") and (use["name"], use["input"]) == ("get_weather", {"city": "Oslo"})
+    assert [n for n, _ in events] == ["content_block_start", "content_block_delta", "content_block_stop",
+                                      "content_block_start", "content_block_delta", "content_block_stop"]
+    assert events[3][1]["content_block"] == {**use, "input": {}}
+    assert json.loads(events[4][1]["delta"]["partial_json"]) == {"city": "Oslo"}
+
+
+def test_route_takes_tools_and_history(claude):
+    msg = claude.messages.create(model=MODEL, max_tokens=6, messages=TOOL_HISTORY, tools=[WEATHER],
+                                 extra_body={"seed": 1})
+    assert msg.stop_reason in ("end_turn", "max_tokens", "tool_use") and msg.usage.input_tokens > 10
+    n = claude.messages.count_tokens(model=MODEL, messages=TOOL_HISTORY, tools=[WEATHER]).input_tokens
+    assert n == msg.usage.input_tokens
