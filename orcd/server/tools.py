@@ -149,10 +149,57 @@ class HarmonyTools:
         return out
 
 
-def with_tools(split: Callable[[], Splitter] | None, harmony: bool) -> Callable[[], Splitter]:
+class LlamaJsonTools:
+    """Llama 3.1-3.3 style: the whole answer is one JSON call `{"name": ..., "parameters": {...}}` (or
+    several joined by `;`). Content that starts with `{` is held to the end and returned as calls if it
+    parses as such, else as the text; other content streams as it comes."""
+
+    def __init__(self, inner: Splitter | None = None):
+        self.inner = inner
+        self._held = ""  # content held while it may be a call
+        self._plain = False  # decided: plain content from here on
+
+    def push(self, text: str) -> list[tuple[str, str]]:
+        return self._scan(self.inner.push(text) if self.inner else [(CONTENT, text)], final=False)
+
+    def flush(self) -> list[tuple[str, str]]:
+        return self._scan(self.inner.flush() if self.inner else [], final=True)
+
+    def _scan(self, pairs: list[tuple[str, str]], final: bool) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        for kind, text in pairs:
+            if kind != CONTENT or self._plain:
+                out.append((kind, text))
+                continue
+            self._held += text
+            start = self._held.lstrip()
+            if start and not start.startswith("{"):
+                out.append((CONTENT, self._held))
+                self._held, self._plain = "", True
+        if final and self._held:
+            found = [_call_json(self._held.strip())]
+            if not found[0]:  # several calls, `;`-separated (Llama 3.2)
+                found = [_call_json(part.strip()) for part in self._held.split(";") if part.strip()]
+            if found and all(found):
+                out += [(TOOL_CALL, c) for c in found if c]
+            else:
+                out.append((CONTENT, self._held))
+            self._held, self._plain = "", True
+        return out
+
+
+def with_tools(split: Callable[[], Splitter] | None, harmony: bool,
+               style: str = "hermes") -> Callable[[], Splitter]:
     if harmony:
         return HarmonyTools
-    return lambda: HermesTools(split() if split is not None else None)
+    cls = LlamaJsonTools if style == "llama" else HermesTools
+    return lambda: cls(split() if split is not None else None)
+
+
+def tool_style(template: str | None) -> str:
+    """`llama` for Llama 3.x templates (JSON calls with "parameters"), else `hermes` (<tool_call> blocks)."""
+    t = template or ""
+    return "llama" if "<|start_header_id|>" in t and '"parameters"' in t and CALL_OPEN not in t else "hermes"
 
 
 def openai_calls(payloads: list[str], first_index: int = 0, stream: bool = False) -> list[dict]:
@@ -193,5 +240,5 @@ def message_fields(splitter: Splitter, text: str) -> dict:
 def tool_splitter(engine, prompt_ids: list[int]) -> Callable[[], Splitter]:
     """The splitter of a request that offered tools: the model's reasoning splitter with its calls parsed."""
     template = getattr(getattr(engine.tokenizer, "vocab", None), "chat_template", None)
-    return with_tools(splitter_for(engine, prompt_ids), is_harmony(getattr(engine, "architecture", None),
-                                                                   template))
+    harmony = is_harmony(getattr(engine, "architecture", None), template)
+    return with_tools(splitter_for(engine, prompt_ids), harmony, tool_style(template))

@@ -19,7 +19,14 @@ from orcd.server.openai_stream import ChoiceFormat, stream_choices
 from orcd.server.prep import chat_messages
 from orcd.server.reasoning import ThinkSplitter
 from orcd.server.schemas import ChatMessage
-from orcd.server.tools import HarmonyTools, HermesTools, message_fields, with_tools
+from orcd.server.tools import (
+    HarmonyTools,
+    HermesTools,
+    LlamaJsonTools,
+    message_fields,
+    tool_style,
+    with_tools,
+)
 from orcd.tokenizer import load_tokenizer
 
 MODEL = "tiny-qwen2"
@@ -130,3 +137,31 @@ def test_route_takes_tools_and_history(oai):
             oai.chat.completions.create(**{"model": MODEL, "messages": history, "tools": [WEATHER],
                                            "max_tokens": 4, **kw})
         assert info.value.body["param"] == param
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_llama_json_calls(seed):
+    one = '{"name": "get_weather", "parameters": {"city": "Oslo; Norway"}}'
+    assert calls(message_fields(LlamaJsonTools(), one)) == [("get_weather", {"city": "Oslo; Norway"})]
+    two = '{"name": "a", "parameters": {}}; {"name": "b", "parameters": {"x": 1}}'
+    s, out = LlamaJsonTools(), []
+    for p in pieces(two, random.Random(seed)):
+        out += s.push(p)
+    assert [json.loads(t)["name"] for k, t in out + s.flush() if k == "tool_call"] == ["a", "b"]
+    assert message_fields(LlamaJsonTools(), "{not a call} ok") == {"content": "{not a call} ok",
+                                                                   "reasoning_content": None}
+    s = LlamaJsonTools()
+    assert s.push("Hello") == [("content", "Hello")]  # plain text streams at once
+
+
+def test_tool_style_of_real_templates():
+    try:
+        data = testdata.fetch()
+    except (testdata.TestDataError, OSError) as err:
+        pytest.skip(f"llama.cpp templates missing: {err}")
+    style = {p.name: tool_style(p.read_text()) for p in data.templates()}
+    for name in ("meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.3-70B-Instruct"):
+        assert style[name + ".jinja"] == "llama"
+    for name in ("Qwen-Qwen2.5-7B-Instruct", "Qwen-Qwen3-0.6B", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use"
+                 ):
+        assert style[name + ".jinja"] == "hermes"
