@@ -6,6 +6,10 @@ Special tokens are not registered with `tokenizers`: GGUFTokenizer splits them o
 
 from __future__ import annotations
 
+import contextlib
+import gc
+from collections.abc import Iterator
+
 import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
@@ -53,6 +57,17 @@ def build_bpe(vocab: Vocab) -> Tokenizer:
     return tok
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def spm_merges(vocab: Vocab) -> list[tuple[str, str]]:
     """Merges implied by SentencePiece scores: every split of a token into two tokens, best score first.
 
@@ -62,20 +77,23 @@ def spm_merges(vocab: Vocab) -> list[tuple[str, str]]:
     ids = vocab.index or {t: i for i, t in enumerate(vocab.tokens)}
     assert vocab.scores is not None
     m, left, right = split_pairs(vocab.tokens, ids)
-    scores = np.asarray(vocab.scores, dtype=np.float64)
-    order = np.lexsort((left, m, -scores[m]))
-    text = vocab.tokens.__getitem__
-    return list(zip(map(text, left[order].tolist()), map(text, right[order].tolist()), strict=True))
+    n = len(vocab.tokens)
+    rank = np.empty(n, dtype=np.int64)  # each token's place by (score descending, id)
+    rank[np.lexsort((np.arange(n), -np.asarray(vocab.scores, dtype=np.float64)))] = np.arange(n)
+    order = np.argsort(rank[m] * n + left)
+    text = np.array(vocab.tokens, dtype=object)
+    with _gc_paused():  # ~500k new tuples: no cyclic-GC passes over them while they are made
+        return list(zip(text[left[order]].tolist(), text[right[order]].tolist(), strict=True))
 
 
 def build_spm(vocab: Vocab) -> Tokenizer:
     """SentencePiece-style BPE on text whose spaces the caller already turned into '▁'."""
     ids = vocab.index or {t: i for i, t in enumerate(vocab.tokens)}
     has_bytes = all(f"<0x{b:02X}>" in ids for b in range(256))
+    unk = vocab.tokens[vocab.special["unknown"]] if "unknown" in vocab.special else None
     try:
-        model = models.BPE(ids, spm_merges(vocab), byte_fallback=has_bytes,
-                           unk_token=vocab.tokens[vocab.special["unknown"]] if "unknown" in vocab.special
-                           else None)
+        with _gc_paused():
+            model = models.BPE(ids, spm_merges(vocab), byte_fallback=has_bytes, unk_token=unk)
     except Exception as err:
         raise TokenizerError(f"cannot build SentencePiece BPE from the file's vocab: {err}") from err
     return Tokenizer(model)

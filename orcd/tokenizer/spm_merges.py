@@ -21,6 +21,7 @@ _ONE = np.uint64(1)
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: Fibonacci hashing
 _MAX_LEN = 128  # longer tokens (none in real vocabularies) are split the slow way
 _EMPTY = np.zeros(0, dtype=np.int64)
+_CHUNK = 32768  # candidates checked at once
 
 
 def split_pairs(tokens: Sequence[str], index: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -52,37 +53,44 @@ def _codes(tokens: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _hashed_pairs(codes: np.ndarray, starts: np.ndarray, lens: np.ndarray,
                   rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Candidate splits of the tokens `rows` (longest first) by hash; None if two tokens share a hash."""
+    """Candidate splits of the tokens `rows` (longest first) by hash; None if two tokens share a hash.
+    Prefix hashes are kept one column at a time (a whole matrix is ~70 MB for Gemma's vocabulary)."""
     rlen = lens[rows]
     width = int(rlen[0])
     longer = [int(np.count_nonzero(rlen > k)) for k in range(width + 1)]  # rows longer than k: a prefix
     first = starts[rows]
-    prefix = np.zeros((width + 1, len(rows)), dtype=np.uint64)  # prefix[k, j]: first k chars of rows[j]
     with np.errstate(over="ignore"):
+        whole = np.zeros(len(rows), dtype=np.uint64)
         for k in range(width):
-            c = longer[k]
-            prefix[k + 1, :c] = prefix[k, :c] * _BASE + codes[first[:c] + k] + _ONE
-            prefix[k + 1, c:] = prefix[k, c:]
+            _extend(whole, codes, first, k, longer[k])
         powers = np.ones(width + 1, dtype=np.uint64)  # _BASE**0 .. _BASE**width
         np.cumprod(np.full(width, _BASE, dtype=np.uint64), out=powers[1:])
-        whole = prefix[width]
         keys = whole * _MIX  # a bijection whose top bits depend on all bits: the table's buckets
         order = np.argsort(keys)
         table = _Table(keys[order])
         if table.has_duplicates():
             return None
         ms, ls, rs = [], [], []
+        prefix = np.zeros(len(rows), dtype=np.uint64)  # hash of each row's first k chars
         for k in range(1, width):
             c = longer[k]
-            left, hit = table.find(prefix[k, :c] * _MIX)
+            _extend(prefix, codes, first, k - 1, longer[k - 1])
+            left, hit = table.find(prefix[:c] * _MIX)
             cand = np.flatnonzero(hit)
-            right, hit = table.find((whole[cand] - prefix[k, cand] * powers[rlen[cand] - k]) * _MIX)
+            right, hit = table.find((whole[cand] - prefix[cand] * powers[rlen[cand] - k]) * _MIX)
             ms.append(cand[hit])
             ls.append(left[cand[hit]])
             rs.append(right[hit])
     if not ms:
         return _EMPTY, _EMPTY, _EMPTY
     return rows[np.concatenate(ms)], rows[order[np.concatenate(ls)]], rows[order[np.concatenate(rs)]]
+
+
+def _extend(hashes: np.ndarray, codes: np.ndarray, first: np.ndarray, k: int, c: int) -> None:
+    """Append char k to the hashes of the first c rows (those longer than k)."""
+    hashes[:c] *= _BASE
+    hashes[:c] += codes[first[:c] + k]
+    hashes[:c] += _ONE
 
 
 class _Table:
@@ -118,10 +126,18 @@ class _Table:
 
 def _same_text(codes: np.ndarray, starts: np.ndarray, lens: np.ndarray, m: np.ndarray, l: np.ndarray,
                r: np.ndarray) -> np.ndarray:
-    """Per candidate: is tokens[l] + tokens[r] == tokens[m], compared character by character."""
+    """Per candidate: is tokens[l] + tokens[r] == tokens[m], compared character by character (in chunks:
+    small temporaries are reused, big ones cost page faults)."""
+    ok = np.ones(len(m), dtype=bool)
+    for i in range(0, len(m), _CHUNK):
+        ok[i:i + _CHUNK] = _same_text_part(codes, starts, lens, m[i:i + _CHUNK], l[i:i + _CHUNK],
+                                           r[i:i + _CHUNK])
+    return ok
+
+
+def _same_text_part(codes: np.ndarray, starts: np.ndarray, lens: np.ndarray, m: np.ndarray, l: np.ndarray,
+                    r: np.ndarray) -> np.ndarray:
     ok = lens[l] + lens[r] == lens[m]
-    if not len(m):
-        return ok
     size = np.where(ok, lens[m], 0)
     offs = np.zeros(len(m), dtype=np.int64)
     np.cumsum(size[:-1], out=offs[1:])
