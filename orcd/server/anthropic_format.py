@@ -47,6 +47,8 @@ class MessagesRequest(_Strict):
     stream: Bool = False
     metadata: dict[str, Any] | None = Field(default=None, description="accepted; recorded nowhere")
     service_tier: Str | None = Field(default=None, description="accepted; orcd has one tier")
+    cache_control: dict[str, Any] | None = Field(default=None, description="accepted; prefix caching is "
+                                                 "automatic")
     thinking: dict[str, Any] | None = None
     tools: list[Any] | None = None
     tool_choice: dict[str, Any] | None = None

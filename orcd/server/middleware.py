@@ -7,13 +7,18 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from orcd.server.anthropic_format import error_body as anthropic_error
 from orcd.server.errors import error_body
 
 OPEN_PATHS = frozenset({"/health"})
 
 
-async def _send_error(send: Send, status: int, message: str, code: str, headers: dict | None = None) -> None:
-    body = json.dumps(error_body(status, message, None, code)).encode()
+async def _send_error(send: Send, status: int, message: str, code: str, headers: dict | None = None,
+                      path: str = "") -> None:
+    """The OpenAI envelope, or Anthropic's error shape on its routes (/v1/messages...)."""
+    anthropic = path.startswith("/v1/messages")
+    body = json.dumps(anthropic_error(status, message) if anthropic else error_body(status, message, None,
+                                                                                   code)).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})
@@ -59,7 +64,7 @@ class APIKeyMiddleware:
             await self.app(scope, receive, send)
             return
         await _send_error(send, 401, "missing or invalid API key", "invalid_api_key",
-                          {"WWW-Authenticate": "Bearer"})
+                          {"WWW-Authenticate": "Bearer"}, scope["path"])
 
 
 class BodyLimitMiddleware:
@@ -77,7 +82,7 @@ class BodyLimitMiddleware:
         declared = _header(scope, b"content-length")
         too_big = f"request body exceeds {self.limit} bytes"
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            await _send_error(send, 413, too_big, "request_too_large")
+            await _send_error(send, 413, too_big, "request_too_large", path=scope["path"])
             return
         chunks, size = [], 0
         while True:
@@ -86,7 +91,7 @@ class BodyLimitMiddleware:
                 return  # client went away before sending its body
             size += len(message.get("body", b""))
             if size > self.limit:
-                await _send_error(send, 413, too_big, "request_too_large")
+                await _send_error(send, 413, too_big, "request_too_large", path=scope["path"])
                 return
             chunks.append(message.get("body", b""))
             if not message.get("more_body", False):

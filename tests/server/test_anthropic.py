@@ -176,3 +176,15 @@ def test_route_takes_tools_and_history(claude):
     assert msg.stop_reason in ("end_turn", "max_tokens", "tool_use") and msg.usage.input_tokens > 10
     n = claude.messages.count_tokens(model=MODEL, messages=TOOL_HISTORY, tools=[WEATHER]).input_tokens
     assert n == msg.usage.input_tokens
+
+
+def test_middleware_errors_in_anthropic_shape(server):
+    r = httpx.post(server.url + "/v1/messages", json={"model": MODEL, "max_tokens": 1, "messages": ASK},
+                   headers={"x-api-key": "wrong"}, timeout=30)
+    assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+    r = httpx.post(server.url + "/v1/messages", content=b"x" * 70000, headers=server.headers, timeout=30)
+    assert r.status_code == 413 and r.json() == {"type": "error", "error": {
+        "type": "request_too_large", "message": "request body exceeds 65536 bytes"}}
+    ok = anthropic.Anthropic(base_url=server.url, api_key=server.api_key, max_retries=0).messages.create(
+        model=MODEL, max_tokens=2, messages=ASK, cache_control={"type": "ephemeral"})
+    assert ok.usage.output_tokens >= 1
