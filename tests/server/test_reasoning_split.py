@@ -121,3 +121,28 @@ def test_chat_stream_deltas_carry_reasoning_then_content():
     assert "".join(d.get("reasoning_content", "") for d in deltas) == "Ponder."
     assert "".join(d.get("content", "") for d in deltas) == "Hi there"
     assert all(set(d) <= {"reasoning_content"} for d in deltas[1:3]) and frames[-2] == "data: [DONE]"
+
+
+REAL = {"Qwen-Qwen3-0.6B": "content", "Qwen-QwQ-32B": "content", "Qwen3.5-4B": "reasoning_content",
+        "deepseek-ai-DeepSeek-R1-Distill-Llama-8B": "reasoning_content", "llama-cpp-deepseek-r1":
+        "reasoning_content", "deepseek-ai-DeepSeek-V3.1": "content", "openai-gpt-oss-120b": "harmony",
+        "Qwen-Qwen2.5-7B-Instruct": None, "meta-llama-Llama-3.1-8B-Instruct": None}
+
+
+def test_real_templates_pick_their_splitter():
+    """llama.cpp's templates: where each leaves the model after its generation prompt (Qwen3 writes its
+    own <think>; DeepSeek-V3.1's prompt and llama.cpp's QwQ without enable_thinking close an empty block:
+    content; Qwen3.5 and the R1 distills open the block: reasoning)."""
+    from orcd import testdata
+
+    try:
+        data = testdata.fetch()
+    except (testdata.TestDataError, OSError) as err:
+        pytest.skip(f"llama.cpp templates missing: {err}")
+    paths = {p.name.removesuffix(".jinja"): p for p in data.templates()}
+    got = {}
+    for name in REAL:
+        eng = _engine("x", paths[name].read_text(), ["<think>", "</think>"])
+        split = splitter_for(eng, eng.tokenizer.encode_chat([{"role": "user", "content": "Hi"}]))
+        got[name] = None if split is None else "harmony" if split is HarmonySplitter else split().kind
+    assert got == REAL
