@@ -99,5 +99,20 @@ def build_spm(vocab: Vocab) -> Tokenizer:
     return Tokenizer(model)
 
 
+def build_utf8_bpe(vocab: Vocab) -> Tokenizer:
+    """Gemma 4: BPE with the file's merges over raw UTF-8 text whose spaces the caller turned into '▁' and
+    cut into lines and newline runs (unknown chars fall back to <0xXX> byte tokens)."""
+    ids = vocab.index or {t: i for i, t in enumerate(vocab.tokens)}
+    has_bytes = all(f"<0x{b:02X}>" in ids for b in range(256))
+    try:
+        with _gc_paused():
+            model = models.BPE(ids, vocab.merges, byte_fallback=has_bytes)
+    except Exception as err:
+        raise TokenizerError(f"cannot build BPE from the file's vocab and merges: {err}") from err
+    return Tokenizer(model)
+
+
 def build(vocab: Vocab) -> Tokenizer:
+    if vocab.model == "gemma4":
+        return build_utf8_bpe(vocab)
     return build_bpe(vocab) if vocab.model == "gpt2" else build_spm(vocab)

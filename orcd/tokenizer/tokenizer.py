@@ -35,6 +35,7 @@ _RAW_HIGH = re.compile("[\x7f-\xa0\xad]")
 _CHUNK = 16384  # chars per part when a long text is encoded in parallel
 _SAFE_CUT = re.compile(r"(?<=[^\s]) (?=[A-Za-z])")
 _SPM_CUT = re.compile("(?<=[^▁])▁(?=[A-Za-z])")
+_LINE_RUNS = re.compile("[^\n]+|\n+")
 
 
 class PieceTable:
@@ -89,7 +90,8 @@ class GGUFTokenizer:
         # the merges now live in the `tokenizers` model: dropping the ~150k tuples here saves ~15 MB and
         # the ~15 ms young-generation GC pass over them right after load_model turns the GC back on
         vocab = self.vocab = dataclasses.replace(vocab, merges=[])
-        self._spm = vocab.model == "llama"
+        self._spm = vocab.model in ("llama", "gemma4")  # text gets '▁' for spaces
+        self._lines = vocab.model == "gemma4"  # BPE per line and per newline run (llama.cpp's Gemma 4)
         # a '▁' after another char in some token (its leading '▁'s stripped, any '▁' left is such a one)
         self._spm_cuttable = self._spm and "▁" not in "".join(map(str.lstrip, vocab.tokens, repeat("▁")))
         self.pieces = PieceTable(vocab)
@@ -163,6 +165,8 @@ class GGUFTokenizer:
         encoded in parallel by `tokenizers`."""
         if not pieces:
             return []
+        if self._lines:
+            return [self._encode_lines(piece) for piece in pieces]
         cut = _SPM_CUT if self._spm else _SAFE_CUT
         if self._spm and not self._spm_cuttable:
             cut = None
@@ -177,6 +181,15 @@ class GGUFTokenizer:
         for k, enc in zip(owner, self._hf.encode_batch_fast(parts, add_special_tokens=False), strict=True):
             out[k].extend(enc.ids)
         return out
+
+    def _encode_lines(self, piece: str) -> list[int]:
+        """Gemma 4 (llama.cpp): each line and each run of newlines is merged on its own, and a run of
+        newlines that is a token is that token."""
+        parts = _LINE_RUNS.findall(piece)
+        ids = [self.vocab.index.get(p) if p[0] == "\n" else None for p in parts]
+        todo = [p for p, i in zip(parts, ids, strict=True) if i is None]
+        encoded = iter(self._hf.encode_batch_fast(todo, add_special_tokens=False) if todo else ())
+        return [t for i in ids for t in ([i] if i is not None else next(encoded).ids)]
 
     def encode(self, text: str, add_special: bool = False, parse_special: bool = False,
                protected: Sequence[tuple[int, int]] = ()) -> list[int]:

@@ -16,7 +16,8 @@ NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
 # Token texts llama.cpp treats as end-of-generation (and forces to CONTROL), from llama-vocab.cpp.
 EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
-             "<|return|>", "<|call|>")  # the last two: gpt-oss's Harmony (o200k_harmony)
+             "<|return|>", "<|call|>",  # gpt-oss's Harmony (o200k_harmony)
+             "<eos>", "<turn|>", "<|tool_response>")  # Gemma 4
 _EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
               "<｜end▁of▁sentence｜>")
 # Harmony markup llama.cpp turns into user-defined tokens, so detokenizing never drops it (gpt-oss's
@@ -26,8 +27,6 @@ _SPECIAL_ID_KEYS = ("bos", "eos", "eot", "eom", "unknown", "seperator", "padding
 log = logging.getLogger("orcd.tokenizer")
 # tokenizer.ggml.model values llama.cpp knows (llama-vocab.cpp) that orcd refuses, and why
 REFUSED_MODELS = {
-    "gemma4": "Gemma 4's BPE over raw UTF-8 with '▁' for spaces and the file's merges (neither byte-level "
-              "BPE nor SentencePiece scores), not implemented in orcd",
     "bert": "WordPiece (BERT-style encoders), not implemented in orcd",
     "t5": "Unigram (T5), not implemented in orcd",
     "rwkv": "RWKV's trie tokenizer, not implemented in orcd",
@@ -42,7 +41,7 @@ _MAX_TOKENS = 1 << 22  # 4M tokens: far above any real vocabulary, bounds what a
 
 @dataclass(frozen=True)
 class Vocab:
-    model: str  # "gpt2" (byte-level BPE) | "llama" (SentencePiece BPE)
+    model: str  # "gpt2" (byte-level BPE) | "llama" (SentencePiece BPE) | "gemma4" (BPE on '▁'-escaped UTF-8)
     pre: str
     tokens: list[str]
     types: list[int]  # one of the constants above per token
@@ -102,9 +101,10 @@ def _merges(md: dict[str, Any]) -> list[tuple[str, str]]:
 def read_vocab(md: dict[str, Any]) -> Vocab:
     """Check and collect the tokenizer metadata; TokenizerError with one line on anything unusable."""
     model = md.get("tokenizer.ggml.model")
-    if model not in ("gpt2", "llama"):
+    if model not in ("gpt2", "llama", "gemma4"):
         why = f": {REFUSED_MODELS[model]}" if isinstance(model, str) and model in REFUSED_MODELS else ""
-        raise TokenizerError(f"unsupported tokenizer.ggml.model {model!r}{why} (orcd supports gpt2, llama)")
+        raise TokenizerError(f"unsupported tokenizer.ggml.model {model!r}{why} "
+                             "(orcd supports gpt2, llama, gemma4)")
     tokens = _list(md, "tokenizer.ggml.tokens")
     if not tokens or len(tokens) > _MAX_TOKENS or set(map(type, tokens)) != {str}:
         raise TokenizerError("tokenizer.ggml.tokens is missing, empty, too long or not all strings")
@@ -118,7 +118,7 @@ def read_vocab(md: dict[str, Any]) -> Vocab:
     scores = _list(md, "tokenizer.ggml.scores", n)
     if model == "llama" and scores is None:
         raise TokenizerError("llama tokenizer without tokenizer.ggml.scores")
-    pre = md.get("tokenizer.ggml.pre") if model == "gpt2" else "default"
+    pre = md.get("tokenizer.ggml.pre") if model == "gpt2" else "gemma4" if model == "gemma4" else "default"
     if pre is None:
         log.warning("GGUF has no tokenizer.ggml.pre: using llama.cpp's 'default' split rules; ids may "
                     "differ from the model's training tokenizer (regenerate the GGUF to fix)")
@@ -139,7 +139,8 @@ def read_vocab(md: dict[str, Any]) -> Vocab:
         if t in index:
             types[index[t]] = USER_DEFINED
     add_bos = model == "llama" or pre in ADD_BOS
-    add_bos = bool(md.get("tokenizer.ggml.add_bos_token", add_bos))
+    # llama.cpp forces BOS on for Gemma 4
+    add_bos = bool(md.get("tokenizer.ggml.add_bos_token", add_bos)) or model == "gemma4"
     add_eos = bool(md.get("tokenizer.ggml.add_eos_token", False))
     add_space_prefix = bool(md.get("tokenizer.ggml.add_space_prefix", model == "llama"))
     rstrip: set[int] = set()
@@ -151,7 +152,7 @@ def read_vocab(md: dict[str, Any]) -> Vocab:
     template = md.get("tokenizer.chat_template")
     return Vocab(
         model=model, pre=str(pre), tokens=tokens, types=types, scores=scores,
-        merges=_merges(md) if model == "gpt2" else [], special=special, add_bos=add_bos,
+        merges=_merges(md) if model in ("gpt2", "gemma4") else [], special=special, add_bos=add_bos,
         add_eos=add_eos, add_space_prefix=add_space_prefix, eog_ids=frozenset(eog),
         rstrip_ids=frozenset(rstrip), chat_template=template if isinstance(template, str) else None,
         index=index,

@@ -56,3 +56,11 @@ def test_user_defined_tokens_match_without_parse_special(vocabs: Vocabs) -> None
     mpt = vocabs.tokenizer("mpt")  # runs of spaces are user-defined tokens, matched like llama.cpp does
     ids = mpt.encode("a    b")
     assert any(mpt.vocab.types[i] == 4 for i in ids) and mpt.decode(ids) == "a    b"
+
+
+def test_gemma4_bos_end_of_generation_and_newline_runs(vocabs: Vocabs) -> None:
+    gemma4 = vocabs.tokenizer("gemma-4")  # BPE with merges over '▁'-escaped UTF-8, lines merged apart
+    assert gemma4.add_bos and gemma4.encode_prompt("Hi")[0] == gemma4.bos_id == 2
+    assert {gemma4.vocab.tokens[i] for i in gemma4.eog_ids} == {"<eos>", "<turn|>", "<|tool_response>"}
+    assert gemma4.encode("\n\n\n") == [gemma4.vocab.index["\n\n\n"]]  # a newline run that is a token
+    assert gemma4.decode(gemma4.encode("a\n\n\nb  c")) == "a\n\n\nb  c"

@@ -18,7 +18,6 @@ from orcd.tokenizer import GGUFTokenizer, load_tokenizer
 # cases are not run)
 REFUSED: dict[str, str] = {
     "bert-bge": "bert",  # WordPiece
-    "gemma-4": "gemma4",  # BPE on raw UTF-8 with '▁' for spaces
 }
 
 
