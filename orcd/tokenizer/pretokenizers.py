@@ -120,9 +120,12 @@ PRE_TOKENIZERS: dict[str, list[str]] = {
 }
 
 # Names llama.cpp knows that orcd refuses (by name, with the reason): they need more than a split rule.
-_RAW_UTF8 = "BPE on raw UTF-8 with '▁' for spaces (no byte-level encoding), not implemented in orcd"
+_RAW_UTF8 = "BPE on raw UTF-8 with '▁' for spaces without Gemma 4's newline rule, not implemented in orcd"
+# Names llama.cpp tokenizes as Gemma 4 (LLAMA_VOCAB_PRE_TYPE_GEMMA4) with tokenizer.ggml.model gpt2: orcd then
+# reads the file as tokenizer.ggml.model gemma4 (vocab.py).
+GEMMA4_PRE = frozenset({"gemma4", "granite-embed-multi-311m"})
 REFUSED: dict[str, str] = {
-    **dict.fromkeys(("gemma4", "granite-embed-multi-311m", "sarvam-moe"), _RAW_UTF8),
+    "sarvam-moe": _RAW_UTF8 + " (Gemma 4's variant is: tokenizer.ggml.pre gemma4)",
     "whitespace": "whitespace split over raw UTF-8 BPE (jina-embeddings-v2-base-zh), not implemented in orcd",
     "kimi-k2": "Kimi-K2's custom split (llama.cpp special-cases it in code), not implemented in orcd",
     "afmoe": "AFMoE's digit grouping (llama.cpp special-cases it in code), not implemented in orcd",

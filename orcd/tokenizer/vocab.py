@@ -9,7 +9,7 @@ from operator import itemgetter
 from typing import Any
 
 from orcd.errors import TokenizerError
-from orcd.tokenizer.pretokenizers import ADD_BOS
+from orcd.tokenizer.pretokenizers import ADD_BOS, GEMMA4_PRE
 
 # llama.cpp token types (gguf TokenType)
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -101,6 +101,8 @@ def _merges(md: dict[str, Any]) -> list[tuple[str, str]]:
 def read_vocab(md: dict[str, Any]) -> Vocab:
     """Check and collect the tokenizer metadata; TokenizerError with one line on anything unusable."""
     model = md.get("tokenizer.ggml.model")
+    if model == "gpt2" and md.get("tokenizer.ggml.pre") in GEMMA4_PRE:
+        model = "gemma4"  # llama.cpp's Gemma 4 pre-tokenizer: no byte-level encoding, '▁' for spaces
     if model not in ("gpt2", "llama", "gemma4"):
         why = f": {REFUSED_MODELS[model]}" if isinstance(model, str) and model in REFUSED_MODELS else ""
         raise TokenizerError(f"unsupported tokenizer.ggml.model {model!r}{why} "

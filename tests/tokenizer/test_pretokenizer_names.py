@@ -9,7 +9,7 @@ import pytest
 from orcd.errors import TokenizerError
 from orcd.tokenizer import load_tokenizer
 from orcd.tokenizer.build import bytes_to_unicode, split_pre_tokenizer
-from orcd.tokenizer.pretokenizers import PRE_TOKENIZERS, REFUSED, split_rules
+from orcd.tokenizer.pretokenizers import GEMMA4_PRE, PRE_TOKENIZERS, REFUSED, split_rules
 
 # the `tokenizer_pre == "..."` names of llama_vocab::impl::load in llama.cpp's src/llama-vocab.cpp, as
 # vendored by llama-cpp-python 0.3.36 (the sdist orcd.testdata pins), in source order
@@ -38,6 +38,7 @@ def _byte_alphabet_md(pre: str) -> dict:
 def test_the_name_list_is_whole() -> None:
     assert len(LLAMA_CPP_PRE_NAMES) == len(set(LLAMA_CPP_PRE_NAMES)) == N_LLAMA_CPP_NAMES
     assert set(REFUSED) <= set(LLAMA_CPP_PRE_NAMES) and not set(REFUSED) & set(PRE_TOKENIZERS)
+    assert not GEMMA4_PRE & (set(REFUSED) | set(PRE_TOKENIZERS))
 
 
 @pytest.mark.parametrize("pre", LLAMA_CPP_PRE_NAMES)
@@ -45,6 +46,9 @@ def test_every_llama_cpp_name_is_supported_or_refused_by_name(pre: str) -> None:
     if pre in REFUSED:
         with pytest.raises(TokenizerError, match=f"unsupported tokenizer.ggml.pre '{pre}': "):
             load_tokenizer(_byte_alphabet_md(pre))
+        return
+    if pre in GEMMA4_PRE:  # read as tokenizer.ggml.model gemma4 (its vectors: test_vocab_cases.py)
+        assert load_tokenizer(_byte_alphabet_md(pre)).vocab.model == "gemma4"
         return
     tok = load_tokenizer(_byte_alphabet_md(pre))  # byte alphabet, no merges: the rules compile, text survives
     text = "Hello, world!  123 ... naïve 東京\n\tx <sentinel:1>"

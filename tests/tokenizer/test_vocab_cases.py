@@ -6,6 +6,8 @@ import pytest
 from tokenizer_testdata import REFUSED, Vocabs, read_cases
 
 from orcd.errors import TokenizerError
+from orcd.gguf import open_gguf
+from orcd.tokenizer import load_tokenizer
 
 # the vocabularies with test vectors in llama-cpp-python 0.3.36 (orcd.testdata), and their case count
 VOCABS = {"bert-bge", "command-r", "deepseek-coder", "deepseek-llm", "falcon", "gemma-4", "gpt-2",
@@ -64,3 +66,12 @@ def test_gemma4_bos_end_of_generation_and_newline_runs(vocabs: Vocabs) -> None:
     assert {gemma4.vocab.tokens[i] for i in gemma4.eog_ids} == {"<eos>", "<turn|>", "<|tool_response>"}
     assert gemma4.encode("\n\n\n") == [gemma4.vocab.index["\n\n\n"]]  # a newline run that is a token
     assert gemma4.decode(gemma4.encode("a\n\n\nb  c")) == "a\n\n\nb  c"
+
+
+@pytest.mark.parametrize("pre", ["gemma4", "granite-embed-multi-311m"])
+def test_gemma4_pre_tokenizer_names_with_gpt2_model(vocabs: Vocabs, pre: str) -> None:
+    md = {**open_gguf(vocabs.path("gemma-4")).metadata, "tokenizer.ggml.model": "gpt2",
+          "tokenizer.ggml.pre": pre}
+    tok = load_tokenizer(md)
+    for text, expected in vocabs.cases("gemma-4")[:20]:
+        assert tok.encode(text) == expected
