@@ -9,6 +9,7 @@ from orcd.engine.sampling_params import MAX_LOGPROBS, SamplingParams
 from orcd.errors import RequestError
 from orcd.server.fork import MAX_N
 from orcd.server.prep import build_sampling, precheck_sampling
+from orcd.server.reasoning import template_kwargs
 from orcd.server.schemas import ChatCompletionRequest, CompletionRequest
 from orcd.server.tools import check_tools
 
@@ -43,6 +44,7 @@ def check_chat(body: ChatCompletionRequest) -> None:
     if body.function_call not in (None, "none"):
         refuse("function_call", "(deprecated) is not supported: send tool_choice")
     check_tools(body.tools, body.tool_choice, body.parallel_tool_calls)
+    template_kwargs(body.chat_template_kwargs)
     if body.max_tokens is not None and body.max_completion_tokens not in (None, body.max_tokens):
         refuse("max_completion_tokens", "disagrees with max_tokens")
 

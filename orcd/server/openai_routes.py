@@ -27,7 +27,7 @@ from orcd.server.openai_checks import (
 )
 from orcd.server.openai_stream import ChoiceFormat, collect_choices, stream_choices, usage
 from orcd.server.prep import chat_messages, encode_chat
-from orcd.server.reasoning import splitter_for
+from orcd.server.reasoning import splitter_for, template_kwargs
 from orcd.server.schemas import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -117,8 +117,8 @@ async def _chat(hub: JobHub, slot: ModelSlot, body: ChatCompletionRequest, messa
                 request: Request):
     tools = check_tools(body.tools, body.tool_choice, body.parallel_tool_calls)
     use = tools if body.tool_choice != "none" else None  # "none": the model is not told of them
-    ids = await encode_chat(slot.engine.tokenizer, messages, hub.context_length(slot),
-                            **({"tools": use} if use else {}))
+    extra = {**template_kwargs(body.chat_template_kwargs), **({"tools": use} if use else {})}
+    ids = await encode_chat(slot.engine.tokenizer, messages, hub.context_length(slot), **extra)
     max_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = hub.resolve_max_tokens(slot, getattr(body, max_param), len(ids), None, "messages", max_param)
     jobs = admit_choices(hub, slot, "chat", ids, chat_sampling(body, max_tokens), body.n, "chatcmpl-")

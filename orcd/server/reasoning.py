@@ -14,9 +14,11 @@ Other models get no splitter: their text is all content and their responses carr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
+from orcd.errors import RequestError
 from orcd.tokenizer.harmony import REASONING, TOOL_CALL, HarmonyParser
 
 CONTENT = "content"
@@ -133,3 +135,18 @@ def splitter_for(engine, prompt_ids: list[int]) -> Callable[[], Splitter] | None
     tail = tok.decode(prompt_ids[-8:], skip_special=False, strip_leading_space=False)
     opened = tail.rfind(THINK_OPEN) > tail.rfind(THINK_CLOSE)  # the template opened the block
     return lambda: ThinkSplitter(in_reasoning=opened)
+
+
+_RESERVED = frozenset({"messages", "add_generation_prompt", "tools", "documents", "bos_token", "eos_token",
+                       "raise_exception", "strftime_now", "tool_choice"})
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+def template_kwargs(kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """`chat_template_kwargs` (vLLM's and llama.cpp's extension: `{"enable_thinking": false}` for Qwen3,
+    QwQ): extra variables for the chat template. What the server itself sets is refused, naming the key."""
+    for key in kwargs or {}:
+        if not _NAME.match(key) or key in _RESERVED:
+            raise RequestError(f"chat_template_kwargs.{key}: not a variable a request may set",
+                               param=f"chat_template_kwargs.{key}")
+    return dict(kwargs or {})

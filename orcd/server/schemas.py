@@ -125,6 +125,8 @@ class ChatCompletionRequest(_OpenAIFields):
     parallel_tool_calls: Bool | None = None
     functions: list[Any] | None = None
     function_call: Any = None
+    chat_template_kwargs: dict[str, Any] | None = Field(default=None, description="extra chat template "
+                                                        "variables, e.g. {\"enable_thinking\": false}")
 
 
 class TokenizeRequest(_Body):

@@ -20,7 +20,9 @@ from orcd.server.reasoning import HarmonySplitter, ThinkSplitter, split_all
 
 V = TINY["vocab_size"]
 THINK_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-                  "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}")
+                  "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n"
+                  "{% if enable_thinking is defined and not enable_thinking %}</think>\n\n{% endif %}"
+                  "{% endif %}")
 ASK = [{"role": "user", "content": "Why is the sky blue?"}]
 
 
@@ -96,3 +98,19 @@ def test_anthropic_thinking_blocks(server):
     want = [("thinking", reasoning)] if reasoning else []
     assert [(b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in msg.content] == \
         [*want, ("text", content)]
+
+
+def test_chat_template_kwargs_switch_thinking_off(server):
+    """`chat_template_kwargs: {"enable_thinking": false}` reaches the template, whose prompt then closes the
+    block: the whole answer is content, as the raw text of the same prompt."""
+    client = OpenAI(base_url=server.url + "/v1", api_key=server.api_key)
+    kw = dict(model="t", messages=ASK, max_tokens=12, seed=4)
+    on = client.chat.completions.create(**kw)
+    off = client.chat.completions.create(**kw,
+                                         extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert off.usage.prompt_tokens == on.usage.prompt_tokens + 3  # "</think>", "\n\n"
+    assert off.choices[0].message.reasoning_content is None and off.choices[0].message.content
+    assert on.choices[0].message.reasoning_content
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=60) as c:
+        r = c.post("/v1/chat/completions", json={**kw, "chat_template_kwargs": {"messages": []}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "chat_template_kwargs.messages"
