@@ -33,3 +33,21 @@ def test_n_generations(chat):
     llm = chat(max_tokens=4, n=3, seed=5, extra_body={"ignore_eos": True})
     gens = llm.generate([[HumanMessage("hi")]]).generations[0]
     assert len(gens) == 3 and len({g.text for g in gens}) > 1
+
+
+def test_bind_tools_round_trip(chat):
+    """bind_tools sends `tools` (the request is accepted and rendered); a ToolMessage history renders too."""
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    def get_weather(city: str) -> str:
+        """Weather of a city."""
+        return "rain"
+
+    llm = chat(max_tokens=4, seed=1).bind_tools([get_weather])
+    first = llm.invoke("Weather in Oslo?")
+    assert isinstance(first, AIMessage) and first.tool_calls == []  # a random tiny model calls nothing
+    call = {"name": "get_weather", "args": {"city": "Oslo"}, "id": "call_1"}
+    after = llm.invoke([HumanMessage("Weather in Oslo?"), AIMessage("", tool_calls=[call]),
+                        ToolMessage("12 C, rain", tool_call_id="call_1")])
+    assert isinstance(after, AIMessage)
+    assert after.usage_metadata["input_tokens"] > first.usage_metadata["input_tokens"]
