@@ -59,3 +59,8 @@ def test_llama_cpp_sentencepiece_vocabularies(vocabs: Vocabs) -> None:
     for name in ("llama-spm", "phi-3"):
         tokens = read_vocab(open_gguf(vocabs.path(name)).metadata).tokens
         assert _found(tokens) == _reference(tokens)
+
+
+@pytest.mark.parametrize("tokens", [["a"], ["a", "b", "c"], ["x" * 200, "x" * 199, "x"], ["ab", "a", "b"]])
+def test_small_and_odd_vocabularies(tokens: list[str]) -> None:
+    assert _found(tokens) == _reference(tokens)
