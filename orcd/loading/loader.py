@@ -15,7 +15,6 @@ CPU time over ~0.8 s of wall time on the H100 host (docs/performance.md, "Load (
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import queue
 import sys
@@ -29,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from orcd.gcpause import gc_paused
 from orcd.gguf import GGUFFile, open_gguf
 from orcd.gguf.config import ModelConfig, model_config_from_gguf
 from orcd.gguf.validate import validate_tensors
@@ -80,18 +80,6 @@ def weights_nbytes(model: torch.nn.Module) -> int:
             seen.add(key)
             total += t.untyped_storage().nbytes()
     return total
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Cyclic GC off for the block (restored to its previous state after)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 @contextlib.contextmanager

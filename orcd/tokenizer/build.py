@@ -6,14 +6,11 @@ Special tokens are not registered with `tokenizers`: GGUFTokenizer splits them o
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Iterator
-
 import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
 from orcd.errors import TokenizerError
+from orcd.gcpause import gc_paused
 from orcd.tokenizer.pretokenizers import IGNORE_MERGES, split_rules
 from orcd.tokenizer.spm_merges import split_pairs
 from orcd.tokenizer.vocab import Vocab
@@ -57,17 +54,6 @@ def build_bpe(vocab: Vocab) -> Tokenizer:
     return tok
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def spm_merges(vocab: Vocab) -> list[tuple[str, str]]:
     """Merges implied by SentencePiece scores: every split of a token into two tokens, best score first.
 
@@ -82,7 +68,7 @@ def spm_merges(vocab: Vocab) -> list[tuple[str, str]]:
     rank[np.lexsort((np.arange(n), -np.asarray(vocab.scores, dtype=np.float64)))] = np.arange(n)
     order = np.argsort(rank[m] * n + left)
     text = np.array(vocab.tokens, dtype=object)
-    with _gc_paused():  # ~500k new tuples: no cyclic-GC passes over them while they are made
+    with gc_paused():  # ~500k new tuples: no cyclic-GC passes over them while they are made
         return list(zip(text[left[order]].tolist(), text[right[order]].tolist(), strict=True))
 
 
@@ -92,7 +78,7 @@ def build_spm(vocab: Vocab) -> Tokenizer:
     has_bytes = all(f"<0x{b:02X}>" in ids for b in range(256))
     unk = vocab.tokens[vocab.special["unknown"]] if "unknown" in vocab.special else None
     try:
-        with _gc_paused():
+        with gc_paused():
             model = models.BPE(ids, spm_merges(vocab), byte_fallback=has_bytes, unk_token=unk)
     except Exception as err:
         raise TokenizerError(f"cannot build SentencePiece BPE from the file's vocab: {err}") from err
@@ -105,7 +91,7 @@ def build_utf8_bpe(vocab: Vocab) -> Tokenizer:
     ids = vocab.index or {t: i for i, t in enumerate(vocab.tokens)}
     has_bytes = all(f"<0x{b:02X}>" in ids for b in range(256))
     try:
-        with _gc_paused():
+        with gc_paused():
             model = models.BPE(ids, vocab.merges, byte_fallback=has_bytes)
     except Exception as err:
         raise TokenizerError(f"cannot build BPE from the file's vocab and merges: {err}") from err
