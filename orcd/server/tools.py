@@ -11,6 +11,7 @@ A block that does not parse as a call is returned as content, as the model wrote
 
 from __future__ import annotations
 
+import abc
 import json
 import uuid
 from collections.abc import Callable
@@ -82,19 +83,30 @@ def _call_json(text: str) -> str | None:
     return json.dumps({"name": obj["name"], "arguments": args if isinstance(args, str) else json.dumps(args)})
 
 
-class HermesTools:
-    """Wraps a splitter (or none): its content is scanned for <tool_call> blocks."""
+class _ContentScanner(abc.ABC):
+    """Runs the content of an inner splitter (reasoning / content, or all content without one) through
+    the subclass's `_scan`, which finds tool calls in it."""
 
-    def __init__(self, inner: Splitter | None = None):
-        self.inner = inner
-        self._buf, self._in_call = "", False
-        self._called = False  # after a call, whitespace between blocks is not content
+    inner: Splitter | None
 
     def push(self, text: str) -> list[tuple[str, str]]:
         return self._scan(self.inner.push(text) if self.inner else [(CONTENT, text)], final=False)
 
     def flush(self) -> list[tuple[str, str]]:
         return self._scan(self.inner.flush() if self.inner else [], final=True)
+
+    @abc.abstractmethod
+    def _scan(self, pairs: list[tuple[str, str]], final: bool) -> list[tuple[str, str]]:
+        """(kind, text) pairs in -> the same with tool-call text turned into TOOL_CALL pairs."""
+
+
+class HermesTools(_ContentScanner):
+    """Wraps a splitter (or none): its content is scanned for <tool_call> blocks."""
+
+    def __init__(self, inner: Splitter | None = None):
+        self.inner = inner
+        self._buf, self._in_call = "", False
+        self._called = False  # after a call, whitespace between blocks is not content
 
     def _scan(self, pairs: list[tuple[str, str]], final: bool) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
@@ -149,7 +161,7 @@ class HarmonyTools:
         return out
 
 
-class LlamaJsonTools:
+class LlamaJsonTools(_ContentScanner):
     """Llama 3.1-3.3 style: the whole answer is one JSON call `{"name": ..., "parameters": {...}}` (or
     several joined by `;`). Content that starts with `{` is held to the end and returned as calls if it
     parses as such, else as the text; other content streams as it comes."""
@@ -158,12 +170,6 @@ class LlamaJsonTools:
         self.inner = inner
         self._held = ""  # content held while it may be a call
         self._plain = False  # decided: plain content from here on
-
-    def push(self, text: str) -> list[tuple[str, str]]:
-        return self._scan(self.inner.push(text) if self.inner else [(CONTENT, text)], final=False)
-
-    def flush(self) -> list[tuple[str, str]]:
-        return self._scan(self.inner.flush() if self.inner else [], final=True)
 
     def _scan(self, pairs: list[tuple[str, str]], final: bool) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
