@@ -26,7 +26,9 @@ sys.path.insert(0, str(HERE))
 import llama_side  # noqa: E402
 import report  # noqa: E402
 
-LIKE = {"0.5b": "qwen2.5-0.5b", "7b": "qwen2.5-7b", "tiny": "tiny-qwen2-256"}  # tiny: CPU smoke test
+# --models NAME -> `orcd synth --like` preset (tiny: CPU smoke test)
+LIKE = {"0.5b": "qwen2.5-0.5b", "7b": "qwen2.5-7b", "gpt-oss-20b": "gpt-oss-20b", "tiny": "tiny-qwen2-256"}
+QUANT = {"gpt-oss-20b": "MXFP4"}  # synth quant per model where Q4_K_M is not what llama.cpp users run
 
 
 def stage(name: str, fn, notes: list[str]):
@@ -50,7 +52,9 @@ def py(args: list[str], timeout: float) -> bool:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--models", default="0.5b,7b")
+    ap.add_argument("--models", default="0.5b,7b", help="synthesized, comma-separated: " + ",".join(LIKE))
+    ap.add_argument("--file", action="append", default=[], metavar="NAME=PATH",
+                    help="also a real GGUF already on the machine (e.g. gemma3-270m=/tmp/g.gguf)")
     ap.add_argument("--streams", default="1,8,32,64")
     ap.add_argument("--work", default="/tmp/peers")
     ap.add_argument("--products", action="store_true", help="also time the 7B products during the build")
@@ -66,11 +70,16 @@ def main() -> int:
     notes: list[str] = []
     proc, t_build = llama_side.start_build(llama_side.SRC_TAR, work / "llama")
     files = {}
-    for m in sorted(a.models.split(","), key=lambda m: m != "7b"):  # the 7B file first (products need it)
-        f = work / f"{LIKE[m]}-Q4_K_M.gguf"
-        if stage(f"synth {m}", lambda m=m, f=f: py(["-m", "orcd", "synth", "--like", LIKE[m], "--quant",
-                                                       "Q4_K_M", str(f)], 120), notes) is not None:
+    models = [m for m in a.models.split(",") if m]
+    for m in sorted(models, key=lambda m: m != "7b"):  # the 7B file first (products need it)
+        quant = QUANT.get(m, "Q4_K_M")
+        f = work / f"{LIKE[m]}-{quant}.gguf"
+        synth = ["-m", "orcd", "synth", "--like", LIKE[m], "--quant", quant, str(f)]
+        if stage(f"synth {m}", lambda synth=synth: py(synth, 120), notes) is not None:
             files[m] = str(f)
+    for spec in a.file:
+        name, _, path = spec.partition("=")
+        files[name] = path
     if a.products:
         stage("products", lambda: py([str(HERE / "products.py"), str(out / "products.json"),
                                       *a.products_args.split()], min(240, left() - 350)), notes)
