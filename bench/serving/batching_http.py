@@ -13,7 +13,7 @@ from pathlib import Path
 
 from batching_common import Deadline, prompt_texts, split_phases
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SERVE = "import sys; from orcd.cli.main import main; sys.exit(main())"
 
 
@@ -26,7 +26,8 @@ def free_port() -> int:
 class ServerProcess:
     """`orcd serve` on a free loopback port; ready once /health says 200 (model loaded, warm-up run)."""
 
-    def __init__(self, model: str, device: str, args: list[str], log_path: Path):
+    def __init__(self, model: str, device: str, args: list[str], log_path: Path, repo: Path = REPO):
+        self.repo = repo  # the checkout whose `orcd` runs (serving.py --server-repo: an older commit)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.cmd = [sys.executable, "-c", SERVE, "serve", "--model", model, "--device", device,
@@ -38,10 +39,10 @@ class ServerProcess:
         """Start and wait until ready; returns seconds from spawn to ready."""
         import httpx
 
-        paths = [str(REPO), os.environ.get("PYTHONPATH")]
+        paths = [str(self.repo), os.environ.get("PYTHONPATH")]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
         t0 = time.perf_counter()
-        self.proc = subprocess.Popen(self.cmd, cwd=REPO, env=env, stdout=self.log_path.open("wb"),
+        self.proc = subprocess.Popen(self.cmd, cwd=self.repo, env=env, stdout=self.log_path.open("wb"),
                                      stderr=subprocess.STDOUT)
         while time.perf_counter() - t0 < timeout_s:
             if self.proc.poll() is not None:
