@@ -108,8 +108,9 @@ def _build_runner(ctx: TPContext, loaded, spec: RunnerSpec) -> TPModelRunner:
 
 
 def _slim(sched: SchedulerOutput) -> SchedulerOutput:
-    """What followers need (no penalty history: they do not sample), so the pickle stays small."""
-    seqs = [dataclasses.replace(s, penalty_token_ids=[]) for s in sched.seqs]
+    """What followers need (no penalty history, no grammar matcher: they do not sample), so the pickle
+    stays small."""
+    seqs = [dataclasses.replace(s, penalty_token_ids=[], matcher=None) for s in sched.seqs]
     return SchedulerOutput(seqs, sched.num_tokens)
 
 

@@ -8,7 +8,7 @@ with hand-made runner output and no model.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from orcd.engine.sampling_params import SamplingParams
 
@@ -32,6 +32,9 @@ class ScheduledSeq:
     # Tokens that count for repetition/presence/frequency penalties (prompt + generated so far).
     penalty_token_ids: list[int] = field(default_factory=list)
     num_generated: int = 0  # tokens generated so far; with the seed it fixes this step's noise
+    # orcd.structured.Matcher when the request has a grammar: the sampler masks this row's logits with it
+    # (read-only for the runner; the engine advances it). In-process only: never sent to TP followers.
+    matcher: Any = None
 
 
 @dataclass

@@ -6,6 +6,7 @@ Not thread-safe: one thread drives it (AsyncEngine's background thread, or a CLI
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -77,6 +78,8 @@ class LLMEngine:
         self._requests: dict[str, RequestOutput] = {}
         self._by_seq: dict[int, RequestOutput] = {}
         self._aborts: dict[str, FinishReason] = {}
+        self._grammars = None  # orcd.structured.GrammarBackend, built with the first grammar request
+        self._grammars_lock = threading.Lock()
         self.counters = {"prompt_tokens": 0, "generation_tokens": 0, "steps": 0, "step_failures": 0,
                          "requests_finished": 0}
 
@@ -84,6 +87,8 @@ class LLMEngine:
     def validate(self, req: EngineRequest) -> None:
         """Raise RequestError / ContextLengthExceededError for a request that cannot run. No side effects."""
         req.sampling.validate()
+        if req.sampling.grammar is not None:
+            self.grammars().check(req.sampling.grammar)
         n_prompt = len(req.prompt_token_ids)
         if n_prompt == 0:
             raise RequestError("the prompt is empty (no tokens)", param="prompt")
@@ -114,6 +119,8 @@ class LLMEngine:
         if req.request_id in self._requests:
             raise RequestError(f"request id {req.request_id!r} is already running", param="request_id")
         seq = Sequence(req.request_id, req.prompt_token_ids, req.sampling)
+        if req.sampling.grammar is not None:
+            seq.matcher = self.grammars().matcher(req.sampling.grammar)
         if req.sampling.seed is not None and getattr(self.runner, "invariant_policy", "off") == "seeded":
             seq.cache_salt = SEEDED_CACHE_SALT  # its blocks hold K/V from the invariant kernels only
         out = RequestOutput(seq, self.tokenizer.detokenizer(skip_special=True), self.tokenizer.eog_ids)
@@ -121,6 +128,15 @@ class LLMEngine:
         self._by_seq[seq.seq_id] = out
         self.scheduler.add(seq)
         self.counters["prompt_tokens"] += seq.num_prompt_tokens
+
+    def grammars(self):
+        """The structured-output backend of this engine's tokenizer (built once, on first use)."""
+        with self._grammars_lock:  # validate() runs on request threads
+            if self._grammars is None:
+                from orcd.structured import GrammarBackend
+
+                self._grammars = GrammarBackend(self.tokenizer)
+            return self._grammars
 
     def abort(self, request_id: str, reason: FinishReason = "cancelled") -> bool:
         """End a request at the next step (its blocks are freed there). False if it is unknown."""

@@ -26,6 +26,9 @@ class SamplingParams:
     # Log-probabilities to return with each token: None = none; k >= 0 = the sampled token's and the k most
     # likely (log-softmax of the logits the sampler used, after penalties, before temperature/filters)
     logprobs: int | None = None
+    # llguidance grammar the output must match (orcd.structured: response_format, forced tool calls);
+    # None: free. Logprobs stay the model's (before the grammar's mask).
+    grammar: str | None = field(default=None, repr=False)
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -47,6 +50,9 @@ class SamplingParams:
             ("stop", len(self.stop) <= 16 and all(0 < len(s) <= 256 for s in self.stop)),
             ("logprobs", self.logprobs is None or 0 <= self.logprobs <= MAX_LOGPROBS),
         ]
+        if self.grammar is not None and self.ignore_eos:
+            raise RequestError("ignore_eos cannot be combined with a grammar (response_format or a forced "
+                               "tool call): the grammar ends with EOS", param="ignore_eos")
         for name, ok in checks:
             if not ok:
                 raise RequestError(f"{name}={getattr(self, name)!r} is out of range", param=name)

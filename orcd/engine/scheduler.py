@@ -129,6 +129,7 @@ class Scheduler:
             sampling=seq.sampling,
             penalty_token_ids=seq.token_ids if sample and seq.uses_penalties else [],
             num_generated=seq.num_generated,
+            matcher=seq.matcher if sample else None,
         )
 
     # ---- update ----

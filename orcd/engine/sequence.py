@@ -48,6 +48,7 @@ class Sequence:
         self.first_scheduled_time: float | None = None
         self.first_token_time: float | None = None
         self.finish_time: float | None = None
+        self.matcher = None  # orcd.structured.Matcher of a request with a grammar; advanced by append_token
 
     @property
     def token_ids(self) -> list[int]:
@@ -80,6 +81,8 @@ class Sequence:
 
     def append_token(self, token_id: int) -> None:
         self.output_token_ids.append(token_id)
+        if self.matcher is not None:
+            self.matcher.consume(token_id)
         if self.first_token_time is None:
             self.first_token_time = time.monotonic()
 

@@ -3,17 +3,24 @@
 Seeded sampling is batch-invariant: a row's noise for vocabulary index i is a counter-based hash of
 (seed, num_generated, i), so the sampled token never depends on which other rows share the batch.
 Sampling is the Gumbel-max race: argmax(logits / T + Gumbel(u)), u = hash -> (0, 1).
+
+Rows with a grammar (SampleRow.matcher, orcd.structured) are masked first: their matchers fill an
+allowed-token bitmask on the CPU (before anything here waits for the device, so on CUDA it overlaps the
+forward pass still running), one upload, then -inf at forbidden tokens on the device. This runs on the
+logits the decode CUDA graph returns, outside the graph; rows without a grammar are not touched.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from orcd.engine.io import TokenLogprobs
 from orcd.engine.sampling_params import SamplingParams
+from orcd.structured.mask import apply_mask
 
 M32 = 0xFFFFFFFF
 GOLDEN = 0x9E3779B1
@@ -24,6 +31,7 @@ class SampleRow:
     params: SamplingParams
     penalty_token_ids: list[int] = field(default_factory=list)
     num_generated: int = 0
+    matcher: Any = None  # orcd.structured.Matcher: its grammar masks this row's logits
 
 
 def _fmix32_int(x: int) -> int:
@@ -108,8 +116,19 @@ def _filter(scaled: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
     return scaled
 
 
+def _apply_grammars(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+    """logits with -inf where the rows' grammars forbid a token (unchanged when no row has one)."""
+    constrained = [i for i, r in enumerate(rows) if r.matcher is not None]
+    if not constrained:
+        return logits
+    matchers = [rows[i].matcher for i in constrained]
+    bitmask = matchers[0].backend.fill(matchers)  # [k, W] int32, CPU
+    return apply_mask(logits, constrained, bitmask)
+
+
 def sample(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
     """logits [N, V] float32 -> token ids [N] int64 on logits' device. Rows with temperature 0 are greedy."""
+    logits = _apply_grammars(logits, rows)
     if any(r.penalty_token_ids and _has_penalty(r.params) for r in rows):
         logits = _apply_penalties(logits.float(), rows)
     out = logits.argmax(dim=-1)
@@ -159,12 +178,14 @@ def _has_penalty(p: SamplingParams) -> bool:
 
 def sample_rows(seqs) -> list[SampleRow]:
     """The sampling state of scheduled sequences (orcd.engine.io.ScheduledSeq), in order."""
-    return [SampleRow(s.sampling, s.penalty_token_ids, s.num_generated) for s in seqs]
+    return [SampleRow(s.sampling, s.penalty_token_ids, s.num_generated, s.matcher) for s in seqs]
 
 
 def pick_tokens(logits: torch.Tensor, greedy: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
     """Tokens of `rows` from logits [k, V] float32 and their argmax greedy [k]: `greedy` itself when
-    every row is greedy without penalties (what sample() would return), else sample(logits, rows)."""
-    if all(r.params.greedy and not (r.penalty_token_ids and _has_penalty(r.params)) for r in rows):
+    every row is greedy without penalties or grammar (what sample() would return), else
+    sample(logits, rows)."""
+    if all(r.params.greedy and r.matcher is None and not (r.penalty_token_ids and _has_penalty(r.params))
+           for r in rows):
         return greedy
     return sample(logits, rows)

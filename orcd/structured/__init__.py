@@ -1,0 +1,17 @@
+"""Structured output: grammars (JSON schema, regex, Lark/GBNF, forced tool calls) enforced while sampling.
+
+The grammar engine is llguidance (bench/structured/ compares it with xgrammar). Flow:
+- the server compiles a request's `response_format` / forced `tool_choice` into an llguidance grammar string
+  (grammars.py, tool_grammar.py; 400 naming the field when it does not compile) and puts it in
+  SamplingParams.grammar;
+- the engine builds one GrammarBackend per tokenizer (backend.py: the llguidance tokenizer from orcd's own
+  token bytes + EOG ids) and gives each constrained Sequence a matcher;
+- the sampler asks the matchers of its constrained rows for an allowed-token bitmask (int32 words, bit j
+  of word w = token 32w + j), uploads it once per step and masks the logits on their device (mask.py);
+  free rows are not touched;
+- Sequence.append_token advances the matcher; when the grammar is complete only EOS is allowed.
+"""
+
+from orcd.structured.backend import GrammarBackend, Matcher
+
+__all__ = ["GrammarBackend", "Matcher"]
