@@ -6,6 +6,9 @@ only (llama.cpp's SOFTMAX_WEIGHT gating, HF's GptOssTopKRouter). Expert e: gpt-o
     y = (g * sigmoid(alpha * g) * (u + 1)) @ Wd_e.T + bd_e
 and a token's output is the routing-weighted sum of its k experts' y.
 
+On CUDA with raw MXFP4 experts, `forward_fused` runs the Triton kernels of orcd/quant/kernels/moe_mxfp4.py
+(per-pair GEMV for a few tokens, expert-grouped tl.dot above), with no host sync; elsewhere the loop.
+
 Expert weights are llama.cpp's 3-D tensors ffn_{gate,up,down}_exps [E, out, in] (torch order). Quantized
 experts (MXFP4 in gpt-oss files) always stay raw, [E, out, row_bytes] on the device, and only the routed
 experts' blocks are dequantized each step, on every device: a token uses k of E experts, so dense copies
@@ -16,12 +19,15 @@ experts (F32/F16/BF16) are converted to the model dtype once.
 from __future__ import annotations
 
 import torch
+from gguf import GGMLQuantizationType as Q
 from torch import nn
 from torch.nn import functional as F
 
+from orcd import env
 from orcd.errors import GGUFError
 from orcd.gguf.reader import GGUFTensor
 from orcd.quant import dequantize, dequantize_to
+from orcd.quant.kernels import triton_available
 from orcd.quant.linear import FLOAT_TYPES, raw_to_device
 
 SWIGLU_ALPHA = 1.702  # gpt-oss's sigmoid slope
@@ -85,9 +91,33 @@ class MoE(nn.Module):
         top, ids = torch.topk(logits, self.top_k, dim=-1)
         return ids, torch.softmax(top, dim=-1)
 
+    def fused(self, device: torch.device) -> bool:
+        """The Triton kernels of orcd/quant/kernels/moe_mxfp4.py apply: raw MXFP4 experts, and CUDA (or
+        the CPU under TRITON_INTERPRET=1, tests) with triton importable."""
+        raw = all(w.raw is not None and w.qtype == Q.MXFP4 for w in (self.gate, self.up, self.down))
+        on = device.type == "cuda" or (device.type == "cpu" and env.triton_interpreter())
+        return raw and on and triton_available()
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, H] -> [T, H]."""
         ids, weights = self.route(x)
+        if self.fused(x.device):
+            return self.forward_fused(x, ids, weights)
+        return self.forward_loop(x, ids, weights)
+
+    def forward_fused(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """Two kernel launches (gate+up with the SwiGLU, then down times the routing weight) plus the sum
+        over the k slots; no host sync, so decode steps can be captured in CUDA graphs."""
+        from orcd.quant.kernels.moe_mxfp4 import moe_mxfp4
+
+        t, k = ids.shape
+        flat = ids.reshape(-1)  # [T * k] pairs, token-major
+        h = moe_mxfp4(x, flat, self.gate.raw, self.up.raw, self.gate.bias, self.up.bias, None, k)  # [P, F]
+        y = moe_mxfp4(h, flat, self.down.raw, None, self.down.bias, None, weights.reshape(-1).float(), k)
+        return y.view(t, k, -1).sum(1, dtype=torch.float32).to(x.dtype)
+
+    def forward_loop(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """The torch reference: a loop over the routed experts (reads the expert counts to the host)."""
         out = torch.zeros_like(x)
         flat = ids.reshape(-1)
         order = torch.argsort(flat, stable=True)  # (token, slot) pairs grouped by expert, tokens ascending

@@ -37,9 +37,12 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     """Dispatch: the Triton kernel on CUDA when available, else the torch reference; on CUDA with
     `invariant` (orcd.numerics) the batch-invariant Triton kernel, for every kind of step.
     window > 0: sliding-window attention over the last `window` positions.
-    sinks [Hq] (gpt-oss attention sinks): the torch reference on every device, for now."""
-    if sinks is not None:
+    sinks [Hq] (gpt-oss attention sinks): the Triton backend takes them; the batch-invariant kernel does
+    not, so invariant steps with sinks run the torch reference."""
+    if sinks is not None and (invariant or not q.is_cuda or _cuda_kernel() is None):
         return paged_attention_torch(q, k_cache, v_cache, meta, scale, window, sinks)
+    if sinks is not None:
+        return _cuda_kernel()(q, k_cache, v_cache, meta, scale, window, sinks)
     if invariant and q.is_cuda:
         from orcd.models.layers.attention_invariant import paged_attention_invariant
 

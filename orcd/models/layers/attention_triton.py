@@ -14,7 +14,9 @@ mixed prefill + decode) in fp16/bf16 run one varlen flash-attention call per lay
 gathered K/V (bottom-right causal: query i of n at position ctx - n + i sees keys 0..ctx - n + i);
 fp32 falls back to SDPA per sequence / the torch reference. A layer with a sliding window (window > 0)
 sees only its last `window` positions on every path: the decode kernel starts each sequence's range at
-seq_len - window, the varlen call passes flash-attention's window_size_left.
+seq_len - window, the varlen call passes flash-attention's window_size_left. Attention sinks (gpt-oss:
+a learned logit per head in the softmax denominator) join the decode kernel's final normalization (or
+the split merge) and scale the varlen call's output by sigmoid(lse - sink).
 """
 
 from __future__ import annotations
@@ -33,11 +35,11 @@ BLOCK_N = 64  # context tokens per inner iteration
 
 
 @triton.jit
-def _decode_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, sl_ptr, op_ptr, lse_ptr, out_ptr, scale, window,
-                         s_qb, s_qh, s_kb, s_ks, s_kh, s_vb, s_vs, s_vh, s_bt,
+def _decode_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, sl_ptr, op_ptr, lse_ptr, out_ptr, sink_ptr, scale,
+                         window, s_qb, s_qh, s_kb, s_ks, s_kh, s_vb, s_vs, s_vh, s_bt,
                          GROUP: tl.constexpr, QB: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
                          BN: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr,
-                         PDL: tl.constexpr = 0):
+                         PDL: tl.constexpr = 0, SINK: tl.constexpr = 0):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     sp = tl.program_id(2)
@@ -80,6 +82,11 @@ def _decode_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, sl_ptr, op_ptr, lse_ptr, o
         else:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
+    if SINK and SPLITS == 1:  # the head's sink logit joins the denominator (merged in by _merge_kernel else)
+        sk = tl.load(sink_ptr + heads, mask=hmask, other=0.0).to(tl.float32)
+        m_f = tl.maximum(m_i, sk)
+        l_i = l_i * tl.exp(m_i - m_f) + tl.exp(sk - m_f)
+        acc = acc * tl.exp(m_i - m_f)[:, None]
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     o = acc / l_safe[:, None]
     if SPLITS == 1:
@@ -92,8 +99,8 @@ def _decode_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, sl_ptr, op_ptr, lse_ptr, o
 
 
 @triton.jit
-def _merge_kernel(op_ptr, lse_ptr, out_ptr, SPLITS: tl.constexpr, SP2: tl.constexpr, D: tl.constexpr,
-                  PDL: tl.constexpr = 0):
+def _merge_kernel(op_ptr, lse_ptr, out_ptr, sink_ptr, n_heads, SPLITS: tl.constexpr, SP2: tl.constexpr,
+                  D: tl.constexpr, PDL: tl.constexpr = 0, SINK: tl.constexpr = 0):
     bh = tl.program_id(0)  # b * Hq + h
     if PDL:
         tl.extra.cuda.gdc_wait()
@@ -101,9 +108,16 @@ def _merge_kernel(op_ptr, lse_ptr, out_ptr, SPLITS: tl.constexpr, SP2: tl.conste
     sp = tl.arange(0, SP2)
     d = tl.arange(0, D)
     lse = tl.load(lse_ptr + bh * SPLITS + sp, mask=sp < SPLITS, other=float("-inf"))
-    w = tl.exp(lse - tl.max(lse, axis=0))  # empty splits weigh 0
+    m = tl.max(lse, axis=0)
+    if SINK:  # sinks [Hq]: one more logit in the denominator, with no value
+        sk = tl.load(sink_ptr + bh % n_heads).to(tl.float32)
+        m = tl.maximum(m, sk)
+    w = tl.exp(lse - m)  # empty splits weigh 0
     o = tl.load(op_ptr + (bh * SPLITS + sp)[:, None] * D + d[None, :], mask=(sp < SPLITS)[:, None], other=0.0)
-    out = tl.sum(o * w[:, None], axis=0) / tl.sum(w, axis=0)
+    den = tl.sum(w, axis=0)
+    if SINK:
+        den += tl.exp(sk - m)
+    out = tl.sum(o * w[:, None], axis=0) / den
     tl.store(out_ptr + bh * D + d, out.to(out_ptr.dtype.element_ty))
 
 
@@ -115,9 +129,11 @@ def default_num_splits(batch: int, n_kv_heads: int, max_context: int) -> int:
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
-                           num_splits: int | None = None, window: int = 0) -> torch.Tensor:
+                           num_splits: int | None = None, window: int = 0,
+                           sinks: torch.Tensor | None = None) -> torch.Tensor:
     """q [B, Hq, D]; caches [num_blocks, page, Hkv, D]; seq_lens >= 1 -> out [B, Hq, D] in q.dtype.
-    window > 0: each query sees only its sequence's last `window` keys."""
+    window > 0: each query sees only its sequence's last `window` keys. sinks [Hq] float32: per-head
+    logits in the softmax denominator (gpt-oss)."""
     bsz, n_heads, dim = q.shape
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
     group = n_heads // n_kv
@@ -135,31 +151,36 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         part = lse = out
     pdl = {"PDL": 1, "launch_pdl": True} if pdl_enabled(q.device) else {}
     grid = (bsz, n_kv, num_splits)
+    sink = {"SINK": 1} if sinks is not None else {}
+    sink_ptr = sinks if sinks is not None else seq_lens  # never read without SINK
     _decode_split_kernel[grid](
-        q, k_cache, v_cache, block_tables, seq_lens, part, lse, out, float(scale), int(window),
+        q, k_cache, v_cache, block_tables, seq_lens, part, lse, out, sink_ptr, float(scale), int(window),
         q.stride(0), q.stride(1), *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0),
         GROUP=group, QB=max(16, triton.next_power_of_2(group)), D=dim, PAGE=page, BN=BLOCK_N,
-        SPLITS=num_splits, IEEE=q.dtype == torch.float32, num_warps=4, **pdl)
+        SPLITS=num_splits, IEEE=q.dtype == torch.float32, num_warps=4, **pdl, **sink)
     if num_splits > 1:
-        _merge_kernel[(bsz * n_heads,)](part, lse, out, SPLITS=num_splits,
-                                        SP2=triton.next_power_of_2(num_splits), D=dim, num_warps=1, **pdl)
+        _merge_kernel[(bsz * n_heads,)](part, lse, out, sink_ptr, n_heads, SPLITS=num_splits,
+                                        SP2=triton.next_power_of_2(num_splits), D=dim, num_warps=1, **pdl,
+                                        **sink)
     return out
 
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMetadata,
-                    scale: float, window: int = 0) -> torch.Tensor:
-    """Backend for attention.paged_attention: q [T, Hq, D] -> [T, Hq, D]; window > 0: sliding window."""
+                    scale: float, window: int = 0, sinks: torch.Tensor | None = None) -> torch.Tensor:
+    """Backend for attention.paged_attention: q [T, Hq, D] -> [T, Hq, D]; window > 0: sliding window;
+    sinks [Hq] float32 (gpt-oss): the decode kernel and the varlen call (corrected by its log-sum-exp)
+    take them; fp32 steps with sinks go to the torch reference."""
     n_seqs = meta.seq_lens.shape[0]
     if meta.max_query_len == 1 and q.shape[0] == n_seqs:
         out = paged_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale,
-                                     window=window)
+                                     window=window, sinks=sinks)
         return out.to(q.dtype)
     if q.dtype in (torch.float16, torch.bfloat16):
-        return _prefill_varlen(q, k_cache, v_cache, meta, scale, window)
+        return _prefill_varlen(q, k_cache, v_cache, meta, scale, window, sinks)
     cu, seq_lens = meta.host_lists()
-    if window == 0 and all(cu[b + 1] - cu[b] == seq_lens[b] for b in range(n_seqs)):
+    if sinks is None and window == 0 and all(cu[b + 1] - cu[b] == seq_lens[b] for b in range(n_seqs)):
         return _prefill_no_prefix(q, k_cache, v_cache, meta, cu, scale)
-    return paged_attention_torch(q, k_cache, v_cache, meta, scale, window)
+    return paged_attention_torch(q, k_cache, v_cache, meta, scale, window, sinks)
 
 
 def _prefill_no_prefix(q, k_cache, v_cache, meta, cu, scale):
@@ -206,7 +227,7 @@ def _kv_index(meta: AttnMetadata, page: int) -> tuple[torch.Tensor, torch.Tensor
     return res
 
 
-def _prefill_varlen(q, k_cache, v_cache, meta, scale, window=0):
+def _prefill_varlen(q, k_cache, v_cache, meta, scale, window=0, sinks=None):
     """Every sequence in one flash-attention varlen call: q [T, Hq, D] fp16/bf16 -> [T, Hq, D].
     window > 0: flash-attention's local window, keys p - window + 1 .. p (bottom-right aligned)."""
     n_kv, dim = k_cache.shape[2], k_cache.shape[3]
@@ -215,7 +236,25 @@ def _prefill_varlen(q, k_cache, v_cache, meta, scale, window=0):
     v = v_cache.view(-1, n_kv, dim)[slots]
     if k.dtype != q.dtype:
         k, v = k.to(q.dtype), v.to(q.dtype)
-    out = torch.ops.aten._flash_attention_forward(
+    out, lse = torch.ops.aten._flash_attention_forward(
         q.contiguous(), k, v, meta.cu_seqlens_q, cu_k, meta.max_query_len, max_k, 0.0, True, False,
-        scale=scale, **({"window_size_left": window - 1, "window_size_right": 0} if window > 0 else {}))[0]
+        scale=scale, **({"window_size_left": window - 1, "window_size_right": 0} if window > 0 else {}))[:2]
+    if sinks is not None:
+        out = _sink_correct(out, lse, sinks, meta)
     return out
+
+
+def _sink_correct(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor,
+                  meta: AttnMetadata) -> torch.Tensor:
+    """Attention with a sink logit s per head from attention without: softmax over keys + sink is the
+    plain softmax times e^lse / (e^lse + e^s), so out * sigmoid(lse - s). out [T, Hq, D]; lse fp32
+    [Hq, T] (varlen layout) or [B, Hq, max_q] (padded per sequence); device ops only."""
+    t = out.shape[0]
+    if lse.dim() == 2:
+        row_lse = lse[:, :t].transpose(0, 1)  # [T, Hq]
+    else:
+        tok = torch.arange(t, device=out.device)
+        seq = torch.searchsorted(meta.cu_seqlens_q[1:].long(), tok, right=True)
+        row_lse = lse[seq, :, tok - meta.cu_seqlens_q.long()[seq]]  # [T, Hq]
+    gate = torch.sigmoid(row_lse.float() - sinks.float()[None, :])
+    return (out.float() * gate[:, :, None]).to(out.dtype)

@@ -1,0 +1,200 @@
+"""Triton MoE kernels over raw MXFP4 expert weights (gpt-oss): only the routed experts' blocks are read,
+dequantized in registers, never written out.
+
+Weights are ExpertLinear.raw: uint8 [E, out, row_bytes], row_bytes = in / 32 * 17 (orcd/quant/mxfp4.py:
+byte 0 of a block is the E8M0 exponent, bytes 1..16 hold element j in the low nibble and element 16 + j
+in the high nibble). A K step covers KB blocks: a [BN, KB * 16] tile of code bytes gives two weight tiles,
+the low nibbles (elements b * 32 + j) and the high ones (b * 32 + 16 + j), each multiplied with the
+activation columns it belongs to. "Pairs" are (token, expert slot): pair p = token p // top_k, slot p % k.
+
+Two kernels, same arithmetic and epilogue:
+- `_moe_gemv_kernel`: one program per (pair, output tile); for a few pairs (decode at small batch).
+- `_moe_grouped_kernel`: pairs sorted by expert into blocks of BM rows (each block one expert, padded with
+  the sentinel P); one program per (block, output tile), tl.dot on [BM, K] x [K, BN]; every block reads
+  its expert's tile once. The block count is the bound cdiv(P, BM) + min(E, P), fixed by shapes: empty
+  blocks exit at once, so nothing is read back to the host and the step can be captured in a CUDA graph.
+Epilogues: GLU (gate and up in one program, both tiles from one pass over x): h = clamped SwiGLU of the
+two (+ biases); else y = (acc + bias) * routing weight of the pair.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+GEMV_MAX_PAIRS = 8  # pairs (tokens * top_k) up to which the per-pair GEMV runs; above, the grouped path
+BM = 16  # grouped path: rows (pairs of one expert) per block; tl.dot needs >= 16
+
+
+@triton.jit
+def _e2m1x2(code):
+    """int32 4-bit E2M1 codes -> float32 values * 2 (ggml's kvalues: 0 1 2 3 4 6 8 12, bit 3 = sign)."""
+    m = code & 7
+    mag = tl.where(m < 2, m, (2 + (m & 1)) << tl.maximum((m >> 1) - 1, 0))
+    v = mag.to(tl.float32)
+    return tl.where(code >= 8, -v, v)
+
+
+@triton.jit
+def _e8m0_half(e):
+    """int32 exponents 0..255 -> float32 2 ** (e - 128), as ggml_e8m0_to_fp32_half (e < 2: subnormal)."""
+    bits = tl.where(e < 2, 0x00200000 << e, (e - 1) << 23)
+    return bits.to(tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _w_tiles(w_ptr, row_off, nmask, blk0, j, n_blocks, DT: tl.constexpr):
+    """row_off [BN] int64 byte offsets of the tile's rows; j [KB * 16] -> (low, high) [BN, KB * 16] in DT:
+    low[n, c] = W[n, (blk0 + c // 16) * 32 + c % 16], high[n, c] = W[n, ... + 16]."""
+    blk = blk0 + j // 16
+    m = nmask[:, None] & (blk < n_blocks)[None, :]
+    base = w_ptr + row_off[:, None] + (blk * 17)[None, :]
+    q = tl.load(base + 1 + (j % 16)[None, :], mask=m, other=0).to(tl.int32)
+    s = _e8m0_half(tl.load(base, mask=m, other=0).to(tl.int32))
+    return (_e2m1x2(q & 15) * s).to(DT), (_e2m1x2(q >> 4) * s).to(DT)
+
+
+@triton.jit
+def _epilogue(acc_g, acc_u, pairs, pmask, n, nmask, e, bg_ptr, bu_ptr, rw_ptr, out_ptr, N,
+              GLU: tl.constexpr, HAS_BIAS: tl.constexpr, alpha, limit):
+    """acc_* [R, BN] fp32 for pairs [R] (rows) and columns n [BN] of expert e (scalar or [R]) -> out."""
+    if HAS_BIAS:
+        acc_g += tl.load(bg_ptr + e * N + n, mask=nmask, other=0.0).to(tl.float32)[None, :]
+    if GLU:
+        if HAS_BIAS:
+            acc_u += tl.load(bu_ptr + e * N + n, mask=nmask, other=0.0).to(tl.float32)[None, :]
+        g = tl.minimum(acc_g, limit)
+        u = tl.minimum(tl.maximum(acc_u, -limit), limit)
+        y = g * tl.sigmoid(g * alpha) * (u + 1)
+    else:
+        y = acc_g * tl.load(rw_ptr + pairs, mask=pmask, other=0.0).to(tl.float32)[:, None]
+    optrs = out_ptr + pairs.to(tl.int64)[:, None] * N + n[None, :]
+    tl.store(optrs, y.to(out_ptr.dtype.element_ty), mask=pmask[:, None] & nmask[None, :])
+
+
+@triton.jit
+def _moe_gemv_kernel(x_ptr, ids_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, rw_ptr, out_ptr, N, K, n_e_bytes,
+                     alpha, limit, A_DIV: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr,
+                     BN: tl.constexpr, KB: tl.constexpr):
+    p = tl.program_id(0)
+    n = tl.program_id(1) * BN + tl.arange(0, BN)
+    nmask = n < N
+    e = tl.load(ids_ptr + p).to(tl.int64)
+    row_bytes = K // 32 * 17
+    row_off = e * n_e_bytes + n.to(tl.int64) * row_bytes
+    j = tl.arange(0, KB * 16)
+    xrow = x_ptr + (p // A_DIV).to(tl.int64) * K
+    acc_g = tl.zeros([BN], dtype=tl.float32)
+    acc_u = tl.zeros([BN], dtype=tl.float32)
+    n_blocks = K // 32
+    for blk0 in range(0, n_blocks, KB):
+        kcol = (blk0 + j // 16) * 32 + j % 16
+        kmask = kcol < K
+        x_lo = tl.load(xrow + kcol, mask=kmask, other=0.0).to(tl.float32)
+        x_hi = tl.load(xrow + kcol + 16, mask=kmask, other=0.0).to(tl.float32)
+        lo, hi = _w_tiles(wg_ptr, row_off, nmask, blk0, j, n_blocks, tl.float32)
+        acc_g += tl.sum(lo * x_lo[None, :] + hi * x_hi[None, :], axis=1)
+        if GLU:
+            lo, hi = _w_tiles(wu_ptr, row_off, nmask, blk0, j, n_blocks, tl.float32)
+            acc_u += tl.sum(lo * x_lo[None, :] + hi * x_hi[None, :], axis=1)
+    pairs = p + tl.zeros([1], dtype=tl.int32)
+    _epilogue(acc_g[None, :], acc_u[None, :], pairs, pairs >= 0, n, nmask, e, bg_ptr, bu_ptr, rw_ptr,
+              out_ptr, N, GLU, HAS_BIAS, alpha, limit)
+
+
+@triton.jit
+def _moe_grouped_kernel(x_ptr, rows_ptr, bexp_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, rw_ptr, out_ptr, P, N, K,
+                        n_e_bytes, alpha, limit, A_DIV: tl.constexpr, GLU: tl.constexpr,
+                        HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, KB: tl.constexpr,
+                        IEEE: tl.constexpr):
+    e = tl.load(bexp_ptr + tl.program_id(0)).to(tl.int64)
+    if e < 0:  # a block past the last expert's rows: the bound on the block count is not tight
+        return
+    pairs = tl.load(rows_ptr + tl.program_id(0) * BM + tl.arange(0, BM))
+    pmask = pairs < P
+    arow = tl.where(pmask, pairs // A_DIV, 0).to(tl.int64)
+    n = tl.program_id(1) * BN + tl.arange(0, BN)
+    nmask = n < N
+    row_off = e * n_e_bytes + n.to(tl.int64) * (K // 32 * 17)
+    j = tl.arange(0, KB * 16)
+    acc_g = tl.zeros([BM, BN], dtype=tl.float32)
+    acc_u = tl.zeros([BM, BN], dtype=tl.float32)
+    n_blocks = K // 32
+    DT = x_ptr.dtype.element_ty
+    for blk0 in range(0, n_blocks, KB):
+        kcol = (blk0 + j // 16) * 32 + j % 16
+        xm = pmask[:, None] & (kcol < K)[None, :]
+        xp = x_ptr + arow[:, None] * K + kcol[None, :]
+        x_lo = tl.load(xp, mask=xm, other=0.0)
+        x_hi = tl.load(xp + 16, mask=xm, other=0.0)
+        lo, hi = _w_tiles(wg_ptr, row_off, nmask, blk0, j, n_blocks, DT)
+        if IEEE:
+            acc_g += tl.dot(x_lo, tl.trans(lo), input_precision="ieee")
+            acc_g += tl.dot(x_hi, tl.trans(hi), input_precision="ieee")
+        else:
+            acc_g += tl.dot(x_lo, tl.trans(lo)) + tl.dot(x_hi, tl.trans(hi))
+        if GLU:
+            lo, hi = _w_tiles(wu_ptr, row_off, nmask, blk0, j, n_blocks, DT)
+            if IEEE:
+                acc_u += tl.dot(x_lo, tl.trans(lo), input_precision="ieee")
+                acc_u += tl.dot(x_hi, tl.trans(hi), input_precision="ieee")
+            else:
+                acc_u += tl.dot(x_lo, tl.trans(lo)) + tl.dot(x_hi, tl.trans(hi))
+    _epilogue(acc_g, acc_u, pairs, pmask, n, nmask, e, bg_ptr, bu_ptr, rw_ptr, out_ptr, N, GLU, HAS_BIAS,
+              alpha, limit)
+
+
+def align_by_expert(ids: torch.Tensor, n_experts: int, bm: int = BM) -> tuple[torch.Tensor, torch.Tensor]:
+    """ids [P] int64 expert of each pair -> (rows [NB * bm] int32: pair indices grouped by expert, each
+    expert's run padded to a multiple of bm with P; block_expert [NB] int32: the expert of each block, -1
+    past the end). NB = cdiv(P, bm) + min(E, P), a bound fixed by shapes; device ops only (no host sync)."""
+    p = ids.numel()
+    nb = triton.cdiv(p, bm) + min(n_experts, p)
+    counts = torch.zeros(n_experts, dtype=torch.int64, device=ids.device)
+    counts.scatter_add_(0, ids, torch.ones_like(ids))
+    padded = (counts + bm - 1) // bm * bm
+    pend = torch.cumsum(padded, 0)  # end of each expert's padded run
+    order = torch.sort(ids, stable=True).indices  # pairs by expert, ascending within each
+    e_sorted = ids[order]
+    first = torch.cumsum(counts, 0) - counts  # index in `order` of each expert's first pair
+    dest = (pend - padded)[e_sorted] + torch.arange(p, device=ids.device) - first[e_sorted]
+    rows = torch.full((nb * bm,), p, dtype=torch.int32, device=ids.device)
+    rows.scatter_(0, dest, order.to(torch.int32))
+    starts = torch.arange(nb, device=ids.device, dtype=torch.int64) * bm
+    bexp = torch.searchsorted(pend, starts, right=True)  # n_experts past the last run
+    return rows, torch.where(bexp < n_experts, bexp, -1).to(torch.int32)
+
+
+def moe_mxfp4(x: torch.Tensor, ids: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor | None,
+              b_gate: torch.Tensor | None, b_up: torch.Tensor | None, route_w: torch.Tensor | None,
+              top_k: int, alpha: float = 1.702, limit: float = 7.0,
+              grouped: bool | None = None) -> torch.Tensor:
+    """One expert projection for every pair. x [T, K] (GLU: per token, read by pairs // top_k) or [P, K]
+    (down: per pair, top_k ignored); ids [P] int expert per pair; w_* raw [E, N, K / 32 * 17] uint8;
+    b_* [E, N] or None; route_w [P] (down only). -> [P, N] in x.dtype: GLU (w_up given) the clamped
+    SwiGLU of gate and up, else the routed-weighted projection. grouped None: by GEMV_MAX_PAIRS."""
+    glu = w_up is not None
+    n_exp, n_out = w_gate.shape[0], w_gate.shape[1]
+    k = x.shape[1]
+    p = ids.numel()
+    a_div = top_k if glu else 1
+    x = x.contiguous()
+    out = torch.empty((p, n_out), dtype=x.dtype, device=x.device)
+    dummy = w_gate  # never read when the matching constexpr is off
+    args = (w_gate, w_up if glu else dummy, b_gate if b_gate is not None else dummy,
+            b_up if b_up is not None else dummy, route_w if route_w is not None else dummy, out)
+    flags = dict(A_DIV=a_div, GLU=glu, HAS_BIAS=b_gate is not None)
+    if grouped is None:
+        grouped = p > GEMV_MAX_PAIRS
+    if not grouped:
+        bn = 32
+        _moe_gemv_kernel[(p, triton.cdiv(n_out, bn))](
+            x, ids, *args, n_out, k, w_gate.stride(0), alpha, limit, BN=bn, KB=4, num_warps=4, **flags)
+        return out
+    rows, bexp = align_by_expert(ids.long(), n_exp)
+    bn = 64
+    _moe_grouped_kernel[(bexp.numel(), triton.cdiv(n_out, bn))](
+        x, rows, bexp, *args, p, n_out, k, w_gate.stride(0), alpha, limit, BM=BM, BN=bn, KB=2,
+        IEEE=x.dtype == torch.float32, num_warps=4, **flags)
+    return out
