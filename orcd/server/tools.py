@@ -2,26 +2,33 @@
 transformers passes them), tool-call history rendered, and tool calls parsed back out of the model's text.
 
 Parsing works as a splitter (orcd.server.reasoning's protocol) that yields (TOOL_CALL, json) pairs, the
-json being {"name", "arguments"} with arguments a JSON string, as OpenAI returns them:
-- Hermes style (Qwen2.5, Qwen3, Hermes, QwQ templates): `<tool_call>{"name": ..., "arguments": {...}}
-  </tool_call>` in the content; the text around the blocks stays content.
-- gpt-oss Harmony: a `commentary` message addressed `to=functions.NAME`, its body the arguments.
-A block that does not parse as a call is returned as content, as the model wrote it.
+json being {"name", "arguments"} with arguments a JSON string, as OpenAI returns them. The format is the
+one the chat template teaches (tool_style): Hermes / Qwen3-Coder `<tool_call>` blocks, Llama 3.x JSON and
+Mistral `[TOOL_CALLS]` are scanned by orcd.server.tool_scanners; gpt-oss Harmony's calls are `commentary`
+messages addressed `to=functions.NAME`, their body the arguments.
 """
 
 from __future__ import annotations
 
-import abc
 import json
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from orcd.errors import RequestError
-from orcd.server.reasoning import CONTENT, Splitter, held_prefix, is_harmony, splitter_for
+from orcd.server.reasoning import CONTENT, Splitter, is_harmony, splitter_for
+from orcd.server.tool_scanners import (
+    CALL_OPEN,
+    MISTRAL_CALLS,
+    HermesTools,
+    LlamaJsonTools,
+    MistralTools,
+    coder_parser,
+)
 from orcd.tokenizer.harmony import TOOL_CALL, HarmonyParser
 
-CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+__all__ = ["HarmonyTools", "HermesTools", "LlamaJsonTools", "MistralTools", "check_tools", "fields",
+           "history_message", "message_fields", "openai_calls", "tool_splitter", "tool_style", "with_tools"]
 
 
 def check_tools(tools: list[Any] | None, tool_choice: Any, parallel: bool | None) -> list[dict] | None:
@@ -71,74 +78,6 @@ def history_message(m, where: str, base: Callable[[Any], dict]) -> dict:
     return base(m)
 
 
-def _call_json(text: str) -> str | None:
-    """A Hermes block's body -> the pair payload, or None if it is not a call."""
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-        return None
-    args = obj.get("arguments", obj.get("parameters", {}))
-    return json.dumps({"name": obj["name"], "arguments": args if isinstance(args, str) else json.dumps(args)})
-
-
-class _ContentScanner(abc.ABC):
-    """Runs the content of an inner splitter (reasoning / content, or all content without one) through
-    the subclass's `_scan`, which finds tool calls in it."""
-
-    inner: Splitter | None
-
-    def push(self, text: str) -> list[tuple[str, str]]:
-        return self._scan(self.inner.push(text) if self.inner else [(CONTENT, text)], final=False)
-
-    def flush(self) -> list[tuple[str, str]]:
-        return self._scan(self.inner.flush() if self.inner else [], final=True)
-
-    @abc.abstractmethod
-    def _scan(self, pairs: list[tuple[str, str]], final: bool) -> list[tuple[str, str]]:
-        """(kind, text) pairs in -> the same with tool-call text turned into TOOL_CALL pairs."""
-
-
-class HermesTools(_ContentScanner):
-    """Wraps a splitter (or none): its content is scanned for <tool_call> blocks."""
-
-    def __init__(self, inner: Splitter | None = None):
-        self.inner = inner
-        self._buf, self._in_call = "", False
-        self._called = False  # after a call, whitespace between blocks is not content
-
-    def _scan(self, pairs: list[tuple[str, str]], final: bool) -> list[tuple[str, str]]:
-        out: list[tuple[str, str]] = []
-        for kind, text in pairs:
-            if kind != CONTENT:
-                out.append((kind, text))
-                continue
-            self._buf += text
-            while (at := self._buf.find(tag := CALL_CLOSE if self._in_call else CALL_OPEN)) >= 0:
-                head, self._buf = self._buf[:at], self._buf[at + len(tag):]
-                if self._in_call:
-                    call = _call_json(head.strip())
-                    out.append((TOOL_CALL, call) if call else (CONTENT, CALL_OPEN + head + CALL_CLOSE))
-                    self._called = self._called or call is not None
-                else:
-                    self._content(head, out)
-                self._in_call = not self._in_call
-            if not self._in_call:
-                keep = held_prefix(self._buf, CALL_OPEN)
-                if len(self._buf) > keep:
-                    self._content(self._buf[: len(self._buf) - keep], out)
-                    self._buf = self._buf[len(self._buf) - keep:]
-        if final and self._buf:  # an unclosed block or a held partial tag: text, as written
-            out.append((CONTENT, (CALL_OPEN if self._in_call else "") + self._buf))
-            self._buf, self._in_call = "", False
-        return out
-
-    def _content(self, text: str, out: list[tuple[str, str]]) -> None:
-        if text and not (self._called and not text.strip()):
-            out.append((CONTENT, text))
-
-
 class HarmonyTools:
     """Harmony with tools: each closed `to=functions.NAME` message is one call."""
 
@@ -161,50 +100,27 @@ class HarmonyTools:
         return out
 
 
-class LlamaJsonTools(_ContentScanner):
-    """Llama 3.1-3.3 style: the whole answer is one JSON call `{"name": ..., "parameters": {...}}` (or
-    several joined by `;`). Content that starts with `{` is held to the end and returned as calls if it
-    parses as such, else as the text; other content streams as it comes."""
-
-    def __init__(self, inner: Splitter | None = None):
-        self.inner = inner
-        self._held = ""  # content held while it may be a call
-        self._plain = False  # decided: plain content from here on
-
-    def _scan(self, pairs: list[tuple[str, str]], final: bool) -> list[tuple[str, str]]:
-        out: list[tuple[str, str]] = []
-        for kind, text in pairs:
-            if kind != CONTENT or self._plain:
-                out.append((kind, text))
-                continue
-            self._held += text
-            start = self._held.lstrip()
-            if start and not start.startswith("{"):
-                out.append((CONTENT, self._held))
-                self._held, self._plain = "", True
-        if final and self._held:
-            found = [_call_json(self._held.strip())]
-            if not found[0]:  # several calls, `;`-separated (Llama 3.2)
-                found = [_call_json(part.strip()) for part in self._held.split(";") if part.strip()]
-            if found and all(found):
-                out += [(TOOL_CALL, c) for c in found if c]
-            else:
-                out.append((CONTENT, self._held))
-            self._held, self._plain = "", True
-        return out
-
-
-def with_tools(split: Callable[[], Splitter] | None, harmony: bool,
-               style: str = "hermes") -> Callable[[], Splitter]:
+def with_tools(split: Callable[[], Splitter] | None, harmony: bool, style: str = "hermes",
+               tools: list[dict] | None = None) -> Callable[[], Splitter]:
+    """A factory of tool-call splitters of `style` (tool_style) around the reasoning splitter `split`;
+    `tools` (the request's, OpenAI function shape) type Qwen3-Coder's parameter values."""
     if harmony:
         return HarmonyTools
-    cls = LlamaJsonTools if style == "llama" else HermesTools
+    if style == "coder":
+        parse = coder_parser(tools)
+        return lambda: HermesTools(split() if split is not None else None, parse)
+    cls = {"llama": LlamaJsonTools, "mistral": MistralTools}.get(style, HermesTools)
     return lambda: cls(split() if split is not None else None)
 
 
 def tool_style(template: str | None) -> str:
-    """`llama` for Llama 3.x templates (JSON calls with "parameters"), else `hermes` (<tool_call> blocks)."""
+    """How the template's model writes calls: `coder` (Qwen3-Coder XML in <tool_call>), `mistral`
+    ([TOOL_CALLS]), `llama` (Llama 3.x JSON with "parameters"), else `hermes` (JSON in <tool_call>)."""
     t = template or ""
+    if CALL_OPEN in t and "<function=" in t and "<parameter=" in t:
+        return "coder"
+    if MISTRAL_CALLS in t:
+        return "mistral"
     return "llama" if "<|start_header_id|>" in t and '"parameters"' in t and CALL_OPEN not in t else "hermes"
 
 
@@ -243,8 +159,9 @@ def message_fields(splitter: Splitter, text: str) -> dict:
     return msg
 
 
-def tool_splitter(engine, prompt_ids: list[int]) -> Callable[[], Splitter]:
-    """The splitter of a request that offered tools: the model's reasoning splitter with its calls parsed."""
+def tool_splitter(engine, prompt_ids: list[int], tools: list[dict] | None = None) -> Callable[[], Splitter]:
+    """The splitter of a request that offered `tools`: the model's reasoning splitter with its calls
+    parsed in the format its chat template teaches."""
     template = getattr(getattr(engine.tokenizer, "vocab", None), "chat_template", None)
     harmony = is_harmony(getattr(engine, "architecture", None), template)
-    return with_tools(splitter_for(engine, prompt_ids), harmony, tool_style(template))
+    return with_tools(splitter_for(engine, prompt_ids), harmony, tool_style(template), tools)

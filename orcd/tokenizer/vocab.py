@@ -21,8 +21,10 @@ EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftex
 _EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
               "<｜end▁of▁sentence｜>")
 # Harmony markup llama.cpp turns into user-defined tokens, so detokenizing never drops it (gpt-oss's
-# channels stay visible to a reasoning parser)
-_ALWAYS_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
+# channels stay visible to a reasoning parser); Mistral's tool-call markers likewise (llama.cpp keeps them
+# in the text as "preserved tokens"), so orcd.server.tool_scanners sees where calls start
+_ALWAYS_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", "[TOOL_CALLS]", "[ARGS]",
+                    "[CALL_ID]")
 _SPECIAL_ID_KEYS = ("bos", "eos", "eot", "eom", "unknown", "seperator", "padding")
 log = logging.getLogger("orcd.tokenizer")
 # tokenizer.ggml.model values llama.cpp knows (llama-vocab.cpp) that orcd refuses, and why

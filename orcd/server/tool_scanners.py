@@ -1,0 +1,284 @@
+"""Tool-call scanners: splitters (orcd.server.reasoning's protocol) that wrap a model's reasoning splitter
+(or none) and turn the calls written in its content into (TOOL_CALL, json) pairs, the json being
+{"name", "arguments"} with arguments a JSON string, as OpenAI returns them. Text deltas may cut a tag or a
+call anywhere; a possible partial tag is held back until it completes or cannot. Text that does not parse
+as a call is returned as content, as the model wrote it.
+
+- Hermes (Qwen2.5, Qwen3, QwQ, Hermes): `<tool_call>{"name": .., "arguments": {..}}</tool_call>` blocks.
+- Qwen3-Coder XML (Qwen3-Coder, Qwen3.5, Nemotron 3, Step 3.5): `<tool_call><function=NAME>
+  <parameter=P>value</parameter></function></tool_call>`; values are typed by the tool's JSON schema.
+- Llama 3.x JSON: the whole answer is `{"name": .., "parameters": {..}}` (several joined by `;`).
+- Mistral: `[TOOL_CALLS][{"name": .., "arguments": {..}}, ..]` (Nemo) or `[TOOL_CALLS]NAME[ARGS]{..}`
+  (Small 3.2, Devstral, Ministral 3; `[CALL_ID]id` may sit before `[ARGS]`).
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import re
+from collections.abc import Callable
+
+from orcd.server.reasoning import CONTENT, Splitter, held_prefix
+from orcd.tokenizer.harmony import TOOL_CALL
+
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
+_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+_FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)</function>", re.S)
+_PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.S)
+
+Pairs = list[tuple[str, str]]
+
+
+def call_payload(name: str, args) -> str:
+    """The TOOL_CALL pair's text: {"name", "arguments"} with arguments a JSON string."""
+    return json.dumps({"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)})
+
+
+def json_call(text: str) -> str | None:
+    """A JSON call object ({"name", "arguments" | "parameters"}) -> the pair payload, or None."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    return call_payload(obj["name"], obj.get("arguments", obj.get("parameters", {})))
+
+
+def json_end(text: str, start: int) -> int | None:
+    """Index just past the JSON object or array opening at text[start] (brackets matched outside
+    strings), or None while it is not closed yet."""
+    depth, in_str, escaped = 0, False, False
+    for i in range(start, len(text)):
+        c = text[i]
+        if in_str:
+            escaped, in_str = (False, True) if escaped else (c == "\\", c != '"')
+        elif c == '"':
+            in_str = True
+        elif c in "[{":
+            depth += 1
+        elif c in "]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return None
+
+
+class ContentScanner(abc.ABC):
+    """Runs the content of an inner splitter (reasoning / content, or all content without one) through
+    the subclass's `_scan`, which finds tool calls in it."""
+
+    inner: Splitter | None
+
+    def push(self, text: str) -> Pairs:
+        return self._scan(self.inner.push(text) if self.inner else [(CONTENT, text)], final=False)
+
+    def flush(self) -> Pairs:
+        return self._scan(self.inner.flush() if self.inner else [], final=True)
+
+    def _scan(self, pairs: Pairs, final: bool) -> Pairs:
+        out: Pairs = []
+        for kind, text in pairs:
+            if kind == CONTENT:
+                self._content(text, out)
+            else:
+                out.append((kind, text))
+        if final:
+            self._end(out)
+        return out
+
+    @abc.abstractmethod
+    def _content(self, text: str, out: Pairs) -> None:
+        """A content increment: what is decided goes to `out`, the rest is held."""
+
+    @abc.abstractmethod
+    def _end(self, out: Pairs) -> None:
+        """The end of the text: whatever is held goes to `out`."""
+
+
+class HermesTools(ContentScanner):
+    """Content scanned for <tool_call> blocks; `parse` turns a block's body into a call payload (None:
+    not a call, kept as written). Hermes bodies are JSON; Qwen3-Coder's are XML (coder_parser)."""
+
+    def __init__(self, inner: Splitter | None = None, parse: Callable[[str], str | None] | None = None):
+        self.inner, self.parse = inner, parse or (lambda body: json_call(body.strip()))
+        self._buf, self._in_call = "", False
+        self._called = False  # after a call, whitespace between blocks is not content
+
+    def _content(self, text: str, out: Pairs) -> None:
+        self._buf += text
+        while (at := self._buf.find(tag := CALL_CLOSE if self._in_call else CALL_OPEN)) >= 0:
+            head, self._buf = self._buf[:at], self._buf[at + len(tag):]
+            if self._in_call:
+                call = self.parse(head)
+                out.append((TOOL_CALL, call) if call else (CONTENT, CALL_OPEN + head + CALL_CLOSE))
+                self._called = self._called or call is not None
+            else:
+                self._text(head, out)
+            self._in_call = not self._in_call
+        if not self._in_call:
+            keep = held_prefix(self._buf, CALL_OPEN)
+            self._text(self._buf[: len(self._buf) - keep], out)
+            self._buf = self._buf[len(self._buf) - keep:]
+
+    def _end(self, out: Pairs) -> None:
+        if self._buf:  # an unclosed block or a held partial tag: text, as written
+            out.append((CONTENT, (CALL_OPEN if self._in_call else "") + self._buf))
+        self._buf, self._in_call = "", False
+
+    def _text(self, text: str, out: Pairs) -> None:
+        if text and not (self._called and not text.strip()):
+            out.append((CONTENT, text))
+
+
+def _typed(value: str, schema: dict) -> object:
+    """A Qwen3-Coder parameter's text as its schema's type (strings stay text; what does not convert
+    stays text; no schema: JSON if it parses as a JSON object or array, else text)."""
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    kind = next((k for k in kind if k != "null"), None) if isinstance(kind, list) else kind
+    if kind == "string" or (kind is None and not value.lstrip().startswith(("{", "["))):
+        return value
+    if kind == "boolean" and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    try:
+        got = json.loads(value)
+    except json.JSONDecodeError:
+        return value
+    ok = {"integer": int, "number": (int, float), "object": dict, "array": list}.get(kind, object)
+    return got if isinstance(got, ok) and not isinstance(got, bool) else value
+
+
+def coder_parser(tools: list[dict] | None) -> Callable[[str], str | None]:
+    """A <tool_call> body in Qwen3-Coder's XML -> the call payload, parameters typed by `tools`' schemas
+    (OpenAI function tools)."""
+    props = {}
+    for t in tools or []:
+        fn = t.get("function") or {}
+        params = fn.get("parameters") if isinstance(fn.get("parameters"), dict) else {}
+        props[fn.get("name")] = params.get("properties") if isinstance(params.get("properties"), dict) else {}
+
+    def parse(body: str) -> str | None:
+        m = _FUNCTION.fullmatch(body.strip())
+        if m is None:
+            return None
+        name, schema = m.group(1).strip(), props.get(m.group(1).strip(), {})
+        args = {}
+        for p in _PARAMETER.finditer(m.group(2)):
+            value = p.group(2).removeprefix("\n").removesuffix("\n")  # the template's own line breaks
+            args[p.group(1).strip()] = _typed(value, schema.get(p.group(1).strip(), {}))
+        return call_payload(name, args)
+
+    return parse
+
+
+class LlamaJsonTools(ContentScanner):
+    """Llama 3.1-3.3 style: content that starts with `{` is held to the end and returned as calls if it
+    parses as such (one, or several joined by `;`), else as the text; other content streams as it comes."""
+
+    def __init__(self, inner: Splitter | None = None):
+        self.inner = inner
+        self._held = ""  # content held while it may be a call
+        self._plain = False  # decided: plain content from here on
+
+    def _content(self, text: str, out: Pairs) -> None:
+        if self._plain:
+            out.append((CONTENT, text))
+            return
+        self._held += text
+        start = self._held.lstrip()
+        if start and not start.startswith("{"):
+            out.append((CONTENT, self._held))
+            self._held, self._plain = "", True
+
+    def _end(self, out: Pairs) -> None:
+        if self._held:
+            found = [json_call(self._held.strip())]
+            if not found[0]:  # several calls, `;`-separated (Llama 3.2)
+                found = [json_call(part.strip()) for part in self._held.split(";") if part.strip()]
+            if found and all(found):
+                out += [(TOOL_CALL, c) for c in found if c]
+            else:
+                out.append((CONTENT, self._held))
+        self._held, self._plain = "", True
+
+
+class MistralTools(ContentScanner):
+    """Content up to `[TOOL_CALLS]` streams as content; from there on each call is returned as soon as
+    its JSON closes. What does not parse from there on is content, as written."""
+
+    def __init__(self, inner: Splitter | None = None):
+        self.inner = inner
+        self._buf, self._in_calls, self._called = "", False, False
+
+    def _content(self, text: str, out: Pairs) -> None:
+        self._buf += text
+        if not self._in_calls:
+            at = self._buf.find(MISTRAL_CALLS)
+            cut = at if at >= 0 else len(self._buf) - held_prefix(self._buf, MISTRAL_CALLS)
+            self._text(self._buf[:cut], out)
+            self._buf, self._in_calls = self._buf[cut:], at >= 0
+        if self._in_calls:
+            self._calls(out, final=False)
+
+    def _end(self, out: Pairs) -> None:
+        if self._in_calls:
+            self._calls(out, final=True)
+        self._text(self._buf, out)
+        self._buf, self._in_calls = "", False
+
+    def _calls(self, out: Pairs, final: bool) -> None:
+        """Takes every complete call off the front of the held text; stops at an incomplete one (at the
+        end: returns it as text) or at text that is no call (returns the rest as text)."""
+        while True:
+            rest = self._buf.lstrip()
+            while rest.startswith(MISTRAL_CALLS):
+                rest = rest[len(MISTRAL_CALLS):].lstrip()
+            if not rest:
+                return
+            got = self._one(rest)
+            if got is None and not final:
+                return  # may still complete
+            if not got:
+                self._text(self._buf, out, always=True)
+                self._buf, self._in_calls = "", False
+                return
+            calls, self._buf = got
+            out += [(TOOL_CALL, c) for c in calls]
+            self._called = True
+
+    @staticmethod
+    def _one(rest: str) -> tuple[list[str], str] | bool | None:
+        """The call(s) at the front of `rest` and the text after them; None: not complete yet; False:
+        not a call."""
+        if rest[0] in "[{":  # Nemo: a JSON list of {"name", "arguments"}
+            end = json_end(rest, 0)
+            if end is None:
+                return None
+            try:
+                items = json.loads(rest[:end])
+            except json.JSONDecodeError:
+                return False
+            calls = [json_call(json.dumps(c)) for c in (items if isinstance(items, list) else [items])]
+            return ([c for c in calls if c], rest[end:]) if calls and all(calls) else False
+        at = rest.find(MISTRAL_ARGS)
+        if at < 0:  # NAME[CALL_ID]id[ARGS]: plausible while what came is a name (+ a partial tag)
+            keep = max(held_prefix(rest, MISTRAL_ARGS), held_prefix(rest, MISTRAL_ID))
+            name = rest[: len(rest) - keep].split(MISTRAL_ID)[0].strip()
+            return None if len(rest) < 256 and (not name or _NAME.fullmatch(name)) else False
+        name = rest[:at].split(MISTRAL_ID)[0].strip()
+        args = rest[at + len(MISTRAL_ARGS):].lstrip()
+        if not _NAME.fullmatch(name) or args[:1] not in ("", "{", "["):
+            return False
+        end = json_end(args, 0) if args else None
+        if end is None:
+            return None
+        try:
+            return [call_payload(name, json.loads(args[:end]))], args[end:]
+        except json.JSONDecodeError:
+            return False
+
+    def _text(self, text: str, out: Pairs, always: bool = False) -> None:
+        if text and (always or not (self._called and not text.strip())):
+            out.append((CONTENT, text))
