@@ -6,6 +6,7 @@ anthropic_format.py."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import types
 from collections.abc import AsyncIterator
@@ -28,15 +29,18 @@ from orcd.server.anthropic_format import (
     template_messages,
     wants_thinking,
 )
+from orcd.server.anthropic_tools import forced_choice
 from orcd.server.errors import APIError, _validation_message, api_error_from
 from orcd.server.fork import admit_choices
 from orcd.server.jobs import Job, JobHub
 from orcd.server.load_wait import needs_wait, stream_after_load
 from orcd.server.model_pool import ModelSlot
+from orcd.server.openai_checks import call_style
 from orcd.server.prep import build_sampling, encode_chat, precheck_sampling
 from orcd.server.reasoning import splitter_for
 from orcd.server.sse import SSEResponse, sse_event
 from orcd.server.tools import tool_splitter
+from orcd.structured.tool_grammar import forced_tool_grammar
 
 router = APIRouter()
 _PING = sse_event({"type": "ping"}, "ping")
@@ -124,8 +128,12 @@ async def _run(hub: JobHub, slot: ModelSlot, body: MessagesRequest, chat: tuple,
     """chat: template_messages(body)."""
     ids = await _prompt(slot, hub, *chat)
     max_tokens = hub.resolve_max_tokens(slot, body.max_tokens, len(ids), None, "messages")
-    (job,) = admit_choices(hub, slot, "messages", ids, build_sampling(_sampling_fields(body), max_tokens), 1,
-                           "msg_")
+    sampling = build_sampling(_sampling_fields(body), max_tokens)
+    choice = forced_choice(body.tool_choice)
+    if choice is not None:  # `any` / `tool`: one call, in the template's format, by grammar
+        grammar = forced_tool_grammar(chat[2], choice, call_style(slot.engine))
+        sampling = dataclasses.replace(sampling, grammar=grammar)
+    (job,) = admit_choices(hub, slot, "messages", ids, sampling, 1, "msg_")
     head = {"id": job.request_id, "type": "message", "role": "assistant", "model": slot.name}
     split = tool_splitter(slot.engine, ids) if chat[2] else splitter_for(slot.engine, ids)
     thinking = wants_thinking(body)

@@ -16,15 +16,19 @@ _USE_KEYS = {"type", "id", "name", "input", "cache_control"}
 
 def template_tools(tools: list[Any] | None, tool_choice: dict[str, Any] | None) -> list[dict] | None:
     """Anthropic tools -> template tools (OpenAI's function shape, as transformers passes them), or None
-    when none are to be offered. tool_choice `auto` and `none` are honoured; `any` and `tool` (forcing a
-    call) need constrained decoding, not there yet."""
+    when none are to be offered. tool_choice `auto` and `none` are honoured here; `any` and `tool` also
+    force a call (forced_choice, enforced by a grammar)."""
     kind = (tool_choice or {}).get("type", "auto")
     if kind not in ("auto", "none", "any", "tool") or set(tool_choice or {}) - {
             "type", "name", "disable_parallel_tool_use"}:
-        raise RequestError("tool_choice: must be {\"type\": \"auto\" | \"none\"}", param="tool_choice")
-    if kind in ("any", "tool"):
-        raise RequestError(f"tool_choice: {kind!r} is not supported (forcing a call needs constrained "
-                           "decoding, not implemented yet): use auto", param="tool_choice")
+        raise RequestError("tool_choice: must be {\"type\": \"auto\" | \"none\" | \"any\"} or {\"type\": "
+                           "\"tool\", \"name\": ...}", param="tool_choice")
+    if kind in ("any", "tool") and not tools:
+        raise RequestError(f"tool_choice: {kind!r} needs tools", param="tool_choice")
+    if kind == "tool" and not any(isinstance(t, dict) and t.get("name") == tool_choice.get("name")
+                                  for t in tools or []):
+        raise RequestError(f"tool_choice.name: no tool named {tool_choice.get('name')!r}",
+                           param="tool_choice.name")
     if not tools or kind == "none":
         return None
     out = []
@@ -38,6 +42,17 @@ def template_tools(tools: list[Any] | None, tool_choice: dict[str, Any] | None) 
             fn["description"] = t["description"]
         out.append({"type": "function", "function": fn})
     return out
+
+
+def forced_choice(tool_choice: dict[str, Any] | None) -> Any:
+    """Anthropic's forcing tool_choice as OpenAI's (orcd.structured.tool_grammar): `any` -> "required",
+    `tool` -> the named function; None when the model may answer without a call."""
+    kind = (tool_choice or {}).get("type")
+    if kind == "any":
+        return "required"
+    if kind == "tool":
+        return {"type": "function", "function": {"name": tool_choice["name"]}}
+    return None
 
 
 def _result_text(content: Any, at: str) -> str:

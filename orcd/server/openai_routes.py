@@ -19,9 +19,12 @@ from orcd.server.jobs import Job, JobHub
 from orcd.server.load_wait import needs_wait, openai_error, stream_after_load
 from orcd.server.model_pool import ModelSlot
 from orcd.server.openai_checks import (
+    call_style,
+    chat_grammar,
     chat_sampling,
     check_chat,
     check_completion,
+    checked_tools,
     completion_sampling,
     refuse,
 )
@@ -35,7 +38,7 @@ from orcd.server.schemas import (
     CompletionResponse,
 )
 from orcd.server.sse import SSEResponse
-from orcd.server.tools import check_tools, tool_splitter
+from orcd.server.tools import tool_splitter
 
 router = APIRouter()
 _ERRORS = {s: {"model": ErrorBody} for s in (400, 401, 404, 413, 503)}
@@ -115,13 +118,14 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
 
 async def _chat(hub: JobHub, slot: ModelSlot, body: ChatCompletionRequest, messages: list[dict],
                 request: Request):
-    tools = check_tools(body.tools, body.tool_choice, body.parallel_tool_calls)
+    tools = checked_tools(body)
     use = tools if body.tool_choice != "none" else None  # "none": the model is not told of them
     extra = {**template_kwargs(body.chat_template_kwargs), **({"tools": use} if use else {})}
     ids = await encode_chat(slot.engine.tokenizer, messages, hub.context_length(slot), **extra)
     max_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = hub.resolve_max_tokens(slot, getattr(body, max_param), len(ids), None, "messages", max_param)
-    jobs = admit_choices(hub, slot, "chat", ids, chat_sampling(body, max_tokens), body.n, "chatcmpl-")
+    sampling = chat_sampling(body, max_tokens, chat_grammar(body, use, call_style(slot.engine)))
+    jobs = admit_choices(hub, slot, "chat", ids, sampling, body.n, "chatcmpl-")
     fmt = ChoiceFormat(chat=True, names=slot.token_names if body.logprobs else None,
                        split=tool_splitter(slot.engine, ids) if use else splitter_for(slot.engine, ids))
     head = _head(jobs, "chat.completion", slot.name)

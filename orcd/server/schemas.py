@@ -94,6 +94,7 @@ class CompletionRequest(_OpenAIFields):
     logprobs: Int | None = None
     best_of: Int | None = None
     suffix: Str | None = None
+    response_format: dict[str, Any] | None = None  # as chat's (structured output), vLLM-style
 
 
 class ContentPart(_Strict):
