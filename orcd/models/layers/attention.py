@@ -38,17 +38,31 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     `invariant` (orcd.numerics) the batch-invariant Triton kernel, for every kind of step.
     window > 0: sliding-window attention over the last `window` positions.
     sinks [Hq] (gpt-oss attention sinks): the Triton backend takes them; the batch-invariant kernel does
-    not, so invariant steps with sinks run the torch reference."""
-    if sinks is not None and (invariant or not q.is_cuda or _cuda_kernel() is None):
-        return paged_attention_torch(q, k_cache, v_cache, meta, scale, window, sinks)
+    not: invariant decode-only steps with sinks run the decode kernel unsplit (one program per sequence
+    and KV head, so a row does not depend on its batch, and the step stays capturable), other invariant
+    steps the torch reference."""
     if sinks is not None:
-        return _cuda_kernel()(q, k_cache, v_cache, meta, scale, window, sinks)
+        return _with_sinks(q, k_cache, v_cache, meta, scale, window, invariant, sinks)
     if invariant and q.is_cuda:
         from orcd.models.layers.attention_invariant import paged_attention_invariant
 
         return paged_attention_invariant(q, k_cache, v_cache, meta, scale, window)
     kernel = _cuda_kernel() if q.is_cuda else None
     return (kernel or paged_attention_torch)(q, k_cache, v_cache, meta, scale, window)
+
+
+def _with_sinks(q, k_cache, v_cache, meta, scale, window, invariant, sinks):
+    kernel = _cuda_kernel() if q.is_cuda else None
+    if kernel is None:
+        return paged_attention_torch(q, k_cache, v_cache, meta, scale, window, sinks)
+    if not invariant:
+        return kernel(q, k_cache, v_cache, meta, scale, window, sinks)
+    if meta.max_query_len == 1 and q.shape[0] == meta.seq_lens.shape[0]:
+        from orcd.models.layers.attention_triton import paged_decode_attention
+
+        return paged_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale, 1, window,
+                                      sinks).to(q.dtype)
+    return paged_attention_torch(q, k_cache, v_cache, meta, scale, window, sinks)
 
 
 class Attention(nn.Module):
