@@ -131,7 +131,9 @@ def test_route_takes_tools_and_history(oai):
                {"role": "tool", "tool_call_id": "call_1", "content": "12 C, rain"}]
     r = oai.chat.completions.create(model=MODEL, messages=history, tools=[WEATHER], max_tokens=8, seed=1)
     assert r.choices[0].finish_reason in ("stop", "length", "tool_calls") and r.usage.prompt_tokens > 10
-    for kw, param in (({"tool_choice": "required"}, "tool_choice"), ({"tools": [{"type": "x"}]}, "tools.0"),
+    named = {"type": "function", "function": {"name": "nope"}}
+    for kw, param in (({"tool_choice": named}, "tool_choice.function.name"),
+                      ({"tools": [{"type": "x"}]}, "tools.0"),
                       ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.tool_call_id")):
         with pytest.raises(openai.BadRequestError) as info:
             oai.chat.completions.create(**{"model": MODEL, "messages": history, "tools": [WEATHER],
