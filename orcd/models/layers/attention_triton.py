@@ -254,7 +254,8 @@ def _sink_correct(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor,
         row_lse = lse[:, :t].transpose(0, 1)  # [T, Hq]
     else:
         tok = torch.arange(t, device=out.device)
-        seq = torch.searchsorted(meta.cu_seqlens_q[1:].long(), tok, right=True)
-        row_lse = lse[seq, :, tok - meta.cu_seqlens_q.long()[seq]]  # [T, Hq]
+        seq = torch.searchsorted(meta.cu_seqlens_q[1:].long(), tok, right=True).clamp_(max=lse.shape[0] - 1)
+        pos = (tok - meta.cu_seqlens_q.long()[seq]).clamp_(0, lse.shape[2] - 1)  # rows past the last: padding
+        row_lse = lse[seq, :, pos]  # [T, Hq]
     gate = torch.sigmoid(row_lse.float() - sinks.float()[None, :])
     return (out.float() * gate[:, :, None]).to(out.dtype)
