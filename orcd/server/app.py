@@ -17,7 +17,14 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
-from orcd.server import anthropic_routes, generate_route, model_routes, openai_routes, tokenize_routes
+from orcd.server import (
+    anthropic_routes,
+    generate_route,
+    model_routes,
+    openai_routes,
+    responses_routes,
+    tokenize_routes,
+)
 from orcd.server.errors import ErrorBody, install_error_handlers
 from orcd.server.jobs import JobHub
 from orcd.server.middleware import APIKeyMiddleware, BodyLimitMiddleware
@@ -89,6 +96,7 @@ def create_app(engine, settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(generate_route.router)
     app.include_router(openai_routes.router)
     app.include_router(anthropic_routes.router)
+    app.include_router(responses_routes.router)
     app.include_router(tokenize_routes.router)
     app.include_router(model_routes.router)
     _add_ops_routes(app)
