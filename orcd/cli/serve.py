@@ -58,6 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="on SIGTERM, seconds in-flight streams may run before they are cancelled")
     p.add_argument("--cors-origin", action="append", default=[], help="allowed CORS origin (repeatable)")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up generation")
+    p.add_argument("--http", default="auto", choices=["auto", "h11", "httptools"],
+                   help="HTTP/1.1 parser (auto: httptools when installed, else the pure-Python h11)")
+    p.add_argument("--loop", default="auto", choices=["auto", "asyncio", "uvloop"],
+                   help="event loop (auto: uvloop when installed, else asyncio)")
     add_engine_options(p)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
@@ -149,8 +153,9 @@ def run(args: argparse.Namespace, build=None) -> int:
             begin_drain(app)
             await super().shutdown(sockets)
 
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                            timeout_graceful_shutdown=settings.shutdown_grace_s + 10, access_log=False)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, http=args.http,
+                            loop=args.loop, timeout_graceful_shutdown=settings.shutdown_grace_s + 10,
+                            access_log=False)
     server = DrainingServer(config)
     # uvicorn re-raises the signal it caught once it has shut down; a no-op handler makes that a
     # clean return, so SIGTERM ends with exit status 0 after the drain.

@@ -1,7 +1,8 @@
 """AsyncEngine: the LLMEngine's step loop in one background thread, streams to asyncio callers.
 
 The HTTP event loop never runs the model. Callers hand commands (add, cancel) to the engine thread
-through a queue; the thread feeds each request's asyncio.Queue with loop.call_soon_threadsafe.
+through a queue; the thread feeds each request's sink (a deque + one waiter future) with one
+loop.call_soon_threadsafe per step and caller loop.
 Only the engine thread touches the LLMEngine; stats() reads a snapshot the thread publishes.
 """
 
@@ -12,6 +13,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from typing import Any
 
 from orcd.engine.io import EngineRequest, TokenEvent
@@ -26,19 +28,36 @@ class EngineStoppedError(OrcdError):
 
 
 class _Sink:
-    """Where one request's events go: an asyncio queue on the caller's loop."""
+    """Where one request's events go: a deque on the caller's loop, and the future of its one reader
+    waiting for more (None when it is not waiting). Touched on that loop only."""
 
-    __slots__ = ("loop", "queue")
+    __slots__ = ("loop", "events", "waiter")
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
-        self.queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
+        self.events: deque[TokenEvent] = deque()
+        self.waiter: asyncio.Future | None = None
+
+    def put(self, event: TokenEvent) -> None:
+        self.events.append(event)
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
+
+    def wait(self) -> asyncio.Future:
+        """A future that becomes True once an event is there (at once if one is)."""
+        fut = self.loop.create_future()
+        if self.events:
+            fut.set_result(True)
+        else:
+            self.waiter = fut
+        return fut
 
 
-def _deliver(items: list[tuple[asyncio.Queue, TokenEvent]]) -> None:
+def _deliver(items: list[tuple[_Sink, TokenEvent]]) -> None:
     """Runs on the caller's loop: one step's events, in engine order."""
-    for q, event in items:
-        q.put_nowait(event)
+    for sink, event in items:
+        sink.put(event)
 
 
 class RequestStream:
@@ -62,10 +81,12 @@ class RequestStream:
         if self.finished:
             raise StopAsyncIteration
         try:
-            event = await self._sink.queue.get()
+            while not self._sink.events:
+                await self._sink.wait()
         except BaseException:  # CancelledError (client gone) and friends: free the request's blocks
             self._abandon()
             raise
+        event = self._sink.events.popleft()
         if event.finished:
             self.finished = True
         return event
@@ -73,13 +94,23 @@ class RequestStream:
     def ready(self) -> list[TokenEvent]:
         """The events already delivered, without waiting (empty if none); stops after the final one."""
         out: list[TokenEvent] = []
-        q = self._sink.queue
-        while not self.finished and not q.empty():
-            event = q.get_nowait()
+        events = self._sink.events
+        while not self.finished and events:
+            event = events.popleft()
             out.append(event)
             if event.finished:
                 self.finished = True
         return out
+
+    def wait(self) -> asyncio.Future:
+        """A future that becomes True once ready() has events (or the stream is over). Resolving it
+        otherwise (a ping timer setting False) or cancelling it leaves the request running; the
+        stream has one reader, so one pending wait."""
+        if self.finished:
+            fut = self._sink.loop.create_future()
+            fut.set_result(True)
+            return fut
+        return self._sink.wait()
 
     async def aclose(self) -> None:
         self._abandon()
@@ -233,13 +264,13 @@ class AsyncEngine:
         if not events:
             return
         # One loop callback per step (per caller loop), not one per event: order is kept per request.
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, TokenEvent]]] = {}
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Sink, TokenEvent]]] = {}
         with self._lock:
             for event in events:
                 sink = self._sinks.pop(event.request_id) if event.finished else self._sinks.get(
                     event.request_id)
                 if sink is not None:
-                    by_loop.setdefault(sink.loop, []).append((sink.queue, event))
+                    by_loop.setdefault(sink.loop, []).append((sink, event))
         for loop, items in by_loop.items():
             try:
                 loop.call_soon_threadsafe(_deliver, items)

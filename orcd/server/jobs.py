@@ -1,7 +1,7 @@
 """Admission, streaming and cancellation of generation requests, shared by every route.
 
-A Job is one admitted request. JobHub.events() drives the engine's async iterator and yields its
-TokenEvents, or None when `ping_interval_s` passes without one (the route writes an SSE ping).
+A Job is one admitted request. JobHub.event_batches() drives the engine's async iterator and yields
+lists of its TokenEvents, or None when `ping_interval_s` passes without one (the route writes a ping).
 Every way out (end, error, disconnect, cancel) passes through one `finally` that cancels the engine
 request if it is still running and releases the Job exactly once.
 """
@@ -26,6 +26,7 @@ from orcd.server.errors import APIError, context_overflow
 from orcd.server.metrics import ServerMetrics
 from orcd.server.model_pool import ModelPool, ModelSlot
 from orcd.server.settings import ServerSettings
+from orcd.server.sse import PingClock
 
 log = logging.getLogger("orcd.server")
 
@@ -84,14 +85,10 @@ class JobHub:
         """Tokens one request may span: the model context, or less when the KV pool is smaller."""
         return int(slot.stats().get("max_model_len") or slot.engine.config.context_length)
 
-    @staticmethod
-    def _slots(slot: ModelSlot) -> int:
-        stats = slot.stats()
-        return int(stats.get("max_num_seqs") or getattr(slot.engine, "max_num_seqs", 0) or 0)
-
     def capacity(self, slot: ModelSlot) -> int:
         """Requests of one model admitted at once: its running slots plus the queue beyond them."""
-        return self._slots(slot) + self.settings.max_queue
+        slots = slot.stats().get("max_num_seqs") or getattr(slot.engine, "max_num_seqs", 0) or 0
+        return int(slots) + self.settings.max_queue
 
     # --- admission ----------------------------------------------------------------------------
     def resolve_max_tokens(self, slot: ModelSlot, requested: int | None, n_prompt: int, default: int | None,
@@ -186,27 +183,30 @@ class JobHub:
             log.exception("engine.cancel(%s) failed", job.request_id)
 
     # --- streaming ----------------------------------------------------------------------------
-    async def events(self, job: Job) -> AsyncIterator[TokenEvent | None]:
-        """Engine events for `job` one by one (see event_batches)."""
-        async with contextlib.aclosing(self.event_batches(job)) as batches:
-            async for batch in batches:
-                if batch is None:
-                    yield None
-                    continue
-                for event in batch:
-                    yield event
-
     async def event_batches(self, job: Job) -> AsyncIterator[list[TokenEvent] | None]:
         """Engine events for `job`, in order, as lists: every event already delivered is taken at once
         (one write per list), a lone event is yielded as soon as it arrives. None whenever
         ping_interval_s passes without one. The last event yielded is always final (finished=True),
-        synthesised if the engine's iterator just stops."""
+        synthesised if the engine's iterator just stops.
+
+        A stream with ready() and wait() (the engine's RequestStream) is awaited directly, with one ping
+        timer for its whole life; any other async iterator through a Task per event."""
         it = aiter(job.stream)
         ready = getattr(it, "ready", None)  # non-blocking drain, if the stream offers one
+        wait = getattr(it, "wait", None) if ready is not None else None
+        clock = PingClock(asyncio.get_running_loop(), self.settings.ping_interval_s)
         task: asyncio.Future | None = None
         try:
             while job.finish_reason is None:
                 batch = ready() if ready is not None else []
+                if not batch and wait is not None:
+                    if getattr(it, "finished", False):  # over without a final event: say so
+                        batch = [self._ended(job)]
+                    else:
+                        clock.pending = pending = wait()
+                        if not await pending:  # interval_s without events
+                            yield None
+                        continue
                 if not batch:
                     task = asyncio.ensure_future(anext(it))
                     while not (await asyncio.wait({task}, timeout=self.settings.ping_interval_s))[0]:
@@ -215,11 +215,13 @@ class JobHub:
                     task = None
                     if ready is not None and not batch[0].finished:
                         batch += ready()
+                clock.touch()
                 self._record(job, batch)
                 if job.opens is not None:
                     job.opens.set()  # prefilled: its prompt blocks are in the prefix cache now
                 yield batch
         finally:
+            clock.close()
             with anyio.CancelScope(shield=True):
                 if job.finish_reason is None:
                     self._engine_cancel(job)  # disconnect: free the sequence now
@@ -234,13 +236,17 @@ class JobHub:
             self.release(job)
 
     @staticmethod
-    def _result(job: Job, task: asyncio.Future) -> TokenEvent:
+    def _ended(job: Job) -> TokenEvent:
+        """The final event of a stream that stopped without one."""
+        return TokenEvent(job.request_id, None, "", job.tokens_out, finished=True,
+                          finish_reason="cancelled" if job.cancel_requested else "error",
+                          error=None if job.cancel_requested else "generation ended early")
+
+    def _result(self, job: Job, task: asyncio.Future) -> TokenEvent:
         try:
             return task.result()
         except StopAsyncIteration:
-            return TokenEvent(job.request_id, None, "", job.tokens_out, finished=True,
-                              finish_reason="cancelled" if job.cancel_requested else "error",
-                              error=None if job.cancel_requested else "generation ended early")
+            return self._ended(job)
         except Exception as err:  # engine failure inside this request only
             log.exception("request %s failed in the engine", job.request_id)
             return TokenEvent(job.request_id, None, "", job.tokens_out, finished=True,
@@ -258,8 +264,8 @@ class JobHub:
                 self.cancel(job.request_id)
 
         async def gather(job: Job) -> list[TokenEvent]:
-            async with contextlib.aclosing(self.events(job)) as events:
-                return [ev async for ev in events if ev is not None]
+            async with contextlib.aclosing(self.event_batches(job)) as batches:
+                return [ev async for batch in batches if batch is not None for ev in batch]
 
         watcher = asyncio.ensure_future(watch_disconnect())
         try:

@@ -6,6 +6,7 @@ then a blank line. Comments (`: ping`) keep idle proxies from dropping a stream.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -64,3 +65,28 @@ class SSEResponse(StreamingResponse):
                     await aclose()
             if self.on_close is not None:
                 self.on_close()
+
+
+class PingClock:
+    """One timer per stream for `: ping`: resolves the reader's pending wait with False once `interval_s`
+    passes with no events (the timer is re-armed once per interval, not once per event)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, interval_s: float):
+        self.loop, self.interval_s = loop, interval_s
+        self.last = loop.time()  # the loop clock when events last came (or a ping went out)
+        self.pending: asyncio.Future | None = None
+        self.handle = loop.call_at(self.last + interval_s, self._fire)
+
+    def touch(self) -> None:
+        self.last = self.loop.time()
+
+    def _fire(self) -> None:
+        now, due = self.loop.time(), self.last + self.interval_s
+        if now >= due:
+            if self.pending is not None and not self.pending.done():
+                self.pending.set_result(False)  # the reader yields a ping, then waits again
+            self.last, due = now, now + self.interval_s
+        self.handle = self.loop.call_at(due, self._fire)
+
+    def close(self) -> None:
+        self.handle.cancel()
