@@ -26,8 +26,10 @@ def free_port() -> int:
 class ServerProcess:
     """`orcd serve` on a free loopback port; ready once /health says 200 (model loaded, warm-up run)."""
 
-    def __init__(self, model: str, device: str, args: list[str], log_path: Path, repo: Path = REPO):
-        self.repo = repo  # the checkout whose `orcd` runs (serving.py --server-repo: an older commit)
+    def __init__(self, model: str, device: str, args: list[str], log_path: Path, repo: Path = REPO,
+                 extra_path: tuple[str, ...] = ()):
+        self.repo = repo  # the checkout whose `orcd` runs (serving.py --server: an older commit too)
+        self.extra_path = extra_path  # more PYTHONPATH entries of this server only (optional packages)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.cmd = [sys.executable, "-c", SERVE, "serve", "--model", model, "--device", device,
@@ -39,7 +41,7 @@ class ServerProcess:
         """Start and wait until ready; returns seconds from spawn to ready."""
         import httpx
 
-        paths = [str(self.repo), os.environ.get("PYTHONPATH")]
+        paths = [str(self.repo), *self.extra_path, os.environ.get("PYTHONPATH")]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(self.cmd, cwd=self.repo, env=env, stdout=self.log_path.open("wb"),

@@ -5,10 +5,12 @@ real `orcd serve` child on loopback, streamed `/v1/generate` and `/v1/chat/compl
 stream counts (greedy, ignore_eos, prompt_len in, gen_len out), then a mixed load: log-normal prompt and
 output lengths, Poisson arrivals at fractions of the engine's 64-stream token rate. The client is
 serving_client.py: raw sockets in --client-procs processes; each row records how busy they were.
+Each --server TAG=CHECKOUT[@PATH] is measured in turn against the same engine figures (an older
+checkout for a before/after table; @PATH: more PYTHONPATH for that server only, e.g. optional packages).
 Rows go to OUT/serving.json (merged with what is there: same tag+model rows are replaced), + .md, .png.
 
-Usage: python bench/serving/serving.py --model 0.5b=/tmp/a.gguf [--model 7b=/tmp/b.gguf] [--tag after]
-       [--server-repo DIR] (an older checkout's `orcd serve`, for a before/after table)
+Usage: python bench/serving/serving.py --model 0.5b=/tmp/a.gguf [--model 7b=/tmp/b.gguf]
+       [--server before=/tmp/old-checkout --server after=.]
 CPU smoke: python bench/serving/serving.py --device cpu --streams 1,4 --gen-len 16 --out-dir /tmp/s
 """
 
@@ -43,6 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="Poisson rates as fractions of the engine's top token rate / mean output length; "
                          "empty: no mixed load")
     ap.add_argument("--mixed-routes", default="chat")
+    ap.add_argument("--mixed-tags", default="after", help="servers (tags) the mixed load runs on")
     ap.add_argument("--mixed-seconds", type=float, default=10.0, help="arrivals span this long, per rate")
     ap.add_argument("--mixed-prompt", default="128,16,1024", help="median,min,max prompt tokens")
     ap.add_argument("--mixed-output", default="128,16,512", help="median,min,max output tokens")
@@ -50,9 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--slo-tpot-ms", type=float, default=50.0)
     ap.add_argument("--client-procs", type=int, default=min(4, max(1, (os.cpu_count() or 2) // 4)))
     ap.add_argument("--serve-arg", action="append", default=[], help="extra `orcd serve` argument")
-    ap.add_argument("--server-repo", default=str(REPO), help="checkout whose `orcd serve` is measured")
+    ap.add_argument("--server", action="append", default=None, metavar="TAG=CHECKOUT[@PATH]",
+                    help="an `orcd serve` to measure (repeatable; default: after=this checkout)")
     ap.add_argument("--skip-engine", action="store_true", help="HTTP only (engine_tok_s left empty)")
-    ap.add_argument("--tag", default="after", help="label of these rows (before / after)")
     ap.add_argument("--out-dir", default=None, help="default: bench/results on CUDA, else /tmp/orcd-serving")
     ap.add_argument("--max-seconds", type=float, default=900.0, help="time guard: later rounds are skipped")
     args = ap.parse_args(argv)
@@ -69,7 +72,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.out_dir is None:
         args.out_dir = str(REPO / "bench/results") if args.device == "cuda" else "/tmp/orcd-serving"
     args.models = [_named(m) for m in (args.model or [str(REPO / "orcd/assets/demo.gguf")])]
+    args.servers = [_server(s) for s in (args.server or [f"after={REPO}"])]
+    args.mixed_tags = [t for t in args.mixed_tags.split(",") if t]
     return args
+
+
+def _server(spec: str) -> tuple[str, Path, tuple[str, ...]]:
+    tag, _, rest = spec.partition("=")
+    repo, _, extra = rest.partition("@")
+    return tag, Path(repo).resolve(), tuple(p for p in extra.split(os.pathsep) if p)
 
 
 def _named(spec: str) -> tuple[str, str]:
@@ -96,13 +107,20 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     deadline = Deadline.after(args.max_seconds)
-    new: dict = {"rows": [], "mixed": [], "runs": []}
+    failed = False
     for name, path in args.models:
-        rows, mixed, run = run_model(args, name, path, out, deadline)
-        new["rows"] += rows
-        new["mixed"] += mixed
-        new["runs"].append({**run, "tag": args.tag, "model": name, "commit": commit(),
-                            "command": " ".join(["python", *sys.argv])})
+        new: dict = {"rows": [], "mixed": [], "runs": []}
+        for run, rows, mixed in run_model(args, name, path, out, deadline):
+            new["rows"] += rows
+            new["mixed"] += mixed
+            command = " ".join(["python", *sys.argv])
+            new["runs"].append({**run, "model": name, "commit": commit(), "command": command})
+            failed |= bool(run.get("error"))
+        write(out, new)  # after every model: a later one that runs out of time loses only its own rows
+    return 1 if failed else 0
+
+
+def write(out: Path, new: dict) -> None:
     target = out / "serving.json"
     old = json.loads(target.read_text()) if target.exists() else {}
     result = merge(old, new)
@@ -112,7 +130,6 @@ def main(argv: list[str] | None = None) -> int:
     write_markdown(result, out / "serving.md")
     note = write_plot(result, out / "serving.png")
     print(f"wrote {target}, serving.md" + ("" if note else ", serving.png") + (f" ({note})" if note else ""))
-    return 1 if any(r.get("error") for r in new["runs"]) else 0
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import platform
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 from batching_common import Deadline
@@ -41,20 +42,29 @@ def serve_args(args) -> list[str]:
             str(blocks), *args.serve_arg]
 
 
-def run_model(args, name: str, path: str, out: Path, deadline: Deadline) -> tuple[list, list, dict]:
+def run_model(args, name: str, path: str, out: Path, deadline: Deadline) -> Iterator[tuple[dict, list, list]]:
+    """(run, rows, mixed rows) for each --server, against one engine phase."""
     from orcd.gguf import open_gguf
     from orcd.tokenizer import load_tokenizer
 
-    run: dict = {"device": device_name(args.device), "model_file": path, "prompt_len": args.prompt_len,
-                 "gen_len": args.gen_len, "client_procs": args.client_procs, "server_repo": args.server_repo,
-                 "serve_args": serve_args(args)}
     engine: dict[int, float] = {}
+    info: dict = {}
     if not args.skip_engine:
-        engine, run["engine"] = engine_rates(args, path, deadline)
+        engine, info = engine_rates(args, path, deadline)
         print(f"[{name}] engine tok/s: " + ", ".join(f"{c}: {v:,.0f}" for c, v in engine.items()), flush=True)
     tok = load_tokenizer(open_gguf(path).metadata)
-    server = ServerProcess(path, args.device, run["serve_args"], out / f"serving-{name}-{args.tag}.log",
-                           repo=Path(args.server_repo))
+    for tag, repo, extra in args.servers:
+        run = {"tag": tag, "device": device_name(args.device), "model_file": path,
+               "prompt_len": args.prompt_len, "gen_len": args.gen_len, "client_procs": args.client_procs,
+               "server_repo": str(repo),
+               "server_path": list(extra), "serve_args": serve_args(args), "engine": info}
+        server = ServerProcess(path, args.device, run["serve_args"], out / f"serving-{name}-{tag}.log",
+                               repo=repo, extra_path=extra)
+        yield (run, *serve_rounds(args, name, tag, tok, server, engine, run, deadline))
+
+
+def serve_rounds(args, name: str, tag: str, tok, server: ServerProcess, engine: dict[int, float], run: dict,
+                 deadline: Deadline) -> tuple[list, list]:
     rows: list[dict] = []
     mixed: list[dict] = []
     try:
@@ -65,17 +75,19 @@ def run_model(args, name: str, path: str, out: Path, deadline: Deadline) -> tupl
                 reqs = fixed_round(tok, route, c, args.prompt_len, args.warmup_len, name, 10_000 + c)
                 run_load("127.0.0.1", server.port, reqs, args.client_procs)
         run["http_warmup_s"] = time.perf_counter() - t0
-        rows = http_rows(args, name, tok, server.port, engine, deadline)
-        mixed = mixed_rows(args, name, tok, server.port, engine, deadline)
+        rows = http_rows(args, name, tag, tok, server.port, engine, deadline)
+        if tag in args.mixed_tags:
+            mixed = mixed_rows(args, name, tag, tok, server.port, engine, deadline)
     except Exception as err:  # noqa: BLE001 - recorded in the run, the rows measured so far are kept
         traceback.print_exc()
         run["error"] = f"{type(err).__name__}: {err}"[:2000]
     finally:
         server.stop()
-    return rows, mixed, run
+    return rows, mixed
 
 
-def http_rows(args, name: str, tok, port: int, engine: dict[int, float], deadline: Deadline) -> list[dict]:
+def http_rows(args, name: str, tag: str, tok, port: int, engine: dict[int, float],
+              deadline: Deadline) -> list[dict]:
     rows = []
     for route in args.routes:
         for c in args.streams:
@@ -87,15 +99,16 @@ def http_rows(args, name: str, tok, port: int, engine: dict[int, float], deadlin
             stats = round_stats(t0, results)
             eng = engine.get(c)
             ratio = stats["http_tok_s"] / eng if eng and stats["http_tok_s"] else None
-            rows.append({"tag": args.tag, "model": name, "route": route, "streams": c, "engine_tok_s": eng,
+            rows.append({"tag": tag, "model": name, "route": route, "streams": c, "engine_tok_s": eng,
                          **stats, "http_over_engine": ratio, "client_busy": round(busy, 3)})
-            print(f"[{name}] {route} C={c}: http {stats['http_tok_s'] or 0:,.0f} tok/s, engine "
+            print(f"[{name} {tag}] {route} C={c}: http {stats['http_tok_s'] or 0:,.0f} tok/s, engine "
                   f"{eng or 0:,.0f}, ratio {ratio or 0:.2f}, TTFT p50 {stats['ttft_p50_ms']} ms, ITL p50 "
                   f"{stats['itl_p50_ms']} p99 {stats['itl_p99_ms']} ms, client busy {busy:.2f}", flush=True)
     return rows
 
 
-def mixed_rows(args, name: str, tok, port: int, engine: dict[int, float], deadline: Deadline) -> list[dict]:
+def mixed_rows(args, name: str, tag: str, tok, port: int, engine: dict[int, float],
+               deadline: Deadline) -> list[dict]:
     top = engine.get(max(args.streams)) if engine else None
     if not args.mixed_rates or not top:
         return []
@@ -109,10 +122,9 @@ def mixed_rows(args, name: str, tok, port: int, engine: dict[int, float], deadli
                                   prompt=args.mixed_prompt, output=args.mixed_output)
             t0, results, busy = run_load("127.0.0.1", port, reqs, args.client_procs)
             stats = mixed_stats(t0, results, rate, args.slo_ttft_ms / 1000, args.slo_tpot_ms / 1000)
-            rows.append({"tag": args.tag, "model": name, "route": route, "load": frac, **stats,
+            rows.append({"tag": tag, "model": name, "route": route, "load": frac, **stats,
                          "client_busy": round(busy, 3)})
-            print(f"[{name}] mixed {route} {rate:.1f} req/s: {stats['output_tok_s'] or 0:,.0f} tok/s, goodput"
-                  " "
-                  f"{stats['goodput_req_s'] or 0:.2f} req/s, TTFT p99 {stats['ttft_p99_ms']} ms, ITL p99 "
-                  f"{stats['itl_p99_ms']} ms", flush=True)
+            print(f"[{name} {tag}] mixed {route} {rate:.1f} req/s: {stats['output_tok_s'] or 0:,.0f} tok/s, "
+                  f"goodput {stats['goodput_req_s'] or 0:.2f} req/s, TTFT p99 {stats['ttft_p99_ms']} ms, "
+                  f"ITL p99 {stats['itl_p99_ms']} ms", flush=True)
     return rows
