@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+
+def bits_numpy(raw: torch.Tensor) -> torch.Tensor:
+    """raw [k, B] uint8 (CPU) -> [k, 8B] bool, bit j of byte b at column 8b + j (~1 ms at 64 x 152k)."""
+    return torch.from_numpy(np.unpackbits(raw.numpy(), axis=1, bitorder="little")).bool()
+
+
+def bits_table(raw: torch.Tensor) -> torch.Tensor:
+    """The same on raw's device: one 256-entry table lookup per byte (the CUDA path)."""
+    table = (torch.arange(256, device=raw.device)[:, None] >> torch.arange(8, device=raw.device)) & 1
+    return table.bool()[raw.long()].reshape(raw.shape[0], -1)
 
 
 def unpack_bitmask(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -10,8 +22,9 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
     bitmask's device. Tokens at or past 32 * W (a model vocabulary padded beyond the tokenizer's) are
     not allowed."""
     k, w = bitmask.shape
-    shifts = torch.arange(32, device=bitmask.device, dtype=torch.int32)
-    bits = ((bitmask[:, :, None] >> shifts) & 1).bool().reshape(k, 32 * w)
+    # bytes of the little-endian words (x86, CUDA): token 32w + j is bit j % 8 of byte 4w + j // 8
+    raw = bitmask.contiguous().view(torch.uint8)
+    bits = bits_numpy(raw) if raw.device.type == "cpu" else bits_table(raw)
     if 32 * w >= vocab:
         return bits[:, :vocab]
     return torch.cat([bits, bits.new_zeros(k, vocab - 32 * w)], dim=1)
@@ -27,7 +40,7 @@ def apply_mask(logits: torch.Tensor, rows: list[int], bitmask: torch.Tensor) -> 
     if dev.type == "cuda":
         bitmask = bitmask.pin_memory()
     allowed = unpack_bitmask(bitmask.to(dev, non_blocking=True), logits.shape[1])
+    if len(rows) == logits.shape[0]:
+        return logits.masked_fill(~allowed, float("-inf"))
     idx = torch.tensor(rows, device=dev)
-    out = logits.clone()
-    out[idx] = logits[idx].masked_fill(~allowed, float("-inf"))
-    return out
+    return logits.index_copy(0, idx, logits.index_select(0, idx).masked_fill(~allowed, float("-inf")))
