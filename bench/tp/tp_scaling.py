@@ -99,8 +99,9 @@ def main() -> int:
     ap.add_argument("--decode-tokens", type=int, default=128)
     ap.add_argument("--streams", default="1", help="comma-separated counts of concurrent decode streams")
     ap.add_argument("--modes", default="tp-graphs",
-                    help="comma-separated: tp-graphs (decode graphs of model.forward, collectives inside), "
-                         "tp-eager, engine (1 GPU only: the plain engine, fused decode graphs)")
+                    help="comma-separated: tp-graphs (decode graphs of the fused TP step, collectives "
+                         "inside; at 1 rank the engine's fused step), tp-eager, engine (1 GPU only: the "
+                         "plain engine, fused decode graphs and prefill graphs)")
     ap.add_argument("--out", default="bench/results")
     a = ap.parse_args()
 
@@ -113,7 +114,7 @@ def main() -> int:
         print(f"writing {path} (synth --like {a.like}) ...", file=sys.stderr, flush=True)
         synth_like(str(path), a.like)
     streams = [int(x) for x in a.streams.split(",")]
-    rows = []
+    rows: list[dict] = []
     runs = [(n, m) for m in a.modes.split(",") for n in (int(x) for x in a.ranks.split(","))
             if m != "engine" or n == 1]
     for n, mode in runs:
@@ -122,24 +123,29 @@ def main() -> int:
         device = resolve_tp_device(a.device, n)
         tmp = Path(a.out) / f".tp_{n}.json"
         tmp.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
         if launch(n, device, bench_rank, (str(path), knobs, str(tmp))) != 0:
             print(f"{n} ranks ({mode}) failed", file=sys.stderr)
             continue
-        rows += [{"file": path.name, **r} for r in json.loads(tmp.read_text())]
+        wall = time.perf_counter() - t0
+        rows += [{"file": path.name, "run_s": wall, **r} for r in json.loads(tmp.read_text())]
         tmp.unlink()
         print(json.dumps(rows[-len(streams):]), flush=True)
-    out = Path(a.out)
+        _write(Path(a.out), rows, f"{path.name}, prompt {a.prompt_len}, streams x {a.decode_tokens} tokens")
+    return 0
+
+
+def _write(out: Path, rows: list[dict], title: str) -> None:
+    """OUT/tp.json and OUT/tp.md, rewritten after every run (a run cut short keeps the earlier ones)."""
     (out / "tp.json").write_text(json.dumps(rows, indent=1))
     lines = ["| ranks | device | streams | decode tok/s | prefill tok/s | load s | MiB (rank 0) | mode |",
              "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['ranks']} | {r.get('gpu', r['device'])} | {r['decode_streams']} | "
               f"{r['decode_tok_s']:.1f} | {r['prefill_tok_s']:.0f} | {r['load_s']:.1f} | "
               f"{r['weights_MiB_rank0']:.0f} | {r['mode']} |" for r in rows]
-    text = (f"{path.name}, prompt {a.prompt_len}, streams x {a.decode_tokens} tokens\n\n"
-            + "\n".join(lines) + "\n")
+    text = title + "\n\n" + "\n".join(lines) + "\n"
     (out / "tp.md").write_text(text)
     print(text, flush=True)
-    return 0
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ Control messages go from rank 0 to all ranks with broadcast_object_list on the c
   (orcd.numerics), so every rank switches the same steps to the invariant kernels (the row-parallel sums
   then add in rank order: layers.ordered_all_reduce); decode_graphs / max_num_seqs: every rank captures
   the same decode graphs, collectives inside (tp_runner.py);
-- a SchedulerOutput: run this step (the same flattened batch, the same executor on every rank);
+- ("step", rows, num_tokens): run this step (the SchedulerOutput in plain tuples, _slim: the same
+  flattened batch, the same executor on every rank);
 - None: stop following.
 Only rank 0 samples: the others' logits (all-gathered, hence equal) are dropped, and the sampled ids
 reach them as token_ids in the next step's SchedulerOutput.
@@ -21,11 +22,13 @@ import time
 import torch
 import torch.distributed as dist
 
+from orcd.distributed.mapped import load_mapped
 from orcd.distributed.runtime import TPContext
 from orcd.distributed.shard import shard_model
 from orcd.distributed.tp_runner import TPModelRunner, follower_step
-from orcd.engine.io import ModelRunnerOutput, SchedulerOutput
+from orcd.engine.io import ModelRunnerOutput, ScheduledSeq, SchedulerOutput
 from orcd.engine.llm_engine import LLMEngine, auto_num_blocks
+from orcd.engine.sampling_params import SamplingParams
 from orcd.loading.loader import LoadedModel, load_model, weights_nbytes
 from orcd.numerics import invariant_policy
 
@@ -33,16 +36,19 @@ log = logging.getLogger(__name__)
 
 
 def load_sharded(path, ctx: TPContext, dtype: torch.dtype | None = None,
-                 keep_quantized: bool | None = None) -> LoadedModel:
-    """Load the file on the host (raw blocks, not dequantized), keep this rank's shard, move it to
-    ctx.device. The returned cfg is the rank-local one (its heads), so KV caches hold only those."""
+                 keep_quantized: bool | None = None, tokenizer: bool = True) -> LoadedModel:
+    """Map the file on the host (raw blocks, not dequantized, not copied: mapped.py), keep this rank's
+    shard, copy it to ctx.device. The returned cfg is the rank-local one (its heads), so KV caches hold
+    only those.
+    tokenizer: rank 0 builds the file's tokenizer (the others never do)."""
     t0 = time.perf_counter()
     on_cuda = ctx.device.type == "cuda"
     dtype = dtype or (torch.bfloat16 if on_cuda else torch.float32)
     keep = on_cuda if keep_quantized is None else keep_quantized
     if ctx.world == 1:  # nothing to split: the ordinary load, straight onto the device
-        return load_model(path, device=ctx.device, dtype=dtype, keep_quantized=keep_quantized)
-    full = load_model(path, device="cpu", dtype=dtype, keep_quantized=True, tokenizer=ctx.rank == 0)
+        return load_model(path, device=ctx.device, dtype=dtype, keep_quantized=keep_quantized,
+                          tokenizer=tokenizer)
+    full = load_mapped(path, dtype, tokenizer=tokenizer and ctx.rank == 0)  # raw blocks: mmap views
     local_cfg = shard_model(full.model, full.cfg, ctx.rank, ctx.world, ctx.group, ctx.device)
     if not keep:  # dense weights wanted: dequantize after sharding (each rank only its slices)
         _densify(full.model)
@@ -99,19 +105,31 @@ class RunnerSpec:
 
 
 def _build_runner(ctx: TPContext, loaded, spec: RunnerSpec) -> TPModelRunner:
-    """Every rank, together: agree on the KV size, then allocate the cache and capture the graphs.
-    Not the fused decode step: it reads the QuantLinear buffers directly and would skip the sharded
-    model's all-reduces (tp_runner.py)."""
+    """Every rank, together: agree on the KV size, then allocate the cache and capture the graphs
+    (the TP fused decode step, collectives inside: tp_runner.py)."""
     n = _agree_blocks(ctx, loaded, spec.num_kv_blocks, spec.kv_fraction, spec.block_size)
     return TPModelRunner(loaded, n, spec.block_size, decode_graphs=spec.decode_graphs,
-                         max_num_seqs=spec.max_num_seqs, batch_invariant=spec.batch_invariant)
+                         max_num_seqs=spec.max_num_seqs, batch_invariant=spec.batch_invariant,
+                         rank=ctx.rank, group=ctx.group)
 
 
-def _slim(sched: SchedulerOutput) -> SchedulerOutput:
-    """What followers need (no penalty history, no grammar matcher: they do not sample), so the pickle
-    stays small."""
-    seqs = [dataclasses.replace(s, penalty_token_ids=[], matcher=None) for s in sched.seqs]
-    return SchedulerOutput(seqs, sched.num_tokens)
+# What a follower needs of a sequence's sampling: only whether it has a seed (orcd.numerics' "seeded"
+# policy switches the step's kernels on it). Followers never sample.
+_PLAIN, _SEEDED = SamplingParams(), SamplingParams(seed=0)
+
+
+def _slim(sched: SchedulerOutput) -> tuple:
+    """A step as followers need it, in plain tuples and lists (pickled ~7x faster than the dataclasses,
+    on rank 0's path before every step): ("step", [(seq_id, token_ids, num_computed, block_table,
+    sample, seeded)], num_tokens)."""
+    return ("step", [(s.seq_id, s.token_ids, s.num_computed, s.block_table, s.sample,
+                      s.sampling.seed is not None) for s in sched.seqs], sched.num_tokens)
+
+
+def _unslim(msg: tuple) -> SchedulerOutput:
+    _, rows, num_tokens = msg
+    return SchedulerOutput([ScheduledSeq(i, ids, c, table, sample, _SEEDED if seeded else _PLAIN)
+                            for i, ids, c, table, sample, seeded in rows], num_tokens)
 
 
 class TPRunner:
@@ -172,7 +190,7 @@ def follow(ctx: TPContext, loaded) -> int:
             runner = _build_runner(ctx, loaded, msg[1])
             continue
         try:
-            follower_step(runner, msg)  # logits dropped: rank 0 samples
+            follower_step(runner, _unslim(msg))  # logits dropped: rank 0 samples
         except Exception:  # rank 0 fails the same step on its side; keep following
             log.exception("rank %d: step failed", ctx.rank)
         steps += 1

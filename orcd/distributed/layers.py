@@ -118,7 +118,10 @@ class VocabParallelHead(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """h [N, H] -> logits [N, V] (same on every rank), in the inner dtype."""
-        local = self.inner(h)  # [N, v1 - v0]
+        return self.gather(self.inner(h))
+
+    def gather(self, local: torch.Tensor) -> torch.Tensor:
+        """This rank's logits [N, v1 - v0] -> every rank's, [N, V] (all-gather, padded to the widest)."""
         n, pad = local.shape[0], self.width - local.shape[1]
         if pad:
             local = torch.cat((local, local.new_zeros(n, pad)), dim=1)

@@ -1,12 +1,13 @@
 """One rank's ModelRunner under tensor parallelism, with decode CUDA graphs that hold the collectives.
 
-The single-GPU runner replays graphs of the fused decode step (orcd.runner.fused_decode), which reads
-the QuantLinear buffers directly and so would skip the sharded model's all-reduces. Here the decode
-graphs capture model.forward instead: each block's two row-parallel all-reduces (and the embedding's
-all-reduce, the head's all-gather) are NCCL kernels inside the graph, so a decode step is one replay
-per rank and no Python per layer. Every rank captures the same buckets in the same order (same
-max_num_seqs and KV size, agreed through the leader's "init" message) and picks the same executor for
-each step (follower_step mirrors ModelRunner.executors), so the collectives always pair up.
+The decode graphs capture fused_tp.TPFusedDecoder: the single-GPU engine's fused kernels on this
+rank's slices, with each block's two all-reduces (and the embedding's all-reduce, the head's
+all-gather) as NCCL kernels inside the graph, so a decode step is one replay per rank and no Python
+per layer. Models it cannot run (and the batch-invariant graphs: NCCL's sum order depends on the
+message size) capture model.forward instead, whose RowParallelLinear all-reduces in rank order under
+the invariant kernels. Every rank captures the same buckets in the same order (same max_num_seqs and
+KV size, agreed through the leader's "init" message) and picks the same executor for each step
+(follower_step mirrors ModelRunner.executors), so the collectives always pair up.
 
 Prefill graphs stay off: they are captured lazily, on a step's first use of a bucket, which would need
 every rank to take the same decision at the same step; prompts run eagerly (two all-reduces per block).
@@ -14,22 +15,45 @@ every rank to take the same decision at the same step; prompts run eagerly (two 
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from orcd.engine.io import SchedulerOutput
 from orcd.numerics import batch_invariant_mode
-from orcd.runner.decode_graphs import DecodeGraphs
+from orcd.runner.decode_graphs import DecodeGraphs, buckets_for, table_width
 from orcd.runner.model_runner import ModelRunner
+
+log = logging.getLogger(__name__)
 
 
 class TPModelRunner(ModelRunner):
-    """ModelRunner whose decode graphs capture model.forward (collectives inside); no prefill graphs."""
+    """ModelRunner whose decode graphs replay the TP fused step (collectives inside); no prefill graphs."""
 
     def __init__(self, loaded, num_kv_blocks: int, block_size: int, *, decode_graphs: bool,
-                 max_num_seqs: int, batch_invariant: str | bool):
+                 max_num_seqs: int, batch_invariant: str | bool, rank: int = 0, group=None):
         self.num_kv_blocks = num_kv_blocks  # the block manager's; with graphs the cache holds one more
+        self.rank, self.group = rank, group  # read by _capture, which the base __init__ calls
         super().__init__(loaded, num_kv_blocks, block_size, decode_graphs=decode_graphs, prefill_graphs=False,
                          max_num_seqs=max_num_seqs, batch_invariant=batch_invariant)
+
+    def step_fn(self, invariant: bool):
+        """The captured decode step: TPFusedDecoder, or None (model.forward) for the invariant graphs
+        and shards it cannot run. The same answer on every rank (it depends on the model's shapes and
+        types only), so all ranks capture the same collectives."""
+        if invariant:
+            return None
+        from orcd.distributed.fused_tp import TPFusedDecoder  # imports triton: CUDA graphs only
+        from orcd.distributed.layers import VocabParallelEmbedding
+        from orcd.runner.fused_decode import FusedDecoder
+
+        try:
+            if not isinstance(self.model.embed, VocabParallelEmbedding):  # one rank: nothing was split
+                return FusedDecoder(self.model)
+            return TPFusedDecoder(self.model, self.rank, self.group)
+        except ValueError as err:
+            log.warning("fused decode unavailable under TP (%s): graphs replay model.forward", err)
+            return None
 
     def _capture(self, max_model_len: int, max_num_seqs: int, scratch_block: int,
                  invariant: bool) -> DecodeGraphs:
@@ -37,9 +61,12 @@ class TPModelRunner(ModelRunner):
         while the others replay would leave their collectives unpaired, so the error ends the rank
         (and the launcher ends the others)."""
         with batch_invariant_mode(self.invariant_layers, invariant):
-            graph = DecodeGraphs.for_engine(self.model, self.kv, self.block_size, max_model_len,
-                                            max_num_seqs, scratch_block, fuse=False)
-            graph.capture()
+            width = table_width(max_model_len, self.block_size)
+            graph = DecodeGraphs(self.model, self.kv, self.block_size, width, scratch_block,
+                                 buckets_for(max_num_seqs), self.step_fn(invariant))
+            secs = graph.capture()
+        log.info("rank %d: captured %d decode graphs (%s%s) in %.2f s", self.rank, len(graph.buckets),
+                 "fused" if graph.fused else "model.forward", ", batch-invariant" if invariant else "", secs)
         return graph
 
 

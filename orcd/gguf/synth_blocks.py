@@ -92,7 +92,23 @@ def random_tensor(
         raise ValueError("only float tensors can have a non-zero mean")
     if qtype == Q.MXFP4:
         return random_mxfp4_rows(rows, shape[-1], rng, std)
-    return random_block_rows(qtype, rows, shape[-1], rng, std)
+    return _tiled(qtype, rows, shape[-1], rng, std)
+
+
+TILE_BYTES = 4 << 20  # above: one random tile repeated (caches go by address, not content: same speed)
+
+
+def _tiled(qtype: GGMLQuantizationType, rows: int, row_len: int, rng: np.random.Generator,
+           std: float) -> np.ndarray:
+    """random_block_rows, except that a tensor over TILE_BYTES repeats one random tile of whole rows:
+    drawing random bytes runs at ~0.1-1 GB/s, so a 47 GB file (qwen2.5-72b) would take minutes; the
+    copy runs at memory speed. Smaller tensors (the test models') get exactly random_block_rows'."""
+    nbytes = row_bytes(qtype, row_len)
+    tile_rows = max(1, TILE_BYTES // nbytes)
+    if rows <= tile_rows:
+        return random_block_rows(qtype, rows, row_len, rng, std)
+    tile = random_block_rows(qtype, tile_rows, row_len, rng, std)
+    return np.resize(tile, (rows, nbytes))
 
 
 MXFP4_CODE_STD = float(np.sqrt(np.mean(np.square(quants.MXFP4.kvalues))))  # ~5.85: random codes, scale 1
