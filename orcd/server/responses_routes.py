@@ -68,15 +68,12 @@ async def responses(body: ResponsesRequest, request: Request):
 
 
 def _grammar(body: ResponsesRequest, tools: list[dict] | None, engine) -> str | None:
-    """text.format's grammar, or with tool_choice "required" / a named function one call in the chat
-    template's tool-call format (orcd.structured); None: free text."""
-    grammar = response_format_grammar(text_format(body.text))
-    if body.tool_choice != "required" and not isinstance(body.tool_choice, dict):
-        return grammar
-    if grammar is not None:
-        raise APIError(400, "text.format: cannot be combined with tool_choice \"required\" or a named "
-                       "function", param="text.format", code="invalid_request")
-    return forced_tool_grammar(tools or [], chat_tool_choice(body.tool_choice), call_style(engine))
+    """With tool_choice "required" / a named function: one call in the chat template's tool-call format
+    (text.format shapes text output, which a forced call has none of: agents send both); else
+    text.format's grammar (orcd.structured); None: free text."""
+    if body.tool_choice == "required" or isinstance(body.tool_choice, dict):
+        return forced_tool_grammar(tools or [], chat_tool_choice(body.tool_choice), call_style(engine))
+    return response_format_grammar(text_format(body.text))
 
 
 async def _run(hub: JobHub, slot: ModelSlot, body: ResponsesRequest, messages: list[dict],
