@@ -18,7 +18,11 @@ from orcd.models.layers.attention_triton import paged_decode_attention
 from orcd.quant.kernels import get_fused_linear
 from orcd.quant.kernels.decode_ops import add_rmsnorm, rope_and_write_kv
 from orcd.quant.kernels.fused_linear import GEMV_MAX_N, fused_gemv, fused_glu, fused_linear
+from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8
 from orcd.quant.kernels.gemv_multi import fused_gemv3
+from orcd.quant.kernels.xquant import quantize_x
+
+Q4_K, Q6_K = 12, 14  # GGMLQuantizationType
 
 
 def _linear(m, x: torch.Tensor) -> torch.Tensor:
@@ -29,10 +33,13 @@ def _linear(m, x: torch.Tensor) -> torch.Tensor:
 
 
 class FusedDecoder:
-    def __init__(self, model: torch.nn.Module, fuse_norm: bool = True):
+    def __init__(self, model: torch.nn.Module, fuse_norm: bool = True, int8_x: bool = True):
         """fuse_norm: also fold each RMSNorm into the GEMVs that read it and each residual add into the
-        GEMV that writes it (~7 kernels per layer), for batches of <= GEMV_MAX_N raw-weight models."""
+        GEMV that writes it (~7 kernels per layer), for batches of <= GEMV_MAX_N raw-weight models.
+        int8_x (with fuse_norm): Q4_K gate/up, Q4_K/Q6_K down and LM head read x quantized to int8 per 32
+        (gemv_int8.py)."""
         self.model = model
+        self.int8_x = int8_x
         if not getattr(model, "fused_decode", True):  # e.g. gemma3, qwen3: blocks this class does not run
             raise ValueError(f"{model.cfg.arch} has no fused decode step")
         rot = model.rotary
@@ -59,6 +66,22 @@ class FusedDecoder:
         else:
             act = F.silu(_linear(g, h)) * _linear(u, h)
         return _linear(mlp.down, act)
+
+    def _mlp_norm_fused(self, mlp, nrm: tuple[torch.Tensor, float], res: torch.Tensor) -> None:
+        """res += down(silu(gate(x)) * up(x)), x = RMSNorm(res) * weight; Q4_K gate/up with int8_x: x
+        quantized once (one small kernel), the SwiGLU kernel quantizes its output for a Q4_K/Q6_K down."""
+        g, u, dn = mlp.gate, mlp.up, mlp.down
+        if self.int8_x and g.qtype == Q4_K and u.qtype == Q4_K and g.out_features % 32 == 0:
+            xq, xs = quantize_x(res, norm=nrm)
+            i8_down = dn.qtype in (Q4_K, Q6_K)
+            act, aq, asc = glu_q4k_i8(xq, xs, g.raw, u.raw, g.out_features, g.in_features, res.dtype,
+                                      quant_out=i8_down)
+            if i8_down:
+                gemv_i8(aq, asc, dn.raw, dn.out_features, dn.in_features, dn.qtype, residual=res)
+                return
+        else:
+            act = fused_glu(res, g.raw, u.raw, g.out_features, g.in_features, g.qtype, norm=nrm)
+        fused_gemv(act, dn.raw, dn.out_features, dn.in_features, dn.qtype, residual=res)
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor, meta: AttnMetadata, kv) -> torch.Tensor:
         """ids, pos [B] -> logits [B, V] float32; writes each token's K/V at meta.slot_mapping."""
@@ -102,12 +125,12 @@ class FusedDecoder:
             o = paged_decode_attention(q, kv.k[i], kv.v[i], meta.block_tables, meta.seq_lens, a.scale)
             m = a.o_proj
             fused_gemv(o.view(b, -1), m.raw, m.out_features, m.in_features, m.qtype, residual=res)
-            g, u = mlp.gate, mlp.up
-            act = fused_glu(res, g.raw, u.raw, g.out_features, g.in_features, g.qtype,
-                            norm=(blk.ffn_norm.weight, blk.ffn_norm.eps))
-            m = mlp.down
-            fused_gemv(act, m.raw, m.out_features, m.in_features, m.qtype, residual=res)
+            self._mlp_norm_fused(mlp, (blk.ffn_norm.weight, blk.ffn_norm.eps), res)
         m = model.lm_head
+        if self.int8_x and m.qtype in (Q4_K, Q6_K):  # the final RMSNorm inside the x quantization
+            xq, xs = quantize_x(res, norm=(model.norm.weight, model.norm.eps))
+            y = gemv_i8(xq, xs, m.raw, m.out_features, m.in_features, m.qtype, m.bias, dtype=res.dtype)
+            return y.float()
         # the final RMSNorm as one small kernel of its own: inside the head GEMV, each of its ~38k
         # programs would redo the RMS
         h = add_rmsnorm(None, res, model.norm.weight, model.norm.eps)

@@ -1,0 +1,22 @@
+"""Run under TRITON_INTERPRET=1 (by test_gemv_int8.py): the int8-activation Q4_K kernels on the CPU.
+
+Prints one line per check: `name error tolerance`. Odd shapes only (small, fast): M = 1, 3;
+K = 768 (12 chunks: the last pass of G = 16 is partial), out not a multiple of BO.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+assert os.environ.get("TRITON_INTERPRET") == "1"
+sys.path.insert(0, os.path.dirname(__file__))
+
+from gguf import GGMLQuantizationType as T  # noqa: E402
+from int8_cases import gemv_cases, glu_cases, quant_cases  # noqa: E402
+
+if __name__ == "__main__":
+    cases = [*quant_cases("cpu", [96, 1056], [3]), *gemv_cases("cpu", [(37, 768)], [1, 3]),
+             *gemv_cases("cpu", [(21, 768)], [3], qt=T.Q6_K), *glu_cases("cpu", [(64, 512)], [1])]
+    for name, err, tol in cases:
+        print(name, f"{err:.3e}", tol, flush=True)

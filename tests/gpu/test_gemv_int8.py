@@ -1,0 +1,61 @@
+"""The int8-activation Q4_K kernels (gemv_int8.py) against float64 and exact int8 references
+(int8_cases.py): compiled on CUDA at the 7B shapes and odd ones (M = 1, 3, 17, 64; K not a multiple
+of a pass), and under TRITON_INTERPRET=1 on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gguf import GGMLQuantizationType as T
+from int8_cases import gemv_cases, glu_cases, quant_cases
+from interp_run import interpreter_only, run_under_interpreter
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+MS = [1, 3, 17, 64]
+
+
+def _check(cases):
+    bad = [(name, err, tol) for name, err, tol in cases if not err < tol]
+    assert not bad, bad
+
+
+@interpreter_only
+def test_int8_kernels_under_interpreter():
+    results = run_under_interpreter("interp_int8.py", timeout=180)
+    assert len(results) == 20
+    for name, err, tol in results:
+        assert float(err) < float(tol), name
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_quantize_x_cuda(dtype):
+    _check(quant_cases("cuda", [96, 3584, 18944], MS, dtype))
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("shape", [(512, 3584), (3584, 3584), (37, 768), (3584, 18944)])
+def test_gemv_q4k_i8_cuda(shape):
+    _check(gemv_cases("cuda", [shape], MS if shape[0] < 3584 else [1, 3]))
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("shape", [(512, 3584), (21, 768), (3584, 18944), (152064, 3584)])
+def test_gemv_q6k_i8_cuda(shape):
+    _check(gemv_cases("cuda", [shape], MS if shape[0] < 3584 else [1, 3], qt=T.Q6_K))
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("shape", [(64, 768), (18944, 3584)])
+def test_glu_q4k_i8_cuda(shape):
+    _check(glu_cases("cuda", [shape], MS if shape[0] < 1024 else [1]))
+
+
+@pytest.mark.gpu
+@cuda
+def test_gemv_q4k_i8_bf16_out():
+    _check(gemv_cases("cuda", [(512, 3584)], [1, 3], torch.bfloat16))
