@@ -5,7 +5,7 @@ real `orcd serve` child on loopback, streamed `/v1/generate` and `/v1/chat/compl
 stream counts (greedy, ignore_eos, prompt_len in, gen_len out), then a mixed load: log-normal prompt and
 output lengths, Poisson arrivals at fractions of the engine's 64-stream token rate. The client is
 serving_client.py: raw sockets in --client-procs processes; each row records how busy they were.
-Each --server TAG=CHECKOUT[@PATH] is measured in turn against the same engine figures (an older
+Each --server 'TAG=CHECKOUT[@PATH] [ARG...]' is measured in turn against the same engine figures (an older
 checkout for a before/after table; @PATH: more PYTHONPATH for that server only, e.g. optional packages).
 Rows go to OUT/serving.json (merged with what is there: same tag+model rows are replaced), + .md, .png.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -41,6 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--gen-len", type=int, default=128)
     ap.add_argument("--warmup-len", type=int, default=16)
     ap.add_argument("--max-num-seqs", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=3, help="rounds per point (engine and HTTP): the median")
     ap.add_argument("--mixed-rates", default="0.25,0.5,0.9",
                     help="Poisson rates as fractions of the engine's top token rate / mean output length; "
                          "empty: no mixed load")
@@ -53,8 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--slo-tpot-ms", type=float, default=50.0)
     ap.add_argument("--client-procs", type=int, default=min(4, max(1, (os.cpu_count() or 2) // 4)))
     ap.add_argument("--serve-arg", action="append", default=[], help="extra `orcd serve` argument")
-    ap.add_argument("--server", action="append", default=None, metavar="TAG=CHECKOUT[@PATH]",
-                    help="an `orcd serve` to measure (repeatable; default: after=this checkout)")
+    ap.add_argument("--server", action="append", default=None, metavar="'TAG=CHECKOUT[@PATH] [ARG...]'",
+                    help="an `orcd serve` to measure, with serve arguments of its own (repeatable; "
+                         "default: after=this checkout)")
     ap.add_argument("--skip-engine", action="store_true", help="HTTP only (engine_tok_s left empty)")
     ap.add_argument("--out-dir", default=None, help="default: bench/results on CUDA, else /tmp/orcd-serving")
     ap.add_argument("--max-seconds", type=float, default=900.0, help="time guard: later rounds are skipped")
@@ -77,10 +80,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _server(spec: str) -> tuple[str, Path, tuple[str, ...]]:
-    tag, _, rest = spec.partition("=")
+def _server(spec: str) -> tuple[str, Path, tuple[str, ...], list[str]]:
+    head, *serve_args = shlex.split(spec)
+    tag, _, rest = head.partition("=")
     repo, _, extra = rest.partition("@")
-    return tag, Path(repo).resolve(), tuple(p for p in extra.split(os.pathsep) if p)
+    return tag, Path(repo).resolve(), tuple(p for p in extra.split(os.pathsep) if p), serve_args
 
 
 def _named(spec: str) -> tuple[str, str]:

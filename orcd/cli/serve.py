@@ -62,6 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="HTTP/1.1 parser (auto: httptools when installed, else the pure-Python h11)")
     p.add_argument("--loop", default="auto", choices=["auto", "asyncio", "uvloop"],
                    help="event loop (auto: uvloop when installed, else asyncio)")
+    p.add_argument("--gil-switch-interval", type=float, default=None, metavar="SECONDS",
+                   help="sys.setswitchinterval for this process (default: Python's 0.005): how long the "
+                        "engine thread may wait for the GIL while the HTTP loop holds it")
     add_engine_options(p)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
@@ -160,6 +163,8 @@ def run(args: argparse.Namespace, build=None) -> int:
     # uvicorn re-raises the signal it caught once it has shut down; a no-op handler makes that a
     # clean return, so SIGTERM ends with exit status 0 after the drain.
     signal.signal(signal.SIGTERM, lambda *_: None)
+    if args.gil_switch_interval is not None:
+        sys.setswitchinterval(args.gil_switch_interval)
     served = settings.served_model_name or "models"
     print(f"orcd serve: {served} ready to bind http://{args.host}:{args.port} "
           f"(startup {time.perf_counter() - t0:.1f} s, API key {'on' if api_key else 'off'})",
