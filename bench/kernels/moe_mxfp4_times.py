@@ -51,7 +51,7 @@ def main() -> None:
                                                                            (HIDDEN, FFN)))
               for _ in range(LAYERS)]
     bias = torch.zeros(EXPERTS, FFN, device=dev, dtype=torch.bfloat16)
-    expert_bytes = sum(w[0].nbytes for w in layers[0]) // EXPERTS  # one expert's gate + up + down
+    expert_bytes = sum(w[0].nbytes for w in layers[0])  # w[0]: expert 0 of gate, up, down
     rows = []
     for t in [int(x) for x in a.tokens.split(",")]:
         x = torch.randn(t, HIDDEN, device=dev, dtype=torch.bfloat16)

@@ -53,11 +53,15 @@ def test_fp32_greedy_equals_cpu_with_graphs(path, cpu):
 
 
 def test_bf16_logits_close_and_greedy(path, cpu):
+    """bf16 on CUDA is as far from fp32 as bf16 on the CPU (torch reference paths) is: this random model's
+    own bf16 error reaches ~3.8e-2 on the 30-token prompt (measured on the CPU)."""
     r = runner(path, "cuda", torch.bfloat16, decode_graphs=True, prefill_graphs=True)
+    cpu_bf16 = runner(path, "cpu", torch.bfloat16)
     for ids in PROMPTS:
-        err = rel_err(orcd_last_logits(r, ids), orcd_last_logits(cpu[0], ids))
-        print(f"gpt-oss bf16 len={len(ids)} rel_err={err:.2e}")
-        assert err < 3e-2
+        ref = orcd_last_logits(cpu[0], ids)
+        err, own = rel_err(orcd_last_logits(r, ids), ref), rel_err(orcd_last_logits(cpu_bf16, ids), ref)
+        print(f"gpt-oss bf16 len={len(ids)} rel_err cuda {err:.2e}, cpu bf16 {own:.2e}")
+        assert err < 1.5 * own + 5e-3
     got = paged_greedy(r, PROMPTS, N_NEW, CHUNKS)
     agree = [next((i for i, (a, b) in enumerate(zip(g, w, strict=True)) if a != b), N_NEW)
              for g, w in zip(got, cpu[1], strict=True)]
