@@ -30,7 +30,8 @@ def gemma():
     except ModelFetchError as err:
         pytest.skip(f"Gemma 3 270M not available ({str(err).splitlines()[0]}); {FETCH_HINT}")
     loaded = load_model(path, device="cpu", dtype=torch.float32)
-    return ModelRunner(loaded, num_kv_blocks=128, block_size=16), loaded.tokenizer, hf_gemma3(path)
+    runner = ModelRunner(loaded, num_kv_blocks=256, block_size=16)  # 4,096 positions
+    return runner, loaded.tokenizer, hf_gemma3(path)
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -113,8 +114,9 @@ def orcd_nll(runner, ids: list[int], chunk: int = 600) -> torch.Tensor:
 
 
 def test_perplexity_matches_hf(gemma):
-    """Perplexity on ~1,600 tokens of public-domain English (Lincoln, the US founding documents, Melville,
-    Austen, Dickens), orcd vs HF on the same tokens."""
+    """Perplexity on ~3,000 tokens of public-domain English (Lincoln's addresses, the US founding documents
+    and Bill of Rights, Melville, Austen, Dickens, Genesis and Psalm 23 in the King James Version), orcd vs
+    HF on the same tokens."""
     runner, tok, hf = gemma
     ids = tok.encode_prompt((Path(__file__).parent / "data" / "public_domain.txt").read_text())
     ours = orcd_nll(runner, ids)
@@ -123,5 +125,5 @@ def test_perplexity_matches_hf(gemma):
         ref = token_nll(hf.lm_head, hidden, ids[1:])
     ppl, ppl_hf = ours.mean().exp().item(), ref.mean().exp().item()
     print(f"gemma-3-270m perplexity, {len(ids) - 1} tokens: orcd {ppl:.4f}, transformers {ppl_hf:.4f}")
-    assert len(ids) > 1500 and abs(ppl / ppl_hf - 1) < 1e-3  # the issue asks 1 %
+    assert len(ids) > 3000 and abs(ppl / ppl_hf - 1) < 1e-3  # the issue asks 1 %
     assert (ours - ref).abs().max().item() < 1e-3
