@@ -135,7 +135,7 @@ async def _run(hub: JobHub, slot: ModelSlot, body: MessagesRequest, chat: tuple,
         sampling = dataclasses.replace(sampling, grammar=grammar)
     (job,) = admit_choices(hub, slot, "messages", ids, sampling, 1, "msg_")
     head = {"id": job.request_id, "type": "message", "role": "assistant", "model": slot.name}
-    split = tool_splitter(slot.engine, ids) if chat[2] else splitter_for(slot.engine, ids)
+    split = tool_splitter(slot.engine, ids, chat[2]) if chat[2] else splitter_for(slot.engine, ids)
     thinking = wants_thinking(body)
     if body.stream:
         return SSEResponse(_stream(hub, job, head, ContentBuilder(split, thinking)),

@@ -127,7 +127,7 @@ async def _chat(hub: JobHub, slot: ModelSlot, body: ChatCompletionRequest, messa
     sampling = chat_sampling(body, max_tokens, chat_grammar(body, use, call_style(slot.engine)))
     jobs = admit_choices(hub, slot, "chat", ids, sampling, body.n, "chatcmpl-")
     fmt = ChoiceFormat(chat=True, names=slot.token_names if body.logprobs else None,
-                       split=tool_splitter(slot.engine, ids) if use else splitter_for(slot.engine, ids))
+                       split=tool_splitter(slot.engine, ids, use) if use else splitter_for(slot.engine, ids))
     head = _head(jobs, "chat.completion", slot.name)
     include = bool(body.stream_options and body.stream_options.include_usage)
     return await _respond(hub, jobs, fmt, head, body.stream, include, request)

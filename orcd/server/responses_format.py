@@ -22,6 +22,9 @@ _KEYS = {"message": {"type", "role", "content", "id", "status", "phase"},
          "reasoning": {"type", "id", "summary", "content", "encrypted_content", "status"}}
 _PART_KEYS = {"type", "text", "annotations", "logprobs"}
 _TOOL_KEYS = {"type", "name", "description", "parameters", "strict"}
+# include values that ask for data orcd has none of: encrypted reasoning (nothing is stored; the reasoning
+# is returned as plain reasoning_text). Codex sends it on every request.
+_IGNORED_INCLUDES = {"reasoning.encrypted_content"}
 
 
 class ResponsesRequest(BaseModel):
@@ -78,17 +81,18 @@ def check_request(body: ResponsesRequest) -> None:
             _refuse(name, "orcd keeps no responses or prompts (stateless): send the whole input")
     if body.background:
         _refuse("background", "background responses are not supported")
-    if body.include:
-        _refuse("include", f"{body.include[0]!r} is not supported (orcd returns no extra data)")
+    for i, name in enumerate(body.include or []):
+        if name not in _IGNORED_INCLUDES:
+            _refuse(f"include.{i}", f"{name!r} is not supported (orcd returns no extra data)")
     if body.truncation == "auto":
         _refuse("truncation", "\"auto\" is not supported: input beyond the context is a 400")
     if body.top_logprobs:
         _refuse("top_logprobs", "logprobs are not supported on /v1/responses (use /v1/chat/completions)")
     if body.max_tool_calls is not None:
         _refuse("max_tool_calls", "is not supported")
-    if body.reasoning and any(v is not None for v in body.reasoning.values()):
-        _refuse("reasoning", "reasoning effort and summaries are not supported (a reasoning model's "
-                "thinking is returned as a reasoning item)")
+    extra = sorted(set(body.reasoning or {}) - {"effort", "summary", "generate_summary"})
+    if extra:
+        _refuse(f"reasoning.{extra[0]}", "unrecognized field")
     if set(body.stream_options or {}) - {"include_obfuscation"}:
         _refuse("stream_options", "only include_obfuscation is accepted (orcd never pads events)")
 
@@ -98,8 +102,6 @@ def text_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
     extra = sorted(set(text or {}) - {"format", "verbosity"})
     if extra:
         _refuse(f"text.{extra[0]}", "unrecognized field")
-    if (text or {}).get("verbosity") is not None:
-        _refuse("text.verbosity", "is not supported")
     fmt = (text or {}).get("format") or {"type": "text"}
     kind = fmt.get("type") if isinstance(fmt, dict) else None
     if kind == "text":

@@ -4,12 +4,16 @@ for a history parse back to the same calls; Mistral's markers survive decoding."
 
 from __future__ import annotations
 
+import asyncio
 import json
+import types
 
 import pytest
+from test_reasoning_split import _Hub
 
 from orcd import testdata
 from orcd.gguf.synth_vocab import synthetic_tokenizer_metadata
+from orcd.server.openai_stream import ChoiceFormat, stream_choices
 from orcd.server.reasoning import ThinkSplitter
 from orcd.server.tools import (
     HermesTools,
@@ -184,3 +188,23 @@ def test_mistral_markers_survive_decoding():
 def test_hermes_unchanged_by_the_split():
     assert calls(run(HermesTools, ['<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>'])) == [
         ("f", {"x": 1})]
+
+
+@pytest.mark.parametrize("style, texts", [
+    ("mistral", ["Sure.", "[TOOL_CALLS]", "get_weather", "[ARGS]", '{"city": ', '"Oslo"}', ""]),
+    ("coder", ["Sure.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOs", "lo\n</parameter>\n",
+               "</function>\n</tool_call>", ""]),
+])
+def test_chat_stream_tool_call_deltas(style, texts):
+    fmt = ChoiceFormat(chat=True, split=with_tools(None, harmony=False, style=style, tools=[WEATHER]))
+    job = types.SimpleNamespace(finish_reason=None, prompt_ids=[1], tokens_out=len(texts))
+
+    async def go() -> list[bytes]:
+        return [b async for b in stream_choices(_Hub(texts), [job], fmt, lambda c: {"choices": c}, False)]
+
+    frames = b"".join(asyncio.run(go())).decode().split("\n\n")
+    chunks = [json.loads(f[len("data: "):])["choices"][0] for f in frames if f.startswith("data: {")]
+    assert "".join(c["delta"].get("content") or "" for c in chunks).strip() == "Sure."
+    (call,) = [tc for c in chunks for tc in c["delta"].get("tool_calls", [])]
+    assert call["index"] == 0 and call["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
+    assert chunks[-1]["finish_reason"] == "tool_calls"
