@@ -1,0 +1,111 @@
+"""Latency of one all-reduce of a decode step's residual ([B, hidden] bf16) over NCCL, in a CUDA graph.
+
+A TP decode step holds 2 all-reduces per block (o_proj, ffn_down), one for the embedding and the head's
+all-gather: 161 at 72B, 57 at 7B. This times them alone, the way the decode graphs run them: R in-place
+all-reduces captured in one graph, replayed; and eagerly, for comparison. NCCL variables to compare go
+in --env (each variant is a fresh process group; NVLink multicast stays off: runtime.RANK_ENV).
+
+    python bench/tp/allreduce_latency.py --worlds 2,4 --env "" --env NCCL_PROTO=LL --out OUT
+On the CPU (gloo, eager only): python bench/tp/allreduce_latency.py --device cpu --worlds 2 --reps 5
+Writes OUT/allreduce.json (rows {world, env, hidden, batch, graph_us, eager_us}) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+SHAPES = ((1, 3584), (64, 3584), (1, 8192), (32, 8192))  # (batch, hidden): 7B and 72B residuals
+
+
+def _eager_us(x, reps: int, sync) -> float:
+    import torch.distributed as dist
+
+    dist.all_reduce(x)
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        dist.all_reduce(x)
+    sync()
+    return (time.perf_counter() - t0) / reps * 1e6
+
+
+def _graph_us(x, reps: int) -> float:
+    import torch
+    import torch.distributed as dist
+
+    g = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        dist.all_reduce(x)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(g):
+        for _ in range(reps):
+            dist.all_reduce(x)
+    g.replay()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(5):
+        g.replay()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / (5 * reps) * 1e6
+
+
+def rank_fn(ctx, reps: int, env: str, out: str) -> int:
+    import torch
+
+    cuda = ctx.device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    rows = []
+    for b, h in SHAPES:
+        x = torch.zeros(b, h, dtype=torch.bfloat16, device=ctx.device)  # zeros: sums stay finite
+        row = {"world": ctx.world, "env": env, "hidden": h, "batch": b, "eager_us": _eager_us(x, reps, sync)}
+        row["graph_us"] = _graph_us(x, reps) if cuda else None
+        rows.append(row)
+    if ctx.rank == 0:
+        Path(out).write_text(json.dumps(rows))
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--worlds", default="2,4")
+    ap.add_argument("--env", action="append", default=None,
+                    help='NAME=VAL[,NAME=VAL] set for one variant (repeatable; "" = as is)')
+    ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--out", default="bench/results")
+    a = ap.parse_args()
+    from orcd.distributed.runtime import launch
+
+    out, rows = Path(a.out), []
+    out.mkdir(parents=True, exist_ok=True)
+    for env in a.env or [""]:
+        pairs = dict(kv.split("=", 1) for kv in env.split(",") if kv)
+        saved = {k: os.environ.get(k) for k in pairs}
+        os.environ.update(pairs)  # inherited by the spawned ranks, read by NCCL at init
+        try:
+            for world in (int(w) for w in a.worlds.split(",")):
+                tmp = out / ".allreduce.json"
+                if launch(world, a.device, rank_fn, (a.reps, env, str(tmp))) == 0:
+                    rows += json.loads(tmp.read_text())
+                    tmp.unlink()
+                    (out / "allreduce.json").write_text(json.dumps(rows, indent=1))
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    print("| world | env | batch x hidden | graph us | eager us |\n|---|---|---|---|---|")
+    for r in rows:
+        g = f"{r['graph_us']:.1f}" if r["graph_us"] is not None else "-"
+        print(f"| {r['world']} | {r['env'] or 'default'} | {r['batch']} x {r['hidden']} | {g} | "
+              f"{r['eager_us']:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
