@@ -8,7 +8,7 @@ from orcd.engine.sampling_params import SamplingParams
 from orcd.errors import ContextLengthExceededError, RequestError
 from orcd.server.errors import context_overflow
 from orcd.server.schemas import ChatMessage, SamplingFields
-from orcd.server.tools import history_message
+from orcd.server.tools import history_message, template_call_ids
 from orcd.tokenizer.chat import MAX_OUTPUT_CHARS
 
 _DEFAULTS = SamplingParams()
@@ -47,6 +47,7 @@ async def encode_chat(tokenizer, messages: list[dict], ctx: int, param: str = "m
                       add_generation_prompt: bool = True, **template_vars) -> list[int]:
     """A file without a chat template gets the tokenizer's documented default (ChatML).
     Text beyond what a template may render (1 MiB) is a context overflow, counted without the template."""
+    messages = template_call_ids(messages, getattr(getattr(tokenizer, "vocab", None), "chat_template", None))
     contents = [m["content"] for m in messages]
     if sum(map(len, contents)) > MAX_OUTPUT_CHARS:
         n = len(await to_thread.run_sync(tokenizer.encode_prompt, "".join(contents)))

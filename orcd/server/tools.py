@@ -10,7 +10,9 @@ messages addressed `to=functions.NAME`, their body the arguments.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +30,9 @@ from orcd.server.tool_scanners import (
 from orcd.tokenizer.harmony import TOOL_CALL, HarmonyParser
 
 __all__ = ["HarmonyTools", "HermesTools", "LlamaJsonTools", "MistralTools", "check_tools", "fields",
-           "history_message", "message_fields", "openai_calls", "tool_splitter", "tool_style", "with_tools"]
+           "history_message", "message_fields", "openai_calls", "template_call_ids", "tool_splitter",
+           "tool_style", "with_tools"]
+_MISTRAL_ID = re.compile(r"[A-Za-z0-9]{9}")
 
 
 def check_tools(tools: list[Any] | None, tool_choice: Any, parallel: bool | None) -> list[dict] | None:
@@ -165,3 +169,24 @@ def tool_splitter(engine, prompt_ids: list[int], tools: list[dict] | None = None
     template = getattr(getattr(engine.tokenizer, "vocab", None), "chat_template", None)
     harmony = is_harmony(getattr(engine, "architecture", None), template)
     return with_tools(splitter_for(engine, prompt_ids), harmony, tool_style(template), tools)
+
+
+def template_call_ids(messages: list[dict], template: str | None) -> list[dict]:
+    """Mistral's templates refuse tool-call ids that are not 9 alphanumeric characters (OpenAI's are
+    `call_…`, Anthropic's `toolu_…`): for them every other id becomes 9 hex digits of its hash, the same
+    in the call and in its result. Other templates get the messages as they are."""
+    if MISTRAL_CALLS not in (template or ""):
+        return messages
+
+    def fix(cid):
+        return cid if not isinstance(cid, str) or _MISTRAL_ID.fullmatch(cid) else \
+            hashlib.sha256(cid.encode()).hexdigest()[:9]
+
+    out = []
+    for m in messages:
+        if m.get("tool_calls"):
+            m = {**m, "tool_calls": [{**c, "id": fix(c.get("id"))} for c in m["tool_calls"]]}
+        if m.get("tool_call_id") is not None:
+            m = {**m, "tool_call_id": fix(m["tool_call_id"])}
+        out.append(m)
+    return out

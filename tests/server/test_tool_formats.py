@@ -12,14 +12,17 @@ import pytest
 from test_reasoning_split import _Hub
 
 from orcd import testdata
+from orcd.errors import TemplateError
 from orcd.gguf.synth_vocab import synthetic_tokenizer_metadata
 from orcd.server.openai_stream import ChoiceFormat, stream_choices
+from orcd.server.prep import encode_chat
 from orcd.server.reasoning import ThinkSplitter
 from orcd.server.tools import (
     HermesTools,
     MistralTools,
     message_fields,
     openai_calls,
+    template_call_ids,
     tool_style,
     with_tools,
 )
@@ -208,3 +211,23 @@ def test_chat_stream_tool_call_deltas(style, texts):
     (call,) = [tc for c in chunks for tc in c["delta"].get("tool_calls", [])]
     assert call["index"] == 0 and call["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
     assert chunks[-1]["finish_reason"] == "tool_calls"
+
+
+@pytest.mark.parametrize("name", ["mistralai-Mistral-Nemo-Instruct-2407",
+                                  "Mistral-Small-3.2-24B-Instruct-2506"])
+def test_mistral_templates_get_nine_character_call_ids(name):
+    """These templates raise on ids that are not 9 alphanumerics; OpenAI's `call_…` ids are mapped."""
+    md = synthetic_tokenizer_metadata(400, "qwen2", seed=1)
+    md["tokenizer.chat_template"] = _templates()[name]
+    tok = load_tokenizer(md)
+    call = {"id": "call_0123456789abcdef", "type": "function",
+            "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
+    history = [{"role": "user", "content": "Weather?"},
+               {"role": "assistant", "content": "", "tool_calls": [call]},
+               {"role": "tool", "tool_call_id": call["id"], "content": "12 C"}]
+    with pytest.raises(TemplateError):
+        tok.render_chat(history, tools=[WEATHER])
+    ids = asyncio.run(encode_chat(tok, history, 32768, tools=[WEATHER]))
+    text = tok.decode(ids)
+    short = template_call_ids(history, md["tokenizer.chat_template"])[1]["tool_calls"][0]["id"]
+    assert len(short) == 9 and text.count(short) == 2 and "call_0123" not in text
