@@ -29,14 +29,21 @@ from orcd.gguf.reader import GGUFTensor
 from orcd.quant import dequantize, dequantize_to
 from orcd.quant.kernels import triton_available
 from orcd.quant.linear import FLOAT_TYPES, raw_to_device
+from orcd.quant.mxfp4 import split_blocks_
 
 SWIGLU_ALPHA = 1.702  # gpt-oss's sigmoid slope
 SWIGLU_LIMIT = 7.0  # gpt-oss's clamp on the gate (above) and the up projection (both sides)
 
 
+def kernels_apply(device: torch.device) -> bool:
+    """CUDA (or the CPU under TRITON_INTERPRET=1: tests) with triton importable."""
+    on = device.type == "cuda" or (device.type == "cpu" and env.triton_interpreter())
+    return on and triton_available()
+
+
 class ExpertLinear(nn.Module):
-    """E stacked linears y = x @ W_e.T + b_e; W [E, out, in] dense (float files) or raw uint8
-    [E, out, row_bytes] (quantized files)."""
+    """E stacked linears y = x @ W_e.T + b_e; W [E, out, in] dense (float files), raw uint8
+    [E, out, row_bytes] (quantized files), or for the kernels MXFP4 split into scales and codes."""
 
     def __init__(self, weight: GGUFTensor, bias: GGUFTensor | None, device: torch.device, dtype: torch.dtype):
         super().__init__()
@@ -48,7 +55,12 @@ class ExpertLinear(nn.Module):
         raw = raw_to_device(weight, device).view(self.n_experts, self.out_features, -1)
         keep = weight.qtype not in FLOAT_TYPES
         dense = None if keep else dequantize_to(raw, weight.qtype, tuple(weight.shape), dtype)
-        self.register_buffer("raw", raw if keep else None, persistent=False)
+        # Where the Triton kernels run, MXFP4 blocks are split in place (scales, then codes: same bytes)
+        self.packed = weight.qtype == Q.MXFP4 and kernels_apply(torch.device(device))
+        scales, codes = split_blocks_(raw) if self.packed else (None, None)
+        self.register_buffer("raw", raw if keep and not self.packed else None, persistent=False)
+        self.register_buffer("scales", scales, persistent=False)  # [E, out, in / 32] E8M0, or None
+        self.register_buffer("codes", codes, persistent=False)  # [E, out, in / 2] E2M1 pairs, or None
         self.register_buffer("weight", dense, persistent=False)
         b = None
         if bias is not None:
@@ -91,17 +103,14 @@ class MoE(nn.Module):
         top, ids = torch.topk(logits, self.top_k, dim=-1)
         return ids, torch.softmax(top, dim=-1)
 
-    def fused(self, device: torch.device) -> bool:
-        """The Triton kernels of orcd/quant/kernels/moe_mxfp4.py apply: raw MXFP4 experts, and CUDA (or
-        the CPU under TRITON_INTERPRET=1, tests) with triton importable."""
-        raw = all(w.raw is not None and w.qtype == Q.MXFP4 for w in (self.gate, self.up, self.down))
-        on = device.type == "cuda" or (device.type == "cpu" and env.triton_interpreter())
-        return raw and on and triton_available()
+    def fused(self) -> bool:
+        """The Triton kernels of orcd/quant/kernels/moe_mxfp4.py run: MXFP4 experts split for them."""
+        return self.gate.packed and self.up.packed and self.down.packed
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, H] -> [T, H]."""
         ids, weights = self.route(x)
-        if self.fused(x.device):
+        if self.fused():
             return self.forward_fused(x, ids, weights)
         return self.forward_loop(x, ids, weights)
 
@@ -112,8 +121,9 @@ class MoE(nn.Module):
 
         t, k = ids.shape
         flat = ids.reshape(-1)  # [T * k] pairs, token-major
-        h = moe_mxfp4(x, flat, self.gate.raw, self.up.raw, self.gate.bias, self.up.bias, None, k)  # [P, F]
-        y = moe_mxfp4(h, flat, self.down.raw, None, self.down.bias, None, weights.reshape(-1).float(), k)
+        g, u, d = self.gate, self.up, self.down
+        h = moe_mxfp4(x, flat, (g.scales, g.codes), (u.scales, u.codes), g.bias, u.bias, None, k)  # [P, F]
+        y = moe_mxfp4(h, flat, (d.scales, d.codes), None, d.bias, None, weights.reshape(-1).float(), k)
         return y.view(t, k, -1).sum(1, dtype=torch.float32).to(x.dtype)
 
     def forward_loop(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

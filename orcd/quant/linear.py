@@ -51,11 +51,18 @@ class DeviceMirror:
                 tensors[name] = dataclasses.replace(t, device_copy=view)
 
 
+def _same_device(have: torch.device, want: torch.device) -> bool:
+    """A tensor's device (always indexed: cuda:0) vs a requested one ("cuda" = the current device)."""
+    if want.type == "cuda" and want.index is None:
+        want = torch.device("cuda", torch.cuda.current_device())
+    return have == want
+
+
 def raw_to_device(t: GGUFTensor, device: torch.device | str) -> torch.Tensor:
     """The tensor's bytes as uint8 [rows, row_bytes] on `device`: its device_copy when that lives on
     `device` (DeviceMirror.attach), else a private copy (never the mmap)."""
     data = t.data if t.data.ndim == 2 else t.data.reshape(1, -1)
-    if t.device_copy is not None and t.device_copy.device == torch.device(device):
+    if t.device_copy is not None and _same_device(t.device_copy.device, torch.device(device)):
         return t.device_copy
     with warnings.catch_warnings():  # the mmap is read-only; we copy before anything could write
         warnings.simplefilter("ignore", UserWarning)

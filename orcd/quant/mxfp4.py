@@ -36,3 +36,19 @@ def _mxfp4(blocks: torch.Tensor) -> torch.Tensor:
     qs = blocks[:, 1:17]
     codes = torch.cat([qs & 0x0F, qs >> 4], dim=1).long()  # [n, 32]: low nibbles then high nibbles
     return e8m0_half(blocks[:, :1]) * kvalues(str(blocks.device))[codes]
+
+
+def split_blocks_(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rewrite MXFP4 rows in place, in the same bytes: raw uint8 [..., n_blocks * 17] (contiguous) becomes
+    every block's exponent first, then every block's 16 code bytes -> (scales uint8 [..., n_blocks],
+    codes uint8 [..., n_blocks * 16]), views of raw's storage. The codes of a row are then contiguous and
+    16-byte aligned wherever raw is, so kernels read them in vector loads (17-byte blocks are not)."""
+    lead = raw.shape[:-1]
+    nb = raw.shape[-1] // 17
+    flat = raw.reshape(-1)
+    blocks = flat.view(-1, 17)
+    n = blocks.shape[0]
+    scales, codes = blocks[:, 0].clone(), blocks[:, 1:].clone()  # one tensor's worth of scratch
+    flat[:n] = scales
+    flat[n:] = codes.view(-1)
+    return flat[:n].view(*lead, nb), flat[n:].view(*lead, nb * 16)

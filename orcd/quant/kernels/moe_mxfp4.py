@@ -1,11 +1,12 @@
-"""Triton MoE kernels over raw MXFP4 expert weights (gpt-oss): only the routed experts' blocks are read,
+"""Triton MoE kernels over MXFP4 expert weights (gpt-oss): only the routed experts' blocks are read,
 dequantized in registers, never written out.
 
-Weights are ExpertLinear.raw: uint8 [E, out, row_bytes], row_bytes = in / 32 * 17 (orcd/quant/mxfp4.py:
-byte 0 of a block is the E8M0 exponent, bytes 1..16 hold element j in the low nibble and element 16 + j
-in the high nibble). A K step covers KB blocks: a [BN, KB * 16] tile of code bytes gives two weight tiles,
-the low nibbles (elements b * 32 + j) and the high ones (b * 32 + 16 + j), each multiplied with the
-activation columns it belongs to. "Pairs" are (token, expert slot): pair p = token p // top_k, slot p % k.
+Weights come split (orcd/quant/mxfp4.py split_blocks_, in the file's own bytes): scales uint8
+[E, out, in / 32] (E8M0 exponents) and codes uint8 [E, out, in / 2] (block b's 16 bytes hold element
+b * 32 + j in the low nibble of byte j and element b * 32 + 16 + j in the high one). A K step covers KB
+blocks: a [BN, KB * 16] tile of code bytes -- contiguous per row, so read in 16-byte vector loads -- gives
+two weight tiles, the low nibbles and the high ones, each multiplied with the activation columns it
+belongs to. "Pairs" are (token, expert slot): pair p = token p // top_k, slot p % k.
 
 Two kernels, same arithmetic and epilogue:
 - `_moe_gemv_kernel`: one program per (pair, output tile); for a few pairs (decode at small batch).
@@ -44,14 +45,19 @@ def _e8m0_half(e):
 
 
 @triton.jit
-def _w_tiles(w_ptr, row_off, nmask, blk0, j, n_blocks, DT: tl.constexpr):
-    """row_off [BN] int64 byte offsets of the tile's rows; j [KB * 16] -> (low, high) [BN, KB * 16] in DT:
-    low[n, c] = W[n, (blk0 + c // 16) * 32 + c % 16], high[n, c] = W[n, ... + 16]."""
-    blk = blk0 + j // 16
-    m = nmask[:, None] & (blk < n_blocks)[None, :]
-    base = w_ptr + row_off[:, None] + (blk * 17)[None, :]
-    q = tl.load(base + 1 + (j % 16)[None, :], mask=m, other=0).to(tl.int32)
-    s = _e8m0_half(tl.load(base, mask=m, other=0).to(tl.int32))
+def _w_tiles(s_ptr, q_ptr, rows, nmask, blk0, n_blocks, BN: tl.constexpr, KB: tl.constexpr,
+             DT: tl.constexpr):
+    """rows [BN] int64 = expert * out + n of the tile's rows -> (low, high) [BN, KB * 16] in DT:
+    low[r, c] = W[r, (blk0 + c // 16) * 32 + c % 16], high[r, c] = W[r, ... + 16]."""
+    j = tl.arange(0, KB * 16)
+    b = tl.arange(0, KB)
+    qm = nmask[:, None] & ((blk0 + j // 16) < n_blocks)[None, :]
+    q = tl.load(q_ptr + rows[:, None] * (n_blocks * 16) + (blk0 * 16 + j)[None, :], mask=qm, other=0)
+    sm = nmask[:, None] & ((blk0 + b) < n_blocks)[None, :]
+    s = tl.load(s_ptr + rows[:, None] * n_blocks + (blk0 + b)[None, :], mask=sm, other=0)
+    s = _e8m0_half(s.to(tl.int32))
+    s = tl.reshape(tl.broadcast_to(s[:, :, None], (BN, KB, 16)), (BN, KB * 16))  # each block's scale x16
+    q = q.to(tl.int32)
     return (_e2m1x2(q & 15) * s).to(DT), (_e2m1x2(q >> 4) * s).to(DT)
 
 
@@ -74,15 +80,14 @@ def _epilogue(acc_g, acc_u, pairs, pmask, n, nmask, e, bg_ptr, bu_ptr, rw_ptr, o
 
 
 @triton.jit
-def _moe_gemv_kernel(x_ptr, ids_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, rw_ptr, out_ptr, N, K, n_e_bytes,
+def _moe_gemv_kernel(x_ptr, ids_ptr, sg_ptr, qg_ptr, su_ptr, qu_ptr, bg_ptr, bu_ptr, rw_ptr, out_ptr, N, K,
                      alpha, limit, A_DIV: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr,
                      BN: tl.constexpr, KB: tl.constexpr):
     p = tl.program_id(0)
     n = tl.program_id(1) * BN + tl.arange(0, BN)
     nmask = n < N
     e = tl.load(ids_ptr + p).to(tl.int64)
-    row_bytes = K // 32 * 17
-    row_off = e * n_e_bytes + n.to(tl.int64) * row_bytes
+    rows = e * N + n.to(tl.int64)
     j = tl.arange(0, KB * 16)
     xrow = x_ptr + (p // A_DIV).to(tl.int64) * K
     acc_g = tl.zeros([BN], dtype=tl.float32)
@@ -93,10 +98,10 @@ def _moe_gemv_kernel(x_ptr, ids_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, rw_ptr, out
         kmask = kcol < K
         x_lo = tl.load(xrow + kcol, mask=kmask, other=0.0).to(tl.float32)
         x_hi = tl.load(xrow + kcol + 16, mask=kmask, other=0.0).to(tl.float32)
-        lo, hi = _w_tiles(wg_ptr, row_off, nmask, blk0, j, n_blocks, tl.float32)
+        lo, hi = _w_tiles(sg_ptr, qg_ptr, rows, nmask, blk0, n_blocks, BN, KB, tl.float32)
         acc_g += tl.sum(lo * x_lo[None, :] + hi * x_hi[None, :], axis=1)
         if GLU:
-            lo, hi = _w_tiles(wu_ptr, row_off, nmask, blk0, j, n_blocks, tl.float32)
+            lo, hi = _w_tiles(su_ptr, qu_ptr, rows, nmask, blk0, n_blocks, BN, KB, tl.float32)
             acc_u += tl.sum(lo * x_lo[None, :] + hi * x_hi[None, :], axis=1)
     pairs = p + tl.zeros([1], dtype=tl.int32)
     _epilogue(acc_g[None, :], acc_u[None, :], pairs, pairs >= 0, n, nmask, e, bg_ptr, bu_ptr, rw_ptr,
@@ -104,8 +109,8 @@ def _moe_gemv_kernel(x_ptr, ids_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, rw_ptr, out
 
 
 @triton.jit
-def _moe_grouped_kernel(x_ptr, rows_ptr, bexp_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, rw_ptr, out_ptr, P, N, K,
-                        n_e_bytes, alpha, limit, A_DIV: tl.constexpr, GLU: tl.constexpr,
+def _moe_grouped_kernel(x_ptr, rows_ptr, bexp_ptr, sg_ptr, qg_ptr, su_ptr, qu_ptr, bg_ptr, bu_ptr, rw_ptr,
+                        out_ptr, P, N, K, alpha, limit, A_DIV: tl.constexpr, GLU: tl.constexpr,
                         HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, KB: tl.constexpr,
                         IEEE: tl.constexpr):
     e = tl.load(bexp_ptr + tl.program_id(0)).to(tl.int64)
@@ -116,7 +121,7 @@ def _moe_grouped_kernel(x_ptr, rows_ptr, bexp_ptr, wg_ptr, wu_ptr, bg_ptr, bu_pt
     arow = tl.where(pmask, pairs // A_DIV, 0).to(tl.int64)
     n = tl.program_id(1) * BN + tl.arange(0, BN)
     nmask = n < N
-    row_off = e * n_e_bytes + n.to(tl.int64) * (K // 32 * 17)
+    wrows = e * N + n.to(tl.int64)
     j = tl.arange(0, KB * 16)
     acc_g = tl.zeros([BM, BN], dtype=tl.float32)
     acc_u = tl.zeros([BM, BN], dtype=tl.float32)
@@ -128,14 +133,14 @@ def _moe_grouped_kernel(x_ptr, rows_ptr, bexp_ptr, wg_ptr, wu_ptr, bg_ptr, bu_pt
         xp = x_ptr + arow[:, None] * K + kcol[None, :]
         x_lo = tl.load(xp, mask=xm, other=0.0)
         x_hi = tl.load(xp + 16, mask=xm, other=0.0)
-        lo, hi = _w_tiles(wg_ptr, row_off, nmask, blk0, j, n_blocks, DT)
+        lo, hi = _w_tiles(sg_ptr, qg_ptr, wrows, nmask, blk0, n_blocks, BN, KB, DT)
         if IEEE:
             acc_g += tl.dot(x_lo, tl.trans(lo), input_precision="ieee")
             acc_g += tl.dot(x_hi, tl.trans(hi), input_precision="ieee")
         else:
             acc_g += tl.dot(x_lo, tl.trans(lo)) + tl.dot(x_hi, tl.trans(hi))
         if GLU:
-            lo, hi = _w_tiles(wu_ptr, row_off, nmask, blk0, j, n_blocks, DT)
+            lo, hi = _w_tiles(su_ptr, qu_ptr, wrows, nmask, blk0, n_blocks, BN, KB, DT)
             if IEEE:
                 acc_u += tl.dot(x_lo, tl.trans(lo), input_precision="ieee")
                 acc_u += tl.dot(x_hi, tl.trans(hi), input_precision="ieee")
@@ -166,35 +171,40 @@ def align_by_expert(ids: torch.Tensor, n_experts: int, bm: int = BM) -> tuple[to
     return rows, torch.where(bexp < n_experts, bexp, -1).to(torch.int32)
 
 
-def moe_mxfp4(x: torch.Tensor, ids: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor | None,
+Split = tuple[torch.Tensor, torch.Tensor]  # (scales [E, N, K / 32], codes [E, N, K / 2]) uint8
+GEMV_LAUNCH = (32, 8, 4)  # (BN, KB, num_warps) of the per-pair GEMV
+GROUPED_LAUNCH = (64, 2, 4)  # (BN, KB, num_warps) of the grouped kernel (BM = 16 rows)
+
+
+def moe_mxfp4(x: torch.Tensor, ids: torch.Tensor, w_gate: Split, w_up: Split | None,
               b_gate: torch.Tensor | None, b_up: torch.Tensor | None, route_w: torch.Tensor | None,
-              top_k: int, alpha: float = 1.702, limit: float = 7.0,
-              grouped: bool | None = None) -> torch.Tensor:
+              top_k: int, alpha: float = 1.702, limit: float = 7.0, grouped: bool | None = None,
+              launch: tuple[int, int, int] | None = None) -> torch.Tensor:
     """One expert projection for every pair. x [T, K] (GLU: per token, read by pairs // top_k) or [P, K]
-    (down: per pair, top_k ignored); ids [P] int expert per pair; w_* raw [E, N, K / 32 * 17] uint8;
-    b_* [E, N] or None; route_w [P] (down only). -> [P, N] in x.dtype: GLU (w_up given) the clamped
-    SwiGLU of gate and up, else the routed-weighted projection. grouped None: by GEMV_MAX_PAIRS."""
+    (down: per pair, top_k ignored); ids [P] int expert per pair; w_* split MXFP4 (scales, codes) of
+    [E, N, K]; b_* [E, N] or None; route_w [P] (down only). -> [P, N] in x.dtype: GLU (w_up given) the
+    clamped SwiGLU of gate and up, else the routed-weighted projection. grouped None: by GEMV_MAX_PAIRS;
+    launch: (BN, KB, num_warps), default GEMV_LAUNCH / GROUPED_LAUNCH."""
     glu = w_up is not None
-    n_exp, n_out = w_gate.shape[0], w_gate.shape[1]
+    n_exp, n_out = w_gate[0].shape[0], w_gate[0].shape[1]
     k = x.shape[1]
     p = ids.numel()
-    a_div = top_k if glu else 1
     x = x.contiguous()
     out = torch.empty((p, n_out), dtype=x.dtype, device=x.device)
-    dummy = w_gate  # never read when the matching constexpr is off
-    args = (w_gate, w_up if glu else dummy, b_gate if b_gate is not None else dummy,
+    dummy = w_gate[0]  # never read when the matching constexpr is off
+    args = (*w_gate, *(w_up if glu else (dummy, dummy)), b_gate if b_gate is not None else dummy,
             b_up if b_up is not None else dummy, route_w if route_w is not None else dummy, out)
-    flags = dict(A_DIV=a_div, GLU=glu, HAS_BIAS=b_gate is not None)
+    flags = dict(A_DIV=top_k if glu else 1, GLU=glu, HAS_BIAS=b_gate is not None)
     if grouped is None:
         grouped = p > GEMV_MAX_PAIRS
     if not grouped:
-        bn = 32
+        bn, kb, warps = launch or GEMV_LAUNCH
         _moe_gemv_kernel[(p, triton.cdiv(n_out, bn))](
-            x, ids, *args, n_out, k, w_gate.stride(0), alpha, limit, BN=bn, KB=4, num_warps=4, **flags)
+            x, ids, *args, n_out, k, alpha, limit, BN=bn, KB=kb, num_warps=warps, **flags)
         return out
     rows, bexp = align_by_expert(ids.long(), n_exp)
-    bn = 64
+    bn, kb, warps = launch or GROUPED_LAUNCH
     _moe_grouped_kernel[(bexp.numel(), triton.cdiv(n_out, bn))](
-        x, rows, bexp, *args, p, n_out, k, w_gate.stride(0), alpha, limit, BM=BM, BN=bn, KB=2,
-        IEEE=x.dtype == torch.float32, num_warps=4, **flags)
+        x, rows, bexp, *args, p, n_out, k, alpha, limit, BM=BM, BN=bn, KB=kb,
+        IEEE=x.dtype == torch.float32, num_warps=warps, **flags)
     return out
