@@ -4,6 +4,12 @@ A block is *cached* when it is full, its K/V are computed, and it is registered 
 tokens chained with the previous block's hash. Cached blocks are shared (ref count > 1) by sequences
 with the same prefix. A freed cached block (ref count 0) keeps its hash and stays reusable until the
 allocator needs it: free blocks are handed out least-recently-freed first, so that is LRU eviction.
+
+Sliding windows: when EVERY attention layer of the model sees at most the last `window` positions, a
+sequence's leading blocks that left the window of all its future queries are released as it advances
+(`release_out_of_window`). A model with any full-attention layer (gemma3's global layers, gpt-oss's odd
+layers) reads every position of every layer's cache through the one block table, so nothing can be
+released there: freeing would need one block table per layer group, which this manager does not keep.
 """
 
 from __future__ import annotations
@@ -29,13 +35,24 @@ class Block:
         self.tokens: tuple[int, ...] = ()  # the registered tokens (guards against hash collisions)
 
 
+def releasable_window(layer_windows: list[int]) -> int:
+    """The window blocks can be released by: the largest of the layers' windows when every layer has one
+    (> 0), else 0 (a full-attention layer needs every position kept)."""
+    return max(layer_windows) if layer_windows and min(layer_windows) > 0 else 0
+
+
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
-        if num_blocks < 1 or block_size < 1:
-            raise ValueError(f"need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}")
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
+                 window: int = 0):
+        """window > 0: every layer attends to at most the last `window` positions (releasable_window)."""
+        if num_blocks < 1 or block_size < 1 or window < 0:
+            raise ValueError(f"need num_blocks >= 1, block_size >= 1 and window >= 0, got {num_blocks}, "
+                             f"{block_size}, {window}")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
+        self.window = window
+        self.released: dict[int, int] = {}  # seq_id -> leading block-table entries released (window > 0)
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))  # LRU first
         self.cached: dict[int, int] = {}  # chain hash -> block id
@@ -104,7 +121,9 @@ class BlockManager:
 
     # ---- allocation ----
     def append_slots(self, seq: Sequence, num_new_tokens: int) -> bool:
-        """Grow seq's block table to hold num_computed + num_new_tokens positions; False if no room."""
+        """Grow seq's block table to hold num_computed + num_new_tokens positions; False if no room.
+        With a window, the blocks seq no longer needs are released first."""
+        self.release_out_of_window(seq)
         need = self.blocks_for(seq.num_computed + num_new_tokens) - len(seq.block_table)
         if need > len(self.free):
             return False
@@ -119,22 +138,47 @@ class BlockManager:
             seq.block_table.append(block_id)
         return True
 
+    def release_out_of_window(self, seq: Sequence) -> int:
+        """Release seq's leading blocks that no future query sees; returns how many were released now.
+
+        Future queries sit at positions >= num_computed and see keys > position - window, so keys below
+        num_computed - window + 1 are dead, and block i with (i + 1) * block_size <= that bound too. The
+        table keeps the released ids so that index i still maps positions i * block_size...: no attention
+        path reads them (each starts at its first visible key's block) and free_seq skips them. They are
+        already registered in the prefix cache (cache_full_blocks ran when they were computed)."""
+        if self.window <= 0:
+            return 0
+        dead = max(0, seq.num_computed - self.window + 1) // self.block_size
+        dead = min(dead, len(seq.block_table))
+        done = self.released.get(seq.seq_id, 0)
+        for block_id in seq.block_table[done:dead]:
+            self._unref(block_id, seq)
+        if dead > done:
+            self.released[seq.seq_id] = dead
+        return max(0, dead - done)
+
+    def held_blocks(self, seq: Sequence) -> list[int]:
+        """The entries of seq's block table it holds a reference on (all but the released ones)."""
+        return seq.block_table[self.released.get(seq.seq_id, 0):]
+
     def free_seq(self, seq: Sequence) -> None:
         """Release every block of seq (last block first, so a prefix outlives its tail in the LRU)."""
-        for block_id in reversed(seq.block_table):
-            block = self.blocks[block_id]
-            if block.ref_count <= 0:
-                raise AssertionError(f"double free of block {block_id} by {seq!r}")
-            block.ref_count -= 1
-            if block.ref_count == 0:
-                if block.hash is None:
-                    self.free[block_id] = None
-                    self.free.move_to_end(block_id, last=False)  # uncached: reuse first
-                else:
-                    self.free[block_id] = None  # cached: most recently freed, evicted last
+        for block_id in reversed(self.held_blocks(seq)):
+            self._unref(block_id, seq)
+        self.released.pop(seq.seq_id, None)
         seq.block_table = []
         seq.block_hashes = []
         seq.num_computed = 0
+
+    def _unref(self, block_id: int, seq: Sequence) -> None:
+        block = self.blocks[block_id]
+        if block.ref_count <= 0:
+            raise AssertionError(f"double free of block {block_id} by {seq!r}")
+        block.ref_count -= 1
+        if block.ref_count == 0:
+            self.free[block_id] = None  # cached: most recently freed, evicted last
+            if block.hash is None:
+                self.free.move_to_end(block_id, last=False)  # uncached: reuse first
 
     def _ref(self, block_id: int) -> None:
         block = self.blocks[block_id]
@@ -148,8 +192,12 @@ class BlockManager:
         counts = [0] * self.num_blocks
         for seq in live:
             assert seq.num_computed <= len(seq.block_table) * self.block_size, seq
-            assert len(set(seq.block_table)) == len(seq.block_table), f"block twice in {seq!r}"
-            for block_id in seq.block_table:
+            held = self.held_blocks(seq)
+            assert len(set(held)) == len(held), f"block twice in {seq!r}"
+            n_released = len(seq.block_table) - len(held)
+            if n_released:  # released only what no query of seq can see any more
+                assert n_released * self.block_size <= seq.num_computed - self.window + 1, seq
+            for block_id in held:
                 counts[block_id] += 1
         for block in self.blocks:
             assert block.ref_count == counts[block.block_id], (

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any
 
-from orcd.engine.block_manager import BlockManager
+from orcd.engine.block_manager import BlockManager, releasable_window
 from orcd.engine.io import EngineRequest, FinishReason, ModelRunnerOutput, TokenEvent
 from orcd.engine.output import RequestOutput
 from orcd.engine.scheduler import Scheduler
@@ -73,7 +73,8 @@ class LLMEngine:
                                  max_num_seqs=max_num_seqs, max_model_len=self.max_model_len,
                                  batch_invariant=batch_invariant, prefill_graphs=prefill_graphs)
         self.runner = runner
-        self.block_manager = BlockManager(num_kv_blocks, block_size, enable_prefix_caching)
+        window = releasable_window(_layer_windows(loaded.model))  # > 0 only if every layer is windowed
+        self.block_manager = BlockManager(num_kv_blocks, block_size, enable_prefix_caching, window)
         self.scheduler = Scheduler(self.block_manager, max_num_seqs, max_num_batched_tokens)
         self._requests: dict[str, RequestOutput] = {}
         self._by_seq: dict[int, RequestOutput] = {}
@@ -237,3 +238,14 @@ class LLMEngine:
             **self.counters,
             "time": time.time(),
         }
+
+
+def _layer_windows(model: Any) -> list[int]:
+    """Each attention layer's sliding window (0 = full attention); [] for a model without such layers."""
+    from torch import nn
+
+    from orcd.models.layers.attention import Attention
+
+    if not isinstance(model, nn.Module):
+        return []
+    return [m.window for m in model.modules() if isinstance(m, Attention)]
