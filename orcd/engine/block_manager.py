@@ -143,9 +143,11 @@ class BlockManager:
 
         Future queries sit at positions >= num_computed and see keys > position - window, so keys below
         num_computed - window + 1 are dead, and block i with (i + 1) * block_size <= that bound too. The
-        table keeps the released ids so that index i still maps positions i * block_size...: no attention
-        path reads them (each starts at its first visible key's block) and free_seq skips them. They are
-        already registered in the prefix cache (cache_full_blocks ran when they were computed)."""
+        table keeps the released ids so that index i still maps positions i * block_size...; free_seq skips
+        them. No attention path uses their contents: the reference, decode and varlen paths start at the
+        first visible key's block, and a tile-aligned kernel (the batch-invariant one) that loads one
+        gives its keys -inf scores (finite K/V times weight 0). They are already registered in the prefix
+        cache (cache_full_blocks ran when they were computed)."""
         if self.window <= 0:
             return 0
         dead = max(0, seq.num_computed - self.window + 1) // self.block_size
