@@ -65,3 +65,20 @@ def test_splits_over_2_4_8_ranks(world):
     assert sum(p.ffn[1] - p.ffn[0] for p in plans) == 29568 and all(p.ffn[0] % 32 == 0 for p in plans)
     with pytest.raises(TensorParallelError):
         plan_rank(cfg, o, down, 3, 0)  # 64 heads over 3 ranks
+
+
+def test_large_tensors_repeat_one_random_tile_small_ones_do_not():
+    import numpy as np
+    from gguf import quants
+
+    from orcd.gguf.synth_blocks import TILE_BYTES, random_block_rows, random_tensor
+
+    small = random_tensor(Q.Q8_0, (64, 96), np.random.default_rng(1), 0.02)
+    assert np.array_equal(small, random_block_rows(Q.Q8_0, 64, 96, np.random.default_rng(1), 0.02))
+    rows = TILE_BYTES // 4608 * 3 + 5  # Q4_K rows of 8192: 4608 bytes; three tiles and a part
+    big = random_tensor(Q.Q4_K, (rows, 8192), np.random.default_rng(2), 0.02)
+    assert big.shape == (rows, 4608) and big.dtype == np.uint8
+    tile = TILE_BYTES // 4608
+    assert np.array_equal(big[:5], big[tile : tile + 5])
+    w = quants.dequantize(big[-8:], Q.Q4_K)
+    assert np.isfinite(w).all() and 0.01 < w.std() < 0.04
