@@ -13,7 +13,10 @@ import types
 import httpx
 import openai
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from server_helpers import LONG, metric, sse_blocks
+from test_fuzz_requests import EXAMPLES, JSON, TEXT
 from test_reasoning_split import _Hub
 
 from orcd.server.reasoning import ThinkSplitter
@@ -180,3 +183,36 @@ def test_scripted_stream_parses_in_the_sdk():
     assert [o.parsed_arguments for o in final.output[2:]] == [{"city": "Oslo"}, {"city": "Rome"}]
     assert names.count("response.reasoning_text.delta") == 2 and names[-1] == "response.completed"
     assert final.usage.output_tokens_details.reasoning_tokens == 2
+
+
+KEYS = ["type", "role", "content", "call_id", "name", "arguments", "output", "id", "status", "summary",
+        "text"]
+ITEM = st.dictionaries(st.sampled_from(KEYS), JSON | st.sampled_from(
+    ["message", "function_call", "function_call_output", "reasoning", "user", "assistant", "developer",
+     "input_text", "{}"]), max_size=5)
+PART = st.fixed_dictionaries({"type": st.sampled_from(["input_text", "output_text", "input_image"]),
+                              "text": TEXT | JSON})
+MESSAGE = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]),
+                                 "content": st.lists(PART, max_size=2)})
+FIELDS = {"input": st.lists(ITEM | MESSAGE, max_size=3),
+          "tools": st.lists(st.fixed_dictionaries({"type": st.sampled_from(["function", "web_search"]),
+                                                   "name": TEXT, "parameters": JSON}), max_size=2),
+          "tool_choice": st.sampled_from(["auto", "none", "required", "x"]) | JSON,
+          "text": st.fixed_dictionaries({"format": st.fixed_dictionaries({"type": st.sampled_from(
+              ["text", "json_object", "json_schema", "x"]), "schema": JSON, "name": TEXT})}) | JSON}
+OTHER = ["instructions", "parallel_tool_calls", "temperature", "top_p", "seed", "store", "reasoning",
+         "include", "truncation", "metadata", "previous_response_id", "stream_options", "top_logprobs",
+         "frobnicate"]
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_fuzzed_bodies_never_fail_the_server(server, data):
+    limit = data.draw(st.sampled_from([2, 0, "2", -1]))  # never unset: that is up to the context
+    body = {"model": MODEL, "input": "fuzz", "max_output_tokens": limit}
+    for name in data.draw(st.lists(st.sampled_from([*FIELDS, *OTHER]), max_size=4, unique=True)):
+        body[name] = data.draw(FIELDS.get(name, JSON))
+    r = httpx.post(server.url + "/v1/responses", content=json.dumps(body).encode(), timeout=60,
+                   headers={**server.headers, "content-type": "application/json"})
+    assert r.status_code < 500, (body, r.text)
+    assert r.status_code == 200 or r.json()["error"]["message"]
