@@ -117,13 +117,17 @@ class MoE(nn.Module):
     def forward_fused(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Two kernel launches (gate+up with the SwiGLU, then down times the routing weight) plus the sum
         over the k slots; no host sync, so decode steps can be captured in CUDA graphs."""
-        from orcd.quant.kernels.moe_mxfp4 import moe_mxfp4
+        from orcd.quant.kernels.moe_mxfp4 import GEMV_MAX_PAIRS, align_by_expert, moe_mxfp4
 
         t, k = ids.shape
         flat = ids.reshape(-1)  # [T * k] pairs, token-major
+        grouped = flat.numel() > GEMV_MAX_PAIRS
+        align = align_by_expert(flat, self.gate.n_experts) if grouped else None  # shared by both calls
         g, u, d = self.gate, self.up, self.down
-        h = moe_mxfp4(x, flat, (g.scales, g.codes), (u.scales, u.codes), g.bias, u.bias, None, k)  # [P, F]
-        y = moe_mxfp4(h, flat, (d.scales, d.codes), None, d.bias, None, weights.reshape(-1).float(), k)
+        h = moe_mxfp4(x, flat, (g.scales, g.codes), (u.scales, u.codes), g.bias, u.bias, None, k,
+                      grouped=grouped, align=align)  # [P, F]
+        y = moe_mxfp4(h, flat, (d.scales, d.codes), None, d.bias, None, weights.reshape(-1).float(), k,
+                      grouped=grouped, align=align)
         return y.view(t, k, -1).sum(1, dtype=torch.float32).to(x.dtype)
 
     def forward_loop(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -179,12 +179,14 @@ GROUPED_LAUNCH = (64, 2, 4)  # (BN, KB, num_warps) of the grouped kernel (BM = 1
 def moe_mxfp4(x: torch.Tensor, ids: torch.Tensor, w_gate: Split, w_up: Split | None,
               b_gate: torch.Tensor | None, b_up: torch.Tensor | None, route_w: torch.Tensor | None,
               top_k: int, alpha: float = 1.702, limit: float = 7.0, grouped: bool | None = None,
-              launch: tuple[int, int, int] | None = None) -> torch.Tensor:
+              launch: tuple[int, int, int] | None = None,
+              align: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """One expert projection for every pair. x [T, K] (GLU: per token, read by pairs // top_k) or [P, K]
     (down: per pair, top_k ignored); ids [P] int expert per pair; w_* split MXFP4 (scales, codes) of
     [E, N, K]; b_* [E, N] or None; route_w [P] (down only). -> [P, N] in x.dtype: GLU (w_up given) the
     clamped SwiGLU of gate and up, else the routed-weighted projection. grouped None: by GEMV_MAX_PAIRS;
-    launch: (BN, KB, num_warps), default GEMV_LAUNCH / GROUPED_LAUNCH."""
+    launch: (BN, KB, num_warps), default GEMV_LAUNCH / GROUPED_LAUNCH; align: align_by_expert(ids)
+    already made (the gate/up and down calls of a layer share it)."""
     glu = w_up is not None
     n_exp, n_out = w_gate[0].shape[0], w_gate[0].shape[1]
     k = x.shape[1]
@@ -202,7 +204,7 @@ def moe_mxfp4(x: torch.Tensor, ids: torch.Tensor, w_gate: Split, w_up: Split | N
         _moe_gemv_kernel[(p, triton.cdiv(n_out, bn))](
             x, ids, *args, n_out, k, alpha, limit, BN=bn, KB=kb, num_warps=warps, **flags)
         return out
-    rows, bexp = align_by_expert(ids.long(), n_exp)
+    rows, bexp = align if align is not None else align_by_expert(ids.long(), n_exp)
     bn, kb, warps = launch or GROUPED_LAUNCH
     _moe_grouped_kernel[(bexp.numel(), triton.cdiv(n_out, bn))](
         x, rows, bexp, *args, p, n_out, k, alpha, limit, BM=BM, BN=bn, KB=kb,
