@@ -108,17 +108,19 @@ def step_rows(path: str) -> list[dict]:
             same = bool((fused.argmax(-1) == eager.argmax(-1)).all())
             print(f"fused step (int8_x={flag}) vs eager: logits rel diff {err:.4f}, same argmax {same}")
             rows.append({"name": "step logits vs eager", "int8_x": flag, "rel_err": err, "same_argmax": same})
-    for flag in (False, True):
-        g = DecodeGraphs(s.model, s.kv, s.page, s.width, scratch_block=s.width, buckets=(1,),
-                         step_fn=FusedDecoder(s.model, fuse_norm=True, int8_x=flag))
+    variants = {"fp": (False, False), "int8 mlp+head": (True, False), "int8 all": (True, True)}
+    for key, (mlp, attn) in variants.items():
+        dec = FusedDecoder(s.model, fuse_norm=True, int8_x=mlp)
+        dec.int8_attn = attn
+        g = DecodeGraphs(s.model, s.kv, s.page, s.width, scratch_block=s.width, buckets=(1,), step_fn=dec)
         g.capture()
-        s.graphs[f"i8{int(flag)}"] = g
+        s.graphs[key] = g
     for rep in range(2):
-        for flag in (False, True):
+        for key in variants:
             for depth in (0, 4096):
-                rate = s.decode_graph(depth, 128, f"i8{int(flag)}")
-                print(f"decode graph int8_x={flag} depth {depth}: {rate:.1f} tok/s", flush=True)
-                rows.append({"name": "decode graph", "int8_x": flag, "depth": depth, "rep": rep,
+                rate = s.decode_graph(depth, 128, key)
+                print(f"decode graph {key} depth {depth}: {rate:.1f} tok/s", flush=True)
+                rows.append({"name": "decode graph", "variant": key, "depth": depth, "rep": rep,
                              "tok_s": rate})
     return rows
 

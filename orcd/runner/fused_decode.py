@@ -18,6 +18,7 @@ from orcd.models.layers.attention_triton import paged_decode_attention
 from orcd.quant.kernels import get_fused_linear
 from orcd.quant.kernels.decode_ops import add_rmsnorm, rope_and_write_kv
 from orcd.quant.kernels.fused_linear import GEMV_MAX_N, fused_gemv, fused_glu, fused_linear
+from orcd.quant.kernels.gemv3_int8 import gemv3_i8
 from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8
 from orcd.quant.kernels.gemv_multi import fused_gemv3
 from orcd.quant.kernels.xquant import quantize_x
@@ -36,10 +37,13 @@ class FusedDecoder:
     def __init__(self, model: torch.nn.Module, fuse_norm: bool = True, int8_x: bool = True):
         """fuse_norm: also fold each RMSNorm into the GEMVs that read it and each residual add into the
         GEMV that writes it (~7 kernels per layer), for batches of <= GEMV_MAX_N raw-weight models.
-        int8_x (with fuse_norm): Q4_K gate/up, Q4_K/Q6_K down and LM head read x quantized to int8 per 32
-        (gemv_int8.py)."""
+        int8_x (with fuse_norm): the Q4_K/Q6_K products (gate/up: Q4_K) read x quantized to int8 per 32
+        (gemv_int8.py, gemv3_int8.py); ~1 % error per product on top of bf16's, as llama.cpp's MMVQ;
+        not for float32 models."""
         self.model = model
-        self.int8_x = int8_x
+        # float32 models keep float x (they are run for exactness)
+        self.int8_x = int8_x and model.blocks[0].attn_norm.weight.dtype != torch.float32
+        self.int8_attn = self.int8_x  # q/k/v and o too (a bench may switch this part off alone)
         if not getattr(model, "fused_decode", True):  # e.g. gemma3, qwen3: blocks this class does not run
             raise ValueError(f"{model.cfg.arch} has no fused decode step")
         rot = model.rotary
@@ -113,7 +117,12 @@ class FusedDecoder:
             a, mlp = blk.attn, blk.mlp
             nrm = (blk.attn_norm.weight, blk.attn_norm.eps)
             qkv = (a.q_proj, a.k_proj, a.v_proj)
-            if len({m.bias is None for m in qkv}) == 1:  # one launch for the three products
+            i8 = self.int8_attn and all(m.qtype in (Q4_K, Q6_K) for m in (*qkv, a.o_proj))
+            if i8 and len({m.bias is None for m in qkv}) == 1:
+                xq, xs = quantize_x(res, norm=nrm)
+                q, k, v = gemv3_i8(xq, xs, [(m.raw, m.out_features, m.qtype, m.bias) for m in qkv],
+                                   a.q_proj.in_features, res.dtype)
+            elif len({m.bias is None for m in qkv}) == 1:  # one launch for the three products
                 q, k, v = fused_gemv3(res, [(m.raw, m.out_features, m.qtype, m.bias) for m in qkv],
                                       a.q_proj.in_features, norm=nrm)
             else:
@@ -124,7 +133,11 @@ class FusedDecoder:
             rope_and_write_kv(q, k, v, pos, self.inv_freq, kv.k[i], kv.v[i], meta.slot_mapping)
             o = paged_decode_attention(q, kv.k[i], kv.v[i], meta.block_tables, meta.seq_lens, a.scale)
             m = a.o_proj
-            fused_gemv(o.view(b, -1), m.raw, m.out_features, m.in_features, m.qtype, residual=res)
+            if i8:
+                xq, xs = quantize_x(o.view(b, -1))
+                gemv_i8(xq, xs, m.raw, m.out_features, m.in_features, m.qtype, residual=res)
+            else:
+                fused_gemv(o.view(b, -1), m.raw, m.out_features, m.in_features, m.qtype, residual=res)
             self._mlp_norm_fused(mlp, (blk.ffn_norm.weight, blk.ffn_norm.eps), res)
         m = model.lm_head
         if self.int8_x and m.qtype in (Q4_K, Q6_K):  # the final RMSNorm inside the x quantization

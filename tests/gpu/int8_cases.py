@@ -13,6 +13,7 @@ from gguf import GGMLQuantizationType as T
 from gpu_blocks import random_blocks, reference, rel_err
 
 from orcd.quant import dequantize
+from orcd.quant.kernels.gemv3_int8 import gemv3_i8
 from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8
 from orcd.quant.kernels.xquant import quantize_x
 
@@ -73,14 +74,15 @@ def glu_cases(dev: str, shapes, ms, dtype=torch.float32):
             torch.manual_seed(seed)
             x = torch.randn(m, k).to(dev, dtype)
             xq, xs = quantize_x(x)
-            y, yq, ys = glu_q4k_i8(xq, xs, g, u, n, k, dtype)
             ga = exact_reference(x, xq, xs, g, n, k)
             ua = exact_reference(x, xq, xs, u, n, k)
-            name = f"glu_n{n}_k{k}_m{m}"
-            tol = 1e-4 if dtype == torch.float32 else 1e-2
-            yield name + "_exact", rel_err(y, torch.nn.functional.silu(ga) * ua), tol
-            yq2, ys2 = quantize_x(y)  # the epilogue's quantization == quantize_x of its output
-            yield name + "_quant_out", float((yq2 != yq).sum()) + rel_err(ys, ys2.cpu().double()), 1e-6
+            for launch in (None, (8, 32, 4)):  # default; BO 32: the output quantized in the epilogue
+                y, yq, ys = glu_q4k_i8(xq, xs, g, u, n, k, dtype, launch=launch)
+                name = f"glu_n{n}_k{k}_m{m}_{launch[1] if launch else 'default'}"
+                tol = 1e-4 if dtype == torch.float32 else 1e-2
+                yield name + "_exact", rel_err(y, torch.nn.functional.silu(ga) * ua), tol
+                yq2, ys2 = quantize_x(y)  # == quantize_x of the output
+                yield name + "_quant_out", float((yq2 != yq).sum()) + rel_err(ys, ys2.cpu().double()), 1e-6
 
 
 def quant_cases(dev: str, ks, ms, dtype=torch.float32):
@@ -103,3 +105,17 @@ def quant_cases(dev: str, ks, ms, dtype=torch.float32):
                 yield name + "_dx", rel_err(xs[:, :, 0], dx), 1e-6
                 yield name + "_sum", float((xs[:, :, 1:3].cpu().double() - sums).abs().max()), 1e-3
                 yield name + "_round", float((xhat(xq, xs) - xr).abs().max() / dx.max()), 0.5 + 1e-3
+
+
+def gemv3_cases(dev: str, outs, k: int, qts, ms, dtype=torch.float32):
+    """gemv3_i8 (q, k, v in one launch) == gemv_i8 of each matrix alone, bit for bit, with biases."""
+    for m in ms:
+        torch.manual_seed(m)
+        x = torch.randn(m, k).to(dev, dtype)
+        xq, xs = quantize_x(x)
+        ws = [(random_blocks(qt, n, k, 300 + j).to(dev), n, qt, torch.randn(n).to(dev, dtype))
+              for j, (n, qt) in enumerate(zip(outs, qts, strict=True))]
+        ys = gemv3_i8(xq, xs, ws, k, dtype)
+        for j, (raw, n, qt, bias) in enumerate(ws):
+            alone = gemv_i8(xq, xs, raw, n, k, qt, bias=bias, dtype=dtype)
+            yield f"gemv3_{j}_{qt.name}_m{m}", float((ys[j] != alone).sum()), 0.5

@@ -13,10 +13,11 @@ assert os.environ.get("TRITON_INTERPRET") == "1"
 sys.path.insert(0, os.path.dirname(__file__))
 
 from gguf import GGMLQuantizationType as T  # noqa: E402
-from int8_cases import gemv_cases, glu_cases, quant_cases  # noqa: E402
+from int8_cases import gemv3_cases, gemv_cases, glu_cases, quant_cases  # noqa: E402
 
 if __name__ == "__main__":
     cases = [*quant_cases("cpu", [96, 1056], [3]), *gemv_cases("cpu", [(37, 768)], [1, 3]),
-             *gemv_cases("cpu", [(21, 768)], [3], qt=T.Q6_K), *glu_cases("cpu", [(64, 512)], [1])]
+             *gemv_cases("cpu", [(21, 768)], [3], qt=T.Q6_K), *glu_cases("cpu", [(64, 512)], [1]),
+             *gemv3_cases("cpu", [40, 8, 8], 512, [T.Q4_K, T.Q4_K, T.Q6_K], [2])]
     for name, err, tol in cases:
         print(name, f"{err:.3e}", tol, flush=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from gguf import GGMLQuantizationType as T
-from int8_cases import gemv_cases, glu_cases, quant_cases
+from int8_cases import gemv3_cases, gemv_cases, glu_cases, quant_cases
 from interp_run import interpreter_only, run_under_interpreter
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -22,7 +22,7 @@ def _check(cases):
 @interpreter_only
 def test_int8_kernels_under_interpreter():
     results = run_under_interpreter("interp_int8.py", timeout=180)
-    assert len(results) == 20
+    assert len(results) == 25
     for name, err, tol in results:
         assert float(err) < float(tol), name
 
@@ -59,3 +59,10 @@ def test_glu_q4k_i8_cuda(shape):
 @cuda
 def test_gemv_q4k_i8_bf16_out():
     _check(gemv_cases("cuda", [(512, 3584)], [1, 3], torch.bfloat16))
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("qv", [T.Q4_K, T.Q6_K])
+def test_gemv3_i8_cuda(qv):
+    _check(gemv3_cases("cuda", [3584, 512, 512], 3584, [T.Q4_K, T.Q4_K, qv], MS, torch.bfloat16))

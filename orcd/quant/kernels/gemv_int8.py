@@ -25,9 +25,11 @@ from orcd.quant.kernels.gemv_tiles import _f16, _w_q4_k
 from orcd.quant.kernels.xquant import asm_ok, dp4a, quantize_x, store_quant32
 
 # (G groups per pass: 64-input chunks for Q4_K, 128-input halves for Q6_K; BO rows per program; warps).
-# H100 sweep (bench/kernels/int8_gemv.py, docs/performance.md): Q4_K G 32 / BO 4 / 4 warps at every
-# 7B shape. "glu": the SwiGLU kernel; BO 32 quantizes its own output block for the down product.
-I8_LAUNCH = MappingProxyType({12: (32, 4, 4), 14: (16, 4, 4), "glu": (8, 32, 4)})
+# H100 sweep (bench/kernels/int8_gemv.py, docs/performance.md), 7B shapes: Q4_K G 64 / BO 4 / 4 warps,
+# Q6_K G 8 / BO 8 / 4 warps (LM head 287 us, down 52 us). "glu": the SwiGLU kernel, G 32 / BO 4 (its
+# output then quantized by quantize_x: 46.7 us together) beat BO 32 with the quantization in its
+# epilogue (62.6 us), which stays available (launch=(8, 32, 4)).
+I8_LAUNCH = MappingProxyType({12: (64, 4, 4), 14: (8, 8, 4), "glu": (32, 4, 4)})
 
 
 @triton.jit
@@ -119,12 +121,11 @@ def _q6k_pass(p8, p16, row16, rmask, xq, xs, k0, K, G: tl.constexpr, ASM: tl.con
 
 
 @triton.jit
-def _gemv_i8_kernel(xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_yn, b_ptr,
+def gemv_i8_program(pid, n, xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_yn, b_ptr,
                     QT: tl.constexpr, G: tl.constexpr, BO: tl.constexpr, ASM: tl.constexpr,
-                    HAS_BIAS: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr = 0):
-    # program (i, n): rows [i * BO, (i + 1) * BO) of token n, all of K; QT 12 Q4_K, 14 Q6_K
-    n = tl.program_id(1)
-    rows = tl.program_id(0) * BO + tl.arange(0, BO)
+                    HAS_BIAS: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr):
+    """Rows [pid * BO, (pid + 1) * BO) of token n over all of K; QT 12 Q4_K, 14 Q6_K."""
+    rows = pid * BO + tl.arange(0, BO)
     xq = xq_ptr + n * (K // 4)
     xs = xs_ptr + n * (K // 8)
     if QT == 12:
@@ -142,6 +143,14 @@ def _gemv_i8_kernel(xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stri
             acc += _q6k_pass(p8, p16, row16, rmask, xq, xs, k0, K, G, ASM, False, PDL)
         out = tl.sum(tl.sum(tl.sum(acc, axis=3), axis=2), axis=1)
     gemv_epilogue(out, rows, n, y_ptr, OUT, stride_yn, b_ptr, HAS_BIAS, RES)
+
+
+@triton.jit
+def _gemv_i8_kernel(xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_yn, b_ptr,
+                    QT: tl.constexpr, G: tl.constexpr, BO: tl.constexpr, ASM: tl.constexpr,
+                    HAS_BIAS: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr = 0):
+    gemv_i8_program(tl.program_id(0), tl.program_id(1), xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K,
+                    row_bytes, stride_yn, b_ptr, QT, G, BO, ASM, HAS_BIAS, RES, PDL)
 
 
 @triton.jit
