@@ -67,6 +67,14 @@ async def responses(body: ResponsesRequest, request: Request):
         return await _run(hub, slot, body, messages, tools, request)
 
 
+@router.get("/v1/responses/{response_id}", responses=_ERRORS)
+@router.delete("/v1/responses/{response_id}", responses=_ERRORS)
+@router.get("/v1/responses/{response_id}/input_items", responses=_ERRORS)
+async def stored_response(response_id: str):
+    raise APIError(404, f"no response {response_id!r}: orcd keeps no responses (/v1/responses is stateless)",
+                   code="response_not_found")
+
+
 def _grammar(body: ResponsesRequest, tools: list[dict] | None, engine) -> str | None:
     """With tool_choice "required" / a named function: one call in the chat template's tool-call format
     (text.format shapes text output, which a forced call has none of: agents send both); else
@@ -86,7 +94,7 @@ async def _run(hub: JobHub, slot: ModelSlot, body: ResponsesRequest, messages: l
     sampling = dataclasses.replace(build_sampling(_sampling_fields(body), max_tokens),
                                    grammar=_grammar(body, use, slot.engine))
     (job,) = admit_choices(hub, slot, "responses", ids, sampling, 1, "resp_")
-    head = response_head(body, slot.name, sampling, tools)
+    head = response_head(job.request_id, body, slot.name, sampling, tools)
     split = tool_splitter(slot.engine, ids, use) if use else splitter_for(slot.engine, ids)
     parallel = body.parallel_tool_calls is not False
     if body.stream:
@@ -99,8 +107,17 @@ async def _run(hub: JobHub, slot: ModelSlot, body: ResponsesRequest, messages: l
     builder = OutputBuilder(split, parallel)
     for ev in events:
         builder.push(ev.text, final=ev.finished)
-    builder.finish("incomplete" if job.finish_reason == "length" else "completed")
-    return JSONResponse(response_body(head, builder, job))
+    builder.finish("completed" if job.finish_reason in ("eos", "stop") else "incomplete")
+    return JSONResponse(response_body(head, builder, job, _failure(job, None)))
+
+
+def _failure(job: Job, error: str | None) -> str | None:
+    """Why a job that ended with an error or a cancel ended (None for the others)."""
+    if job.finish_reason == "cancelled":
+        return "cancelled (by /v1/cancel, or at shutdown)"
+    if job.finish_reason == "error":
+        return error or "generation failed"
+    return None
 
 
 async def _stream(hub: JobHub, job: Job, head: dict, builder: OutputBuilder, writer: EventWriter,
@@ -117,8 +134,7 @@ async def _stream(hub: JobHub, job: Job, head: dict, builder: OutputBuilder, wri
                 continue
             for ev in batch:
                 if ev.finished and job.finish_reason in ("error", "cancelled"):
-                    error = ev.error or ("cancelled: the server is shutting down" if
-                                         job.finish_reason == "cancelled" else "generation failed")
+                    error = _failure(job, ev.error)
                     break
                 builder.push(ev.text, final=ev.finished)
             if out:

@@ -145,9 +145,10 @@ class OutputBuilder:
             self.on_event(name, data)
 
 
-def response_head(body, model: str, sampling, tools: list[dict] | None) -> dict:
-    """The fields of a Response that do not change while it runs (`body`: the ResponsesRequest)."""
-    return {"id": new_id("resp_"), "object": "response", "created_at": int(time.time()), "model": model,
+def response_head(rid: str, body, model: str, sampling, tools: list[dict] | None) -> dict:
+    """The fields of a Response that do not change while it runs (`rid`: the job's request id, which
+    /v1/cancel takes; `body`: the ResponsesRequest)."""
+    return {"id": rid, "object": "response", "created_at": int(time.time()), "model": model,
             "instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
             "parallel_tool_calls": body.parallel_tool_calls is not False, "previous_response_id": None,
             "store": False, "temperature": sampling.temperature, "top_p": sampling.top_p,

@@ -216,3 +216,18 @@ def test_fuzzed_bodies_never_fail_the_server(server, data):
                    headers={**server.headers, "content-type": "application/json"})
     assert r.status_code < 500, (body, r.text)
     assert r.status_code == 200 or r.json()["error"]["message"]
+
+
+def test_cancel_by_id_and_no_stored_responses(server):
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=30) as c:
+        body = {"model": MODEL, "input": "Hi", "max_output_tokens": LONG, "stream": True}
+        with c.stream("POST", "/v1/responses", json=body) as r:
+            it = ((e, json.loads(d)) for e, d in sse_blocks(r) if e != "comment")
+            rid = next(it)[1]["response"]["id"]
+            assert c.post("/v1/cancel", json={"request_id": rid}).json()["cancelled"] is True
+            name, last = list(it)[-1]
+        assert name == "response.failed" and last["response"]["status"] == "failed"
+        assert "cancelled" in last["response"]["error"]["message"] and last["response"]["id"] == rid
+        for method, path in (("GET", rid), ("DELETE", rid), ("GET", rid + "/input_items")):
+            r = c.request(method, "/v1/responses/" + path)
+            assert r.status_code == 404 and "stateless" in r.json()["error"]["message"]
