@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from orcd.errors import RequestError
 from orcd.server.schemas import Bool, Float, Int, Str
 from orcd.server.text_checks import check_no_surrogates
+from orcd.structured.grammars import response_format_grammar
 
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 _TEXT_PARTS = {"input_text", "output_text"}
@@ -112,6 +113,18 @@ def text_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
         return {"type": "json_schema", "json_schema": {k: v for k, v in fmt.items() if k != "type"}}
     _refuse("text.format", "must be {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}")
     return None
+
+
+def format_grammar(text: dict[str, Any] | None) -> str | None:
+    """text.format's grammar (orcd.structured), None for plain text; errors name `text.format.…`."""
+    try:
+        return response_format_grammar(text_format(text))
+    except RequestError as err:
+        param = err.param or ""
+        if not param.startswith("response_format"):
+            raise
+        at = "text.format" + param.removeprefix("response_format").removeprefix(".json_schema")
+        raise RequestError(str(err).replace(param, at), param=at) from err
 
 
 def template_tools(tools: list[Any] | None, tool_choice: Any) -> list[dict] | None:

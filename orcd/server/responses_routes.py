@@ -25,14 +25,13 @@ from orcd.server.responses_format import (
     ResponsesRequest,
     chat_tool_choice,
     check_request,
+    format_grammar,
     input_messages,
     template_tools,
-    text_format,
 )
 from orcd.server.responses_stream import ENDINGS, EventWriter, OutputBuilder, response_body, response_head
 from orcd.server.sse import PING, SSEResponse
 from orcd.server.tools import tool_splitter
-from orcd.structured.grammars import response_format_grammar
 from orcd.structured.tool_grammar import forced_tool_grammar
 
 router = APIRouter()
@@ -58,7 +57,7 @@ async def responses(body: ResponsesRequest, request: Request):
     check_request(body)
     tools = template_tools(body.tools, body.tool_choice)
     messages = input_messages(body.instructions, body.input)
-    response_format_grammar(text_format(body.text))  # a bad schema: 400 before the model loads
+    format_grammar(body.text)  # a bad schema: 400 before the model loads
     precheck_sampling(_sampling_fields(body))
     if body.stream and needs_wait(hub, slot):
         return stream_after_load(hub, body.model, lambda s: _run(hub, s, body, messages, tools, request),
@@ -81,7 +80,7 @@ def _grammar(body: ResponsesRequest, tools: list[dict] | None, engine) -> str | 
     text.format's grammar (orcd.structured); None: free text."""
     if body.tool_choice == "required" or isinstance(body.tool_choice, dict):
         return forced_tool_grammar(tools or [], chat_tool_choice(body.tool_choice), call_style(engine))
-    return response_format_grammar(text_format(body.text))
+    return format_grammar(body.text)
 
 
 async def _run(hub: JobHub, slot: ModelSlot, body: ResponsesRequest, messages: list[dict],

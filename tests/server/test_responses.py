@@ -139,6 +139,7 @@ def test_disconnect_cancels(server):
     ({"input": [{"role": "tool", "content": "x"}]}, "input.0.role"),
     ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input.0.call_id"),
     ({"text": {"format": {"type": "xml"}}}, "text.format"),
+    ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": 5}}}}, "text.format.schema"),
     ({"include": ["reasoning.encrypted_content", "message.output_text.logprobs"]}, "include.1"),
     ({"reasoning": {"effort": "low", "budget": 3}}, "reasoning.budget"),
     ({"max_output_tokens": 10 ** 6}, "max_output_tokens"),
