@@ -124,7 +124,10 @@ class HermesTools(ContentScanner):
             self._buf = self._buf[len(self._buf) - keep:]
 
     def _end(self, out: Pairs) -> None:
-        if self._buf:  # an unclosed block or a held partial tag: text, as written
+        call = self.parse(self._buf) if self._in_call else None  # a whole call, its close tag not written
+        if call:
+            out.append((TOOL_CALL, call))
+        elif self._buf:  # a cut block or a held partial tag: text, as written
             out.append((CONTENT, (CALL_OPEN if self._in_call else "") + self._buf))
         self._buf, self._in_call = "", False
 

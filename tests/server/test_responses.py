@@ -15,6 +15,7 @@ import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 from server_helpers import LONG, metric, sse_blocks
 from test_fuzz_requests import EXAMPLES, JSON, TEXT
 from test_reasoning_split import _Hub
@@ -109,6 +110,12 @@ def test_text_format_json_schema(oai):
                              text={"format": fmt})
     assert r.status == "completed" and isinstance(json.loads(r.output_text)["ok"], bool)
     assert r.text.format.type == "json_schema"
+
+    class YesNo(BaseModel):
+        ok: bool
+
+    parsed = oai.responses.parse(model=MODEL, input="Yes?", max_output_tokens=60, text_format=YesNo)
+    assert isinstance(parsed.output_parsed, YesNo)  # the SDK's parse helper sends its own strict schema
 
 
 def test_disconnect_cancels(server):

@@ -231,3 +231,12 @@ def test_mistral_templates_get_nine_character_call_ids(name):
     text = tok.decode(ids)
     short = template_call_ids(history, md["tokenizer.chat_template"])[1]["tool_calls"][0]["id"]
     assert len(short) == 9 and text.count(short) == 2 and "call_0123" not in text
+
+
+def test_a_whole_call_without_its_close_tag_is_a_call():
+    coder = with_tools(None, harmony=False, style="coder", tools=[WEATHER])
+    for text in ("<tool_call>\n<function=get_time>\n</function>\n", '<tool_call>{"name": "get_time"}'):
+        for pairs in every_split(coder if "<function" in text else HermesTools, text):
+            assert calls(pairs) == [("get_time", {})] and text_of(pairs) == ""
+    cut = "<tool_call>\n<function=get_weather>\n<parameter=city>\nOs"  # cut by max_tokens: text
+    assert run(coder, [cut]) == [("content", cut)]
