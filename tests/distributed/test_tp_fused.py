@@ -20,6 +20,7 @@ from orcd.quant.kernels import triton_available
 HERE = Path(__file__).parent
 
 
+@pytest.mark.slow  # ~20 s on 2 idle cores: the interpreter runs a GEMV program in ~10 ms
 @pytest.mark.skipif(not triton_available() or torch.cuda.is_available(),
                     reason="needs triton and no CUDA (on GPUs test_tp_nccl_gpu.py runs the compiled kernels)")
 def test_tp_fused_decode_matches_unsharded_model(tmp_path):
