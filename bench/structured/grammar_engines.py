@@ -44,6 +44,11 @@ def rss_mb() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
 
 
+def peak_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+
+
 def load_vocab(name: str):
     from orcd import testdata
     from orcd.gguf import open_gguf
@@ -110,6 +115,8 @@ def mask_step(tok, rows: int, repeat: int = 20) -> dict:
     fp32 logits [rows, vocab]; best of `repeat` (the matchers do not advance)."""
     import torch
 
+    from orcd.engine.sampling_params import SamplingParams
+    from orcd.runner.sampler import SampleRow, sample
     from orcd.structured import GrammarBackend
     from orcd.structured.grammars import json_schema_grammar
     from orcd.structured.mask import apply_mask
@@ -122,21 +129,33 @@ def mask_step(tok, rows: int, repeat: int = 20) -> dict:
         for t in prefix:
             m.consume(t)
     logits = torch.randn(rows, tok.vocab_size)
-    fill, apply = [], []
+    fill, apply, free, constrained = [], [], [], []
+    params = SamplingParams(temperature=1.0, seed=1)
+    free_rows = [SampleRow(params) for _ in range(rows)]
+    grammar_rows = [SampleRow(params, matcher=m) for m in matchers]
     for _ in range(repeat):
         t0 = time.perf_counter()
         bitmask = backend.fill(matchers)
         t1 = time.perf_counter()
         apply_mask(logits, list(range(rows)), bitmask)
+        t2 = time.perf_counter()
+        sample(logits, free_rows)
+        t3 = time.perf_counter()
+        sample(logits, grammar_rows)
+        t4 = time.perf_counter()
         fill.append(t1 - t0)
-        apply.append(time.perf_counter() - t1)
+        apply.append(t2 - t1)
+        free.append(t3 - t2)
+        constrained.append(t4 - t3)
     return {"rows": rows, "fill_ms": min(fill) * 1e3, "apply_ms": min(apply) * 1e3,
+            "sample_free_ms": min(free) * 1e3, "sample_constrained_ms": min(constrained) * 1e3,
             "torch_threads": torch.get_num_threads()}
 
 
 def child(engine: str, vocab: str, rows: int) -> dict:
-    import torch  # noqa: F401 - both engines use it (orcd does anyway): not counted as theirs
+    import torch  # both engines use it (orcd does anyway): its load and first ops are not counted
 
+    torch.zeros(4, dtype=torch.int32).sum()
     base = rss_mb()
     if engine == "xgrammar":
         import xgrammar  # noqa: F401
@@ -145,10 +164,9 @@ def child(engine: str, vocab: str, rows: int) -> dict:
     imported = rss_mb()
     tok = load_vocab(vocab)
     with_tok = rss_mb()
-    text = json.dumps(ANSWER, separators=(",", ":"))
-    out = (_xgrammar if engine == "xgrammar" else _llguidance)(tok, text)
+    out = (_xgrammar if engine == "xgrammar" else _llguidance)(tok, json.dumps(ANSWER, separators=(",", ":")))
     out |= {"engine": engine, "vocab": vocab, "vocab_size": tok.vocab_size,
-            "import_rss_mb": imported - base, "engine_rss_mb": rss_mb() - with_tok}
+            "import_rss_mb": imported - base, "engine_rss_mb": rss_mb() - with_tok, "peak_rss_mb": peak_mb()}
     if engine == "llguidance":
         out["mask_step"] = mask_step(tok, rows)
     return out
@@ -168,27 +186,32 @@ def install_weight(dist: str) -> dict:
 
 def write_md(results: list[dict], weights: list[dict], out: Path) -> None:
     lines = ["# Grammar engines on orcd's vocabularies (CPU)", "",
-             f"`python bench/structured/grammar_engines.py` on {os.cpu_count()} CPU cores, JSON schema of "
+             f"`python bench/structured/grammar_engines.py` on {os.cpu_count()} CPU cores (1-minute load "
+             f"average {os.getloadavg()[0]:.1f} at the end: shared machine), JSON schema of "
              f"{len(SCHEMA['properties'])} fields (nested object, patterns, enum, array); per-token mask "
-             "time walks one valid answer.", "",
+             "time walks one valid answer. engine MB: RSS growth over the tokenizer build + compile + walk "
+             "(torch's lazy first-op loads included); peak MB: the whole process (same work besides).", "",
              "| engine | vocab | tokenizer build s | schema compile ms | mask µs median | mask µs max | "
-             "import MB | engine MB |", "|---|---|---|---|---|---|---|---|"]
+             "import MB | engine MB | peak MB |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['engine']} | {r['vocab']} | {r['error']} | | | | | |")
+            lines.append(f"| {r['engine']} | {r['vocab']} | {r['error']} | | | | | | |")
             continue
         lines.append(f"| {r['engine']} | {r['vocab']} ({r['vocab_size']}) | {r['tokenizer_s']:.3f} | "
                      f"{r['compile_ms']:.2f} | {r['mask_us']['median']:.1f} | {r['mask_us']['max']:.0f} | "
-                     f"{r['import_rss_mb']:.0f} | {r['engine_rss_mb']:.0f} |")
+                     f"{r['import_rss_mb']:.0f} | {r['engine_rss_mb']:.0f} | {r['peak_rss_mb']:.0f} |")
     lines += ["", "| package | version | installed MB | runtime requires |", "|---|---|---|---|"]
     lines += [f"| {w['dist']} | {w.get('version', '-')} | {w.get('installed_mb', 0):.1f} | "
               f"{', '.join(w.get('requires', [])) or '(none)'} |" for w in weights]
     steps = [r for r in results if "mask_step" in r]
     if steps:
-        lines += ["", "orcd's mask step (llguidance, all rows constrained, CPU fp32 logits):", "",
-                  "| vocab | rows | bitmask fill ms | apply to logits ms |", "|---|---|---|---|"]
-        lines += [f"| {r['vocab']} | {r['mask_step']['rows']} | {r['mask_step']['fill_ms']:.2f} | "
-                  f"{r['mask_step']['apply_ms']:.2f} |" for r in steps]
+        lines += ["", "orcd's mask step (llguidance, all rows constrained, CPU fp32 logits, best of 20) and "
+                  "the sampler's whole step (seeded, temperature 1) without and with the grammars:", "",
+                  "| vocab | rows | bitmask fill ms | apply to logits ms | sample() free ms | "
+                  "sample() constrained ms |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['vocab']} | {s['rows']} | {s['fill_ms']:.2f} | {s['apply_ms']:.2f} | "
+                  f"{s['sample_free_ms']:.1f} | {s['sample_constrained_ms']:.1f} |"
+                  for r in steps for s in [r["mask_step"]]]
     (out / f"{RESULT}.md").write_text("\n".join(lines) + "\n")
 
 
@@ -216,8 +239,10 @@ def main() -> None:
             print(json.dumps(results[-1]), flush=True)
     weights = [install_weight(d) for d in ("llguidance", "xgrammar", "apache-tvm-ffi")]
     args.out.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()[0]  # a busy machine inflates every time here: recorded beside them
     (args.out / f"{RESULT}.json").write_text(json.dumps({"results": results, "install": weights,
-                                                         "cpu_count": os.cpu_count()}, indent=1))
+                                                         "cpu_count": os.cpu_count(), "loadavg_1min": load},
+                                                        indent=1))
     write_md(results, weights, args.out)
     print((args.out / f"{RESULT}.md").read_text())
 
