@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not triton_available(), reason="needs triton")
 @interpreter_only
 def test_moe_kernels_under_interpreter():
     rows = run_under_interpreter("moe_cases.py", timeout=300)
-    assert len(rows) == 16
+    assert len(rows) == 4
     for name, err, tol in rows:
         assert float(err) < float(tol), name
 

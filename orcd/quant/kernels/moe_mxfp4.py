@@ -172,8 +172,10 @@ def align_by_expert(ids: torch.Tensor, n_experts: int, bm: int = BM) -> tuple[to
 
 
 Split = tuple[torch.Tensor, torch.Tensor]  # (scales [E, N, K / 32], codes [E, N, K / 2]) uint8
-GEMV_LAUNCH = (32, 8, 4)  # (BN, KB, num_warps) of the per-pair GEMV
-GROUPED_LAUNCH = (64, 2, 4)  # (BN, KB, num_warps) of the grouped kernel (BM = 16 rows)
+# (BN, KB, num_warps) per kernel (grouped: BM = 16 rows), from the H100 sweep in
+# bench/results/moe_mxfp4_kernels_split.json
+GEMV_LAUNCH = (32, 8, 4)
+GROUPED_LAUNCH = (32, 4, 4)
 
 
 def moe_mxfp4(x: torch.Tensor, ids: torch.Tensor, w_gate: Split, w_up: Split | None,
