@@ -5,6 +5,9 @@ against the function's `parameters` schema.
 Formats (the `style` orcd.server.tools.tool_style picks from the template):
 - hermes (Qwen2.5/Qwen3/Hermes/QwQ): `<tool_call>\\n{"name":"NAME","arguments":{...}}\\n</tool_call>`
 - llama (Llama 3.x JSON calls): `{"name":"NAME","parameters":{...}}`
+- mistral (templates with `[TOOL_CALLS]`): `[TOOL_CALLS][{"name":"NAME","arguments":{...}}]` (orcd's
+  vocabulary loader keeps `[TOOL_CALLS]` a text token, so the literal matches the model's own token)
+Qwen3-Coder's XML calls and gpt-oss Harmony are not forced (a 400 says so).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import llguidance
 from orcd.errors import RequestError
 from orcd.structured.grammars import json_schema_grammar
 
-STYLES = {"hermes": ("<tool_call>\n", "arguments", "\n</tool_call>"), "llama": ("", "parameters", "")}
+STYLES = {"hermes": ("<tool_call>\n", "arguments", "\n</tool_call>"), "llama": ("", "parameters", ""),
+          "mistral": ("[TOOL_CALLS][", "arguments", "]")}
 
 
 def call_schema(name: str, parameters: Any, args_key: str = "arguments") -> dict:

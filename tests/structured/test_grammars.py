@@ -132,3 +132,22 @@ def test_check_names_the_param(qwen2_backend):
     with pytest.raises(RequestError) as err:
         qwen2_backend.check('{"grammars": 3}', param="tools")
     assert err.value.param == "tools"
+
+
+@pytest.mark.parametrize("style", ["hermes", "llama", "mistral"])
+def test_forced_call_text_matches_its_grammar_and_parses_back(qwen2_backend, style):
+    """The text a forced call must take is accepted by its grammar to the end, and the template family's
+    parser (orcd.server.tools) reads it back as the call."""
+    from orcd.server.tools import message_fields, with_tools
+    from orcd.structured.tool_grammar import STYLES
+
+    head, key, tail = STYLES[style]
+    text = head + json.dumps({"name": "get_weather", key: {"city": "Oslo"}}, separators=(",", ":")) + tail
+    m = qwen2_backend.matcher(forced_tool_grammar(TOOLS, "required", style))
+    for t in qwen2_backend.tokenizer.encode(text):
+        assert unpack_bitmask(qwen2_backend.fill([m]), qwen2_backend.vocab_size)[0, t]
+        m.consume(t)
+    assert m.m.is_accepting()
+    (call,) = message_fields(with_tools(None, False, style)(), text)["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == {"city": "Oslo"}
