@@ -1,4 +1,5 @@
-"""Vocab -> `tokenizers.Tokenizer` doing the merge work (byte-level BPE, or SentencePiece BPE by scores).
+"""Vocab -> the model doing the merge work: a `tokenizers.Tokenizer` (byte-level BPE, Gemma 4's BPE, or
+SentencePiece BPE by scores where `sentencepiece` cannot serve it), or sentencepiece's BPE (spm_model).
 
 Special tokens are not registered with `tokenizers`: GGUFTokenizer splits them out of the text first
 (llama.cpp's partition rules), so the objects built here only ever see plain text.
@@ -13,6 +14,7 @@ from orcd.errors import TokenizerError
 from orcd.gcpause import gc_paused
 from orcd.tokenizer.pretokenizers import IGNORE_MERGES, split_rules
 from orcd.tokenizer.spm_merges import split_pairs
+from orcd.tokenizer.spm_model import SentencePieceBPE, sentencepiece_bpe
 from orcd.tokenizer.vocab import Vocab
 
 
@@ -72,8 +74,15 @@ def spm_merges(vocab: Vocab) -> list[tuple[str, str]]:
         return list(zip(text[left[order]].tolist(), text[right[order]].tolist(), strict=True))
 
 
-def build_spm(vocab: Vocab) -> Tokenizer:
-    """SentencePiece-style BPE on text whose spaces the caller already turned into '▁'."""
+def build_spm(vocab: Vocab) -> Tokenizer | SentencePieceBPE:
+    """SentencePiece-style BPE on text whose spaces the caller already turned into '▁': sentencepiece's
+    own encoder where it reproduces llama.cpp, else (and for texts it cannot) a `tokenizers` BPE."""
+    fast = sentencepiece_bpe(vocab, lambda: build_spm_merges(vocab))
+    return fast if fast is not None else build_spm_merges(vocab)
+
+
+def build_spm_merges(vocab: Vocab) -> Tokenizer:
+    """SentencePiece-style BPE as a `tokenizers` BPE with every two-piece split ranked as a merge."""
     ids = vocab.index or {t: i for i, t in enumerate(vocab.tokens)}
     has_bytes = all(f"<0x{b:02X}>" in ids for b in range(256))
     unk = vocab.tokens[vocab.special["unknown"]] if "unknown" in vocab.special else None
@@ -98,7 +107,7 @@ def build_utf8_bpe(vocab: Vocab) -> Tokenizer:
     return Tokenizer(model)
 
 
-def build(vocab: Vocab) -> Tokenizer:
+def build(vocab: Vocab) -> Tokenizer | SentencePieceBPE:
     if vocab.model == "gemma4":
         return build_utf8_bpe(vocab)
     return build_bpe(vocab) if vocab.model == "gpt2" else build_spm(vocab)
