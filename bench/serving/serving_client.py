@@ -127,9 +127,10 @@ def _worker(host: str, port: int, reqs: list[Req], t0: float, conn) -> None:
     async def main() -> list[Result]:
         return list(await asyncio.gather(*(stream(host, port, r, t0) for r in reqs)))
 
+    cpu0, start = time.process_time(), max(t0, time.perf_counter())
     results = asyncio.run(main())
-    # CPU seconds this client process spent from the start instant on (its sleep before t0 is idle)
-    conn.send((results, time.process_time(), time.perf_counter() - t0))
+    # CPU seconds of this client process over the wall time of its load (its sleep before t0 is idle)
+    conn.send((results, time.process_time() - cpu0, time.perf_counter() - start))
     conn.close()
 
 

@@ -33,13 +33,14 @@ def engine_rates(args, path: str, deadline: Deadline) -> tuple[dict[int, float],
     return rates, info
 
 
-def serve_args(args) -> list[str]:
-    """Same engine shape as the engine phase; a KV pool and queue large enough for the mixed load."""
+def serve_args(args, name: str) -> list[str]:
+    """Same engine shape as the engine phase; a KV pool and queue large enough for the mixed load;
+    the model served under `name` (the requests' `model` field)."""
     p_max, o_max = args.mixed_prompt[2], args.mixed_output[2]
     blocks = max(kv_blocks_for(max(args.streams), args.prompt_len, args.gen_len),
                  kv_blocks_for(args.max_num_seqs, p_max, o_max))
-    return ["--max-num-seqs", str(args.max_num_seqs), "--max-queue", "100000", "--num-kv-blocks",
-            str(blocks), *args.serve_arg]
+    return ["--served-model-name", name, "--max-num-seqs", str(args.max_num_seqs), "--max-queue", "100000",
+            "--num-kv-blocks", str(blocks), *args.serve_arg]
 
 
 def run_model(args, name: str, path: str, out: Path, deadline: Deadline) -> Iterator[tuple[dict, list, list]]:
@@ -57,7 +58,7 @@ def run_model(args, name: str, path: str, out: Path, deadline: Deadline) -> Iter
         run = {"tag": tag, "device": device_name(args.device), "model_file": path,
                "prompt_len": args.prompt_len, "gen_len": args.gen_len, "client_procs": args.client_procs,
                "server_repo": str(repo),
-               "server_path": list(extra), "serve_args": serve_args(args) + own_args, "engine": info}
+               "server_path": list(extra), "serve_args": serve_args(args, name) + own_args, "engine": info}
         server = ServerProcess(path, args.device, run["serve_args"], out / f"serving-{name}-{tag}.log",
                                repo=repo, extra_path=extra)
         yield (run, *serve_rounds(args, name, tag, tok, server, engine, run, deadline))
