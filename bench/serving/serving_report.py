@@ -31,10 +31,12 @@ def table(rows: list[dict], cols: list[tuple[str, str]]) -> list[str]:
 
 def write_markdown(result: dict, path: Path) -> None:
     lines = ["# Serving: engine alone vs HTTP (`orcd serve`)", ""]
+    measured = {(r["tag"], r["model"]) for r in result.get("rows", []) + result.get("mixed", [])}
     for run in result.get("runs", []):
         lines.append(f"- {run['tag']} / {run['model']}: {run['device']}, commit {run['commit']}, "
                      f"`{run['command']}`; server `{' '.join(run['serve_args'])}`"
-                     + (f"; ERROR {run['error'][:200]}" if run.get("error") else ""))
+                     + (f"; ERROR {run['error'][:200]}" if run.get("error") else "")
+                     + ("" if (run["tag"], run["model"]) in measured else "; no rows (time guard)"))
     lines += ["", "## Fixed concurrency", "",
               f"Every stream sent at once; prompt ~{_first(result, 'prompt_len')} tokens, "
               f"{_first(result, 'gen_len')} new tokens, greedy, EOS ignored. *engine*: `LLMEngine.step()` "
