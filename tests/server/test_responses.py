@@ -239,3 +239,24 @@ def test_cancel_by_id_and_no_stored_responses(server):
         for method, path in (("GET", rid), ("DELETE", rid), ("GET", rid + "/input_items")):
             r = c.request(method, "/v1/responses/" + path)
             assert r.status_code == 404 and "stateless" in r.json()["error"]["message"]
+
+
+def test_codex_shaped_request_streams(server):
+    """The fields Codex sends on every turn (reasoning, include, store, prompt_cache_key, text.verbosity,
+    parallel_tool_calls, developer messages, non-strict function tools) are taken."""
+    shell = {"type": "function", "name": "shell", "description": "Runs a command", "strict": False,
+             "parameters": {"type": "object", "properties": {"command": {"type": "array", "items": {
+                 "type": "string"}}}, "required": ["command"]}}
+    def said(role: str, text: str) -> dict:
+        return {"type": "message", "role": role, "content": [{"type": "input_text", "text": text}]}
+
+    body = {"model": MODEL, "instructions": "You are a coding agent.", "tools": [shell],
+            "tool_choice": "auto", "parallel_tool_calls": False, "store": False, "stream": True,
+            "reasoning": {"effort": "medium", "summary": "auto"}, "include": ["reasoning.encrypted_content"],
+            "prompt_cache_key": "thread-1", "text": {"verbosity": "low"}, "max_output_tokens": 6,
+            "input": [said("developer", "cwd=/"), said("user", "ls")]}
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=60) as c, \
+            c.stream("POST", "/v1/responses", json=body) as r:
+        assert r.status_code == 200
+        events = [e for e, _ in sse_blocks(r) if e != "comment"]
+    assert events[0] == "response.created" and events[-1] == "response.incomplete"
