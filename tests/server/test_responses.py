@@ -21,6 +21,7 @@ from test_fuzz_requests import EXAMPLES, JSON, TEXT
 from test_reasoning_split import _Hub
 
 from orcd.server.reasoning import ThinkSplitter
+from orcd.server.responses_format import input_messages
 from orcd.server.responses_routes import _stream
 from orcd.server.responses_stream import EventWriter, OutputBuilder
 from orcd.server.tools import with_tools
@@ -260,3 +261,26 @@ def test_codex_shaped_request_streams(server):
         assert r.status_code == 200
         events = [e for e, _ in sse_blocks(r) if e != "comment"]
     assert events[0] == "response.created" and events[-1] == "response.incomplete"
+
+
+def test_input_items_as_template_messages():
+    items = [{"role": "developer", "content": "be brief"}, {"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "Weather "}, {"type": "input_text", "text": "in Oslo?"}]},
+        {"type": "reasoning", "id": "rs_1", "summary": [],
+         "content": [{"type": "reasoning_text", "text": "hm"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking.",
+                                                              "annotations": []}]},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city": "Oslo"}'},
+        {"type": "function_call", "call_id": "c2", "name": "get_weather", "arguments": "not json"},
+        {"type": "function_call_output", "call_id": "c1", "output": "12 C"},
+        {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "?"}]}]
+    assert input_messages("sys", items) == [
+        {"role": "system", "content": "sys"}, {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": "Checking.", "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}},
+            {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": "not json"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "12 C"},
+        {"role": "tool", "tool_call_id": "c2", "content": "?"}]
+    assert input_messages(None, "Hi") == [{"role": "user", "content": "Hi"}]
