@@ -39,7 +39,7 @@ from orcd.server.openai_checks import call_style
 from orcd.server.prep import build_sampling, encode_chat, precheck_sampling
 from orcd.server.reasoning import splitter_for
 from orcd.server.sse import SSEResponse, sse_event
-from orcd.server.tools import tool_splitter
+from orcd.server.tools import tool_splitter, with_tools
 from orcd.structured.tool_grammar import forced_tool_grammar
 
 router = APIRouter()
@@ -129,13 +129,14 @@ async def _run(hub: JobHub, slot: ModelSlot, body: MessagesRequest, chat: tuple,
     ids = await _prompt(slot, hub, *chat)
     max_tokens = hub.resolve_max_tokens(slot, body.max_tokens, len(ids), None, "messages")
     sampling = build_sampling(_sampling_fields(body), max_tokens)
-    choice = forced_choice(body.tool_choice)
+    choice, style = forced_choice(body.tool_choice), call_style(slot.engine)
     if choice is not None:  # `any` / `tool`: one call, in the template's format, by grammar
-        grammar = forced_tool_grammar(chat[2], choice, call_style(slot.engine))
-        sampling = dataclasses.replace(sampling, grammar=grammar)
+        sampling = dataclasses.replace(sampling, grammar=forced_tool_grammar(chat[2], choice, style))
     (job,) = admit_choices(hub, slot, "messages", ids, sampling, 1, "msg_")
     head = {"id": job.request_id, "type": "message", "role": "assistant", "model": slot.name}
     split = tool_splitter(slot.engine, ids, chat[2]) if chat[2] else splitter_for(slot.engine, ids)
+    if choice is not None:  # the call starts at the first token: no reasoning block to split off
+        split = with_tools(None, False, style, chat[2])
     thinking = wants_thinking(body)
     if body.stream:
         return SSEResponse(_stream(hub, job, head, ContentBuilder(split, thinking)),

@@ -26,6 +26,7 @@ from orcd.server.openai_checks import (
     check_completion,
     checked_tools,
     completion_sampling,
+    forced,
     refuse,
 )
 from orcd.server.openai_stream import ChoiceFormat, collect_choices, stream_choices, usage
@@ -38,7 +39,7 @@ from orcd.server.schemas import (
     CompletionResponse,
 )
 from orcd.server.sse import SSEResponse
-from orcd.server.tools import tool_splitter
+from orcd.server.tools import tool_splitter, with_tools
 
 router = APIRouter()
 _ERRORS = {s: {"model": ErrorBody} for s in (400, 401, 404, 413, 503)}
@@ -124,10 +125,14 @@ async def _chat(hub: JobHub, slot: ModelSlot, body: ChatCompletionRequest, messa
     ids = await encode_chat(slot.engine.tokenizer, messages, hub.context_length(slot), **extra)
     max_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = hub.resolve_max_tokens(slot, getattr(body, max_param), len(ids), None, "messages", max_param)
-    sampling = chat_sampling(body, max_tokens, chat_grammar(body, use, call_style(slot.engine)))
+    style = call_style(slot.engine)
+    grammar = chat_grammar(body, use, style)
+    sampling = chat_sampling(body, max_tokens, grammar)
     jobs = admit_choices(hub, slot, "chat", ids, sampling, body.n, "chatcmpl-")
-    fmt = ChoiceFormat(chat=True, names=slot.token_names if body.logprobs else None,
-                       split=tool_splitter(slot.engine, ids, use) if use else splitter_for(slot.engine, ids))
+    split = tool_splitter(slot.engine, ids, use) if use else splitter_for(slot.engine, ids)
+    if grammar is not None:  # held from the first token: no reasoning block (the prompt may open one)
+        split = with_tools(None, False, style, use) if forced(body.tool_choice) else None
+    fmt = ChoiceFormat(chat=True, names=slot.token_names if body.logprobs else None, split=split)
     head = _head(jobs, "chat.completion", slot.name)
     include = bool(body.stream_options and body.stream_options.include_usage)
     return await _respond(hub, jobs, fmt, head, body.stream, include, request)

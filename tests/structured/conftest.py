@@ -1,5 +1,6 @@
-"""One real `orcd serve` of the demo model (orcd/assets/demo.gguf: a 3k-token Qwen-style vocabulary and
-the Qwen2.5 chat template, so forced tool calls take the Hermes `<tool_call>` format) on loopback."""
+"""One real `orcd serve` on loopback with two models: `demo` (orcd/assets/demo.gguf: a 3k-token
+Qwen-style vocabulary and the Qwen2.5 chat template, so forced tool calls take the Hermes `<tool_call>`
+format) and `think` (tiny random weights, a template that opens a `<think>` block in the prompt)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,30 @@ from collections.abc import Iterator
 import pytest
 from serve_proc import ServeProcess
 
+from orcd.gguf.synth import write_model_gguf
+from orcd.gguf.synth_vocab import synthetic_tokenizer_metadata
 from orcd.hub import DEMO_MODEL_PATH
 
 API_KEY = "sk-orcd-structured-test"
+THINK_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                  "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}")
+TINY = dict(vocab_size=320, hidden=64, n_layers=2, ffn=128, n_heads=4, n_kv_heads=2, context_length=4096)
+
+
+def think_model(path):
+    md = synthetic_tokenizer_metadata(TINY["vocab_size"] - 2, "qwen2", seed=3)
+    md["tokenizer.ggml.tokens"] += ["<think>", "</think>"]
+    md["tokenizer.ggml.token_type"] += [4, 4]  # user-defined, as in Qwen3's files
+    md["tokenizer.chat_template"] = THINK_TEMPLATE
+    return write_model_gguf(path, "qwen2", seed=3, tokenizer_metadata=md, **TINY)
 
 
 @pytest.fixture(scope="session")
 def demo_server(tmp_path_factory) -> Iterator[ServeProcess]:
-    log = tmp_path_factory.mktemp("structured") / "serve.log"
-    srv = ServeProcess(DEMO_MODEL_PATH, log, "--device", "cpu", "--num-kv-blocks", "1024", "--max-num-seqs",
-                       "32", env={"ORCD_API_KEY": API_KEY})
+    d = tmp_path_factory.mktemp("structured")
+    think = think_model(d / "think.gguf")
+    srv = ServeProcess(DEMO_MODEL_PATH, d / "serve.log", "--model", f"think={think}", "--device", "cpu",
+                       "--num-kv-blocks", "1024", "--max-num-seqs", "32", env={"ORCD_API_KEY": API_KEY})
     try:
         srv.wait_ready()
         yield srv

@@ -165,3 +165,18 @@ def test_bad_structured_requests_are_400_naming_the_field(demo_server, body, par
     r = httpx.post(demo_server.url + "/v1/chat/completions", headers={"Authorization": f"Bearer {API_KEY}"},
                    json={"model": MODEL, "messages": ASK, "max_tokens": 4, **body}, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+def test_a_template_that_opens_a_think_block_gets_the_json_as_content(oai):
+    """The grammar holds the answer from its first token, so nothing is reasoning even where the prompt
+    opened a <think> block; a forced call is parsed as one."""
+    for seed in range(3):
+        r = oai.chat.completions.create(model="think", messages=ASK, max_tokens=96, seed=seed,
+                                        response_format=PERSON_RF)
+        msg = r.choices[0].message
+        jsonschema.validate(json.loads(msg.content), PERSON)
+        assert getattr(msg, "reasoning_content", None) is None
+        r = oai.chat.completions.create(model="think", messages=ASK, max_tokens=128, seed=seed, tools=[TIME],
+                                        tool_choice="required")
+        (call,) = r.choices[0].message.tool_calls
+        jsonschema.validate(json.loads(call.function.arguments), TIME["function"]["parameters"])
