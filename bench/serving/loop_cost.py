@@ -1,0 +1,122 @@
+"""CPU cost of the HTTP layer per token and per request, by thread, on any machine (issue 19).
+
+Wall-clock ratios on a shared CPU box move with its load; CPU time spent by the server's event-loop
+thread does not. This runs `orcd serve` children (each --server, as in serving.py), streams a fixed load
+through them with serving_client.py, and reads every server thread's CPU time from /proc before and
+after: the main thread is uvicorn's event loop (HTTP parsing, routes, SSE framing, socket writes), the
+rest is the engine thread, tokenizer worker threads and torch's. Two loads per route: `tokens` (C
+streams x gen_len tokens) and `requests` (C x n_requests requests of one token: the per-request cost).
+Writes OUT/loop_cost.json and OUT/loop_cost.md. Linux only (/proc).
+
+Usage: python bench/serving/loop_cost.py [--model F.gguf] --server before=OLD --server after=.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from batching_http import ServerProcess  # noqa: E402
+from serving import _server  # noqa: E402
+from serving_client import run_load  # noqa: E402
+from serving_load import fixed_round  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """{thread id: user + system CPU seconds} of every thread of `pid`."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended meanwhile
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime (fields 14, 15 of stat)
+    return out
+
+
+def measure(server: ServerProcess, reqs: list, procs: int) -> dict:
+    pid = server.proc.pid
+    before = thread_cpu(pid)
+    _, results, _ = run_load("127.0.0.1", server.port, reqs, procs)
+    after = thread_cpu(pid)
+    loop = after.get(pid, 0.0) - before.get(pid, 0.0)
+    rest = sum(after.values()) - sum(before.values()) - loop
+    tokens = sum(r.tokens for r in results)
+    return {"requests": len(reqs), "tokens": tokens, "errors": sum(bool(r.error) for r in results),
+            "loop_cpu_s": round(loop, 3), "other_threads_cpu_s": round(rest, 3)}
+
+
+def run_server(args, tag: str, repo: Path, extra: tuple, own: list, tok, out: Path) -> list[dict]:
+    serve = ["--served-model-name", args.name, "--max-num-seqs", str(args.streams), "--max-queue", "100000",
+             *own]
+    server = ServerProcess(args.model, args.device, serve, out / f"loop_cost-{tag}.log", repo=repo,
+                           extra_path=extra)
+    rows = []
+    try:
+        server.start(timeout_s=300)
+        for route in args.routes:
+            run_load("127.0.0.1", server.port, fixed_round(tok, route, args.streams, args.prompt_len, 4,
+                                                           args.name, 99), args.client_procs)  # warm-up
+            tok_load = [r for k in range(args.repeat) for r in fixed_round(
+                tok, route, args.streams, args.prompt_len, args.gen_len, args.name, 1000 + k)]
+            n_req = args.streams * args.n_requests
+            req_load = fixed_round(tok, route, n_req, args.prompt_len, 1, args.name, 7)
+            t, q = measure(server, tok_load, args.client_procs), measure(server, req_load, args.client_procs)
+            per_req = q["loop_cpu_s"] / max(1, q["requests"])
+            per_tok = (t["loop_cpu_s"] - per_req * t["requests"]) / max(1, t["tokens"])
+            rows.append({"tag": tag, "route": route, "tokens_load": t, "requests_load": q,
+                         "loop_us_per_request": round(per_req * 1e6, 1),
+                         "loop_us_per_token": round(per_tok * 1e6, 1), "serve_args": serve})
+            print(f"[{tag}] {route}: loop {per_tok * 1e6:,.1f} us/token, {per_req * 1e6:,.0f} us/request "
+                  f"(other threads {t['other_threads_cpu_s']:.2f} s for {t['tokens']} tokens)", flush=True)
+    finally:
+        server.stop()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=str(REPO / "orcd/assets/demo.gguf"))
+    ap.add_argument("--name", default="m", help="the model's name on the server")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--routes", default="generate,chat")
+    ap.add_argument("--streams", type=int, default=16)
+    ap.add_argument("--prompt-len", type=int, default=16)
+    ap.add_argument("--gen-len", type=int, default=128)
+    ap.add_argument("--repeat", type=int, default=2, help="token rounds per measurement (sent together)")
+    ap.add_argument("--n-requests", type=int, default=4, help="one-token requests per stream")
+    ap.add_argument("--client-procs", type=int, default=2)
+    ap.add_argument("--server", action="append", default=None, metavar="'TAG=CHECKOUT[@PATH] [ARG...]'")
+    ap.add_argument("--out-dir", default="/tmp/orcd-loop-cost")
+    args = ap.parse_args(argv)
+    args.routes = [r for r in args.routes.split(",") if r]
+    from orcd.gguf import open_gguf
+    from orcd.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(open_gguf(args.model).metadata)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for spec in args.server or [f"after={REPO}"]:
+        rows += run_server(args, *_server(spec), tok, out)
+    (out / "loop_cost.json").write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "rows": rows},
+                                                   indent=1))
+    lines = ["| server | route | loop µs / token | loop µs / request | loop CPU s (tokens load) | tokens |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['tag']} | {r['route']} | {r['loop_us_per_token']:,.1f} | "
+              f"{r['loop_us_per_request']:,.0f} | {r['tokens_load']['loop_cpu_s']:.2f} | "
+              f"{r['tokens_load']['tokens']} |" for r in rows]
+    (out / "loop_cost.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 1 if any(r["tokens_load"]["errors"] or r["requests_load"]["errors"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
