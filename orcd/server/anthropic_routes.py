@@ -35,7 +35,7 @@ from orcd.server.fork import admit_choices
 from orcd.server.jobs import Job, JobHub
 from orcd.server.load_wait import needs_wait, stream_after_load
 from orcd.server.model_pool import ModelSlot
-from orcd.server.openai_checks import call_style
+from orcd.server.openai_checks import call_style, grammar_ready
 from orcd.server.prep import build_sampling, encode_chat, precheck_sampling
 from orcd.server.reasoning import splitter_for
 from orcd.server.sse import SSEResponse, sse_event
@@ -131,7 +131,8 @@ async def _run(hub: JobHub, slot: ModelSlot, body: MessagesRequest, chat: tuple,
     sampling = build_sampling(_sampling_fields(body), max_tokens)
     choice, style = forced_choice(body.tool_choice), call_style(slot.engine)
     if choice is not None:  # `any` / `tool`: one call, in the template's format, by grammar
-        sampling = dataclasses.replace(sampling, grammar=forced_tool_grammar(chat[2], choice, style))
+        grammar = forced_tool_grammar(chat[2], choice, style)
+        sampling = await grammar_ready(slot.engine, dataclasses.replace(sampling, grammar=grammar))
     (job,) = admit_choices(hub, slot, "messages", ids, sampling, 1, "msg_")
     head = {"id": job.request_id, "type": "message", "role": "assistant", "model": slot.name}
     split = tool_splitter(slot.engine, ids, chat[2]) if chat[2] else splitter_for(slot.engine, ids)

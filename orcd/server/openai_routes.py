@@ -27,6 +27,7 @@ from orcd.server.openai_checks import (
     checked_tools,
     completion_sampling,
     forced,
+    grammar_ready,
     refuse,
 )
 from orcd.server.openai_stream import ChoiceFormat, collect_choices, stream_choices, usage
@@ -96,7 +97,7 @@ async def _completions(hub: JobHub, slot: ModelSlot, body: CompletionRequest, re
     ids, text = await _completion_prompt(body, tok)
     max_tokens = hub.resolve_max_tokens(slot, body.max_tokens, len(ids), None, "prompt")
     echo = "" if not body.echo else text if text is not None else tok.decode(ids)
-    sampling = completion_sampling(body, max_tokens)
+    sampling = await grammar_ready(slot.engine, completion_sampling(body, max_tokens))
     jobs = admit_choices(hub, slot, "completions", ids, sampling, body.n, "cmpl-")
     fmt = ChoiceFormat(chat=False, names=slot.token_names if body.logprobs is not None else None, echo=echo)
     head = _head(jobs, "text_completion", slot.name)
@@ -127,7 +128,7 @@ async def _chat(hub: JobHub, slot: ModelSlot, body: ChatCompletionRequest, messa
     max_tokens = hub.resolve_max_tokens(slot, getattr(body, max_param), len(ids), None, "messages", max_param)
     style = call_style(slot.engine)
     grammar = chat_grammar(body, use, style)
-    sampling = chat_sampling(body, max_tokens, grammar)
+    sampling = await grammar_ready(slot.engine, chat_sampling(body, max_tokens, grammar))
     jobs = admit_choices(hub, slot, "chat", ids, sampling, body.n, "chatcmpl-")
     split = tool_splitter(slot.engine, ids, use) if use else splitter_for(slot.engine, ids)
     if grammar is not None:  # held from the first token: no reasoning block (the prompt may open one)
