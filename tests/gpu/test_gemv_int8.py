@@ -66,3 +66,18 @@ def test_gemv_q4k_i8_bf16_out():
 @pytest.mark.parametrize("qv", [T.Q4_K, T.Q6_K])
 def test_gemv3_i8_cuda(qv):
     _check(gemv3_cases("cuda", [3584, 512, 512], 3584, [T.Q4_K, T.Q4_K, qv], MS, torch.bfloat16))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_decoder_int8_x_not_for_float32(tmp_path, dtype):
+    """float32 models are run for exactness: FusedDecoder keeps float x for them whatever int8_x says."""
+    pytest.importorskip("triton")
+    from orcd.cli.synth import synth_like
+    from orcd.loading.loader import load_model
+    from orcd.runner.fused_decode import FusedDecoder
+
+    path, _ = synth_like(str(tmp_path / "m.gguf"), "tiny-qwen2-256", "Q4_K_M")
+    model = load_model(path, "cpu", dtype=dtype, tokenizer=False).model
+    assert FusedDecoder(model).int8_x == (dtype != torch.float32)
+    assert FusedDecoder(model).int8_attn == (dtype != torch.float32)
+    assert not FusedDecoder(model, int8_x=False).int8_x
