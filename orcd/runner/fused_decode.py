@@ -4,6 +4,9 @@ Same function as `model.forward` + `compute_logits` for steps where every sequen
 in 7 kernels per layer instead of ~40 (fuse_norm, batches <= 4): one launch for the q, k, v GEMVs
 (RMSNorm and bias fused), RoPE + KV write, split-K attention (2), o GEMV (+ residual), gate/up/SiLU
 GEMV (RMSNorm fused), down GEMV (+ residual). Otherwise 11: add+RMSNorm kernels stand alone.
+With int8_x on Q4_K/Q6_K weights (the default for bf16/fp16 models) also 11: the GEMVs read x quantized
+to int8 per 32 by a small kernel before q/k/v (with the RMSNorm), o, gate/up (RMSNorm) and down; fewer
+instructions per weight pay for the 4 extra launches (docs/performance.md, 7B).
 Meant to be captured by `DecodeGraphs(step_fn=FusedDecoder(model))`. Models it cannot run raise
 ValueError at construction.
 """
