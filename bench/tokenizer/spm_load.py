@@ -2,10 +2,11 @@
 
     python bench/tokenizer/spm_load.py [--repeat 5] [--out bench/results/tokenizer_spm_load]
 
-Times, in fresh order each round: `load_tokenizer(metadata)` (what load_model runs: the vocabulary read
+Times, each round: `load_tokenizer(metadata)` (what load_model runs: the vocabulary read
 from the parsed metadata, then sentencepiece's BPE built from a serialized ModelProto) and the same with
 the model built the former way (`build_spm_merges`: every two-piece split ranked as a `tokenizers` BPE
-merge). Also checks both encode the bench text to the same ids, and its encode speed. Medians of --repeat.
+merge). Also checks both encode the bench text to the same ids, and both encode speeds (--encode-mb of
+encode_speed.py's text). Medians of --repeat.
 The file comes from the package registry once (orcd.testmodels).
 """
 
@@ -18,6 +19,8 @@ import platform
 import statistics
 import time
 from pathlib import Path
+
+from encode_speed import make_text
 
 from orcd.gguf import open_gguf
 from orcd.testmodels import gemma3_270m
@@ -36,6 +39,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--out", default="")
+    ap.add_argument("--encode-mb", type=float, default=1.0, help="MB of encode_speed.py's text, both models")
     a = ap.parse_args()
     md = open_gguf(gemma3_270m()).metadata
     text = (Path(__file__).resolve().parents[2] / "tests/models/data/public_domain.txt").read_text()
@@ -50,12 +54,18 @@ def main() -> None:
     spaced = ("▁" + text).replace(" ", "▁")
     same = tok._hf.encode(spaced).ids == merges.encode(spaced, add_special_tokens=False).ids
     t_enc, ids = timed(lambda: tok.encode(text))
+    big = make_text(int(a.encode_mb * (1 << 20)))
+    t_sp, big_sp = timed(lambda: tok.encode(big))
+    tok._hf = merges  # the same tokenizer with the former model
+    t_mg, big_mg = timed(lambda: tok.encode(big))
     res = {"vocab_size": tok.vocab_size, "repeat": a.repeat, "host": platform.node(), "cpus": os.cpu_count(),
            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
            "median_s": {k: round(statistics.median(v), 4) for k, v in rows.items()},
            "min_s": {k: round(min(v), 4) for k, v in rows.items()},
            "all_s": {k: [round(x, 4) for x in v] for k, v in rows.items()}, "same_ids": same,
-           "encode": {"chars": len(text), "tokens": len(ids), "s": round(t_enc, 4)}}
+           "encode": {"chars": len(text), "tokens": len(ids), "s": round(t_enc, 4)},
+           "encode_big": {"bytes": len(big.encode()), "tokens": len(big_sp), "same_ids": big_sp == big_mg,
+                          "sentencepiece_s": round(t_sp, 3), "merges_model_s": round(t_mg, 3)}}
     old = res["median_s"]["read_vocab"] + res["median_s"]["merges_model"]
     res["median_s"]["former_load_tokenizer_estimate"] = round(old, 4)
     print(json.dumps(res, indent=1))
@@ -65,7 +75,7 @@ def main() -> None:
 
 
 def report(res: dict, a: argparse.Namespace, old: float, chars: int, tokens: int, t_enc: float) -> str:
-    m, b = res["median_s"], res["min_s"]
+    m, b, e = res["median_s"], res["min_s"], res["encode_big"]
     names = {"load_tokenizer": "load_tokenizer (sentencepiece BPE from a ModelProto)",
              "read_vocab": "read_vocab alone",
              "merges_model": "former model: build_spm_merges (splits + `tokenizers` BPE)"}
@@ -76,7 +86,9 @@ def report(res: dict, a: argparse.Namespace, old: float, chars: int, tokens: int
             f"| what | median s | best s |\n|---|---|---|\n{rows}"
             f"| former load_tokenizer ≈ read_vocab + build_spm_merges (medians) | {old:.3f} | |\n\n"
             f"Same ids from both models on the bench text: {res['same_ids']}. Encode of {chars:,} chars "
-            f"({tokens:,} tokens): {t_enc * 1e3:.1f} ms.\n")
+            f"({tokens:,} tokens): {t_enc * 1e3:.1f} ms. Encode of {e['bytes'] / 1e6:.2f} MB of "
+            f"encode_speed.py's text ({e['tokens']:,} tokens): sentencepiece {e['sentencepiece_s']:.2f} s, "
+            f"former model {e['merges_model_s']:.2f} s, same ids: {e['same_ids']}.\n")
 
 if __name__ == "__main__":
     main()
