@@ -60,7 +60,7 @@ def load_vocab(name: str):
 
 
 def _llguidance(tok, text: str) -> dict:
-    from orcd.structured import GrammarBackend
+    from orcd.structured.backend import GrammarBackend
     from orcd.structured.grammars import json_schema_grammar
 
     t0 = time.perf_counter()
@@ -117,7 +117,7 @@ def mask_step(tok, rows: int, repeat: int = 20) -> dict:
 
     from orcd.engine.sampling_params import SamplingParams
     from orcd.runner.sampler import SampleRow, sample
-    from orcd.structured import GrammarBackend
+    from orcd.structured.backend import GrammarBackend
     from orcd.structured.grammars import json_schema_grammar
     from orcd.structured.mask import apply_mask
 

@@ -134,7 +134,7 @@ class LLMEngine:
         """The structured-output backend of this engine's tokenizer (built once, on first use)."""
         with self._grammars_lock:  # validate() runs on request threads
             if self._grammars is None:
-                from orcd.structured import GrammarBackend
+                from orcd.structured.backend import GrammarBackend
 
                 self._grammars = GrammarBackend(self.tokenizer)
             return self._grammars

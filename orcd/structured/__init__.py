@@ -10,8 +10,7 @@ The grammar engine is llguidance (bench/structured/ compares it with xgrammar). 
   of word w = token 32w + j), uploads it once per step and masks the logits on their device (mask.py);
   free rows are not touched;
 - Sequence.append_token advances the matcher; when the grammar is complete only EOS is allowed.
+
+Import the modules (orcd.structured.backend, .grammars, ...): this package imports nothing itself, so the
+server's request checks (grammars.py: llguidance only) do not load torch.
 """
-
-from orcd.structured.backend import GrammarBackend, Matcher
-
-__all__ = ["GrammarBackend", "Matcher"]

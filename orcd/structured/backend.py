@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 import llguidance
-import llguidance.torch as llg_torch
 import torch
 
 from orcd.errors import RequestError
@@ -94,9 +93,11 @@ class GrammarBackend:
         """Allowed-token bitmask [k, ceil(vocab / 32)] int32 on the CPU, row i for matchers[i] (computed
         in parallel, GIL released). A row with nothing allowed (a matcher in its error state) allows
         the EOS tokens only, so the request ends instead of sampling from an empty set."""
-        bitmask = torch.zeros(llg_torch.get_bitmask_shape(len(matchers), self.vocab_size), dtype=torch.int32)
-        llg_torch.fill_next_token_bitmask_par(self._executor, [(m.m, i) for i, m in enumerate(matchers)],
-                                              bitmask)
+        k, words = len(matchers), (self.vocab_size + 31) // 32
+        bitmask = torch.zeros((k, words), dtype=torch.int32)  # contiguous: row i at data_ptr + 4 * words * i
+        # what llguidance.torch.fill_next_token_bitmask_par does (that module imports torch's compiler: ~2 s)
+        self._executor.unsafe_compute_mask_ptr([(m.m, i) for i, m in enumerate(matchers)], bitmask.data_ptr(),
+                                               words * 4, k)
         empty = (bitmask == 0).all(dim=1).nonzero().flatten().tolist()
         for i in empty:
             for t in self.eos_ids:

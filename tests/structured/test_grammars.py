@@ -94,7 +94,7 @@ def test_apply_mask_touches_only_constrained_rows():
 def qwen2_backend():
     from orcd import testdata
     from orcd.gguf.reader import open_gguf
-    from orcd.structured import GrammarBackend
+    from orcd.structured.backend import GrammarBackend
     from orcd.tokenizer import load_tokenizer
 
     tok = load_tokenizer(open_gguf(testdata.fetch().vocab_path("qwen2")).metadata)
