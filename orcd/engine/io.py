@@ -32,8 +32,8 @@ class ScheduledSeq:
     # Tokens that count for repetition/presence/frequency penalties (prompt + generated so far).
     penalty_token_ids: list[int] = field(default_factory=list)
     num_generated: int = 0  # tokens generated so far; with the seed it fixes this step's noise
-    # orcd.structured.Matcher when the request has a grammar: the sampler masks this row's logits with it
-    # (read-only for the runner; the engine advances it). In-process only: never sent to TP followers.
+    # orcd.structured.backend.Matcher when the request has a grammar: the sampler masks this row's logits
+    # with it (read-only for the runner; the engine advances it). In-process only: never sent to TP followers.
     matcher: Any = None
 
 

@@ -79,7 +79,7 @@ class LLMEngine:
         self._requests: dict[str, RequestOutput] = {}
         self._by_seq: dict[int, RequestOutput] = {}
         self._aborts: dict[str, FinishReason] = {}
-        self._grammars = None  # orcd.structured.GrammarBackend, built with the first grammar request
+        self._grammars = None  # orcd.structured.backend.GrammarBackend, built with the first grammar request
         self._grammars_lock = threading.Lock()
         self.counters = {"prompt_tokens": 0, "generation_tokens": 0, "steps": 0, "step_failures": 0,
                          "requests_finished": 0}

@@ -48,7 +48,8 @@ class Sequence:
         self.first_scheduled_time: float | None = None
         self.first_token_time: float | None = None
         self.finish_time: float | None = None
-        self.matcher = None  # orcd.structured.Matcher of a request with a grammar; advanced by append_token
+        # orcd.structured.backend.Matcher of a request with a grammar; append_token advances it
+        self.matcher = None
 
     @property
     def token_ids(self) -> list[int]:

@@ -31,7 +31,7 @@ class SampleRow:
     params: SamplingParams
     penalty_token_ids: list[int] = field(default_factory=list)
     num_generated: int = 0
-    matcher: Any = None  # orcd.structured.Matcher: its grammar masks this row's logits
+    matcher: Any = None  # orcd.structured.backend.Matcher: its grammar masks this row's logits
 
 
 def _fmix32_int(x: int) -> int:
