@@ -18,7 +18,7 @@ from orcd.server.fork import admit_choices
 from orcd.server.jobs import Job, JobHub
 from orcd.server.load_wait import needs_wait, stream_after_load
 from orcd.server.model_pool import ModelSlot
-from orcd.server.openai_checks import call_style
+from orcd.server.openai_checks import call_style, grammar_ready
 from orcd.server.prep import build_sampling, encode_chat, precheck_sampling
 from orcd.server.reasoning import splitter_for
 from orcd.server.responses_format import (
@@ -92,6 +92,7 @@ async def _run(hub: JobHub, slot: ModelSlot, body: ResponsesRequest, messages: l
                                         "max_output_tokens")
     sampling = dataclasses.replace(build_sampling(_sampling_fields(body), max_tokens),
                                    grammar=_grammar(body, use, slot.engine))
+    sampling = await grammar_ready(slot.engine, sampling)  # the grammar backend built off the event loop
     (job,) = admit_choices(hub, slot, "responses", ids, sampling, 1, "resp_")
     head = response_head(job.request_id, body, slot.name, sampling, tools)
     split = tool_splitter(slot.engine, ids, use) if use else splitter_for(slot.engine, ids)
