@@ -2,8 +2,9 @@
 `orcd serve` on loopback (tiny random qwen2, ChatML template, 4 running slots, a queue of 2):
 user-typed control tokens stay text, a request cannot bring its own chat template, temperature 0 and a
 seed give one answer however many run beside it, an OpenAI stream waiting in the queue gets `: ping`
-comments and still ends with `[DONE]`, a client that leaves while queued is dropped from the queue, and
-/health answers at once while every slot is busy."""
+comments and still ends with `[DONE]`, a client that leaves while queued is dropped from the queue, a long
+prefill gets pings and a client leaving during it cancels the request, and /health answers at once while
+every slot is busy."""
 
 from __future__ import annotations
 
@@ -166,3 +167,27 @@ def test_client_that_leaves_the_queue_is_dropped(srv, client):
         assert client.get("/health").json()["running"] == SLOTS
         assert client.post("/v1/cancel", json={"request_id": "leaver"}).status_code == 404
     _idle(client)
+
+
+def test_long_prefill_pings_and_a_disconnect_in_it_cancels(srv, client):
+    """A long prompt's prefill gets `: ping` comments before its first token; a client that leaves then
+    is cancelled (the request ends `disconnected` and decodes at most the token prefill made)."""
+    before = client.get("/metrics").text
+    body = {"prompt": "lorem ipsum " * 2000, "max_tokens": 1000, "ignore_eos": True}
+    seen: list[str] = []
+    with httpx.Client(base_url=srv.url, timeout=60) as c, c.stream("POST", "/v1/generate", json=body) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            seen.append(line)
+            if line.startswith(": ping") or line.startswith("event: token"):
+                break
+    assert seen[-1].startswith(": ping"), seen  # no token yet: still in prefill
+    _idle(client)
+    after = client.get("/metrics").text
+    key = 'orcd_requests_total{outcome="disconnected",route="generate"}'
+    assert metric(after, key) == metric(before, key) + 1
+    assert metric(after, "orcd_generation_tokens_total") - metric(before, "orcd_generation_tokens_total") <= 1
+
+
+def metric(text: str, sample: str) -> float:
+    return next((float(ln.split()[-1]) for ln in text.splitlines() if ln.startswith(sample + " ")), 0.0)
