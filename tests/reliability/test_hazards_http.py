@@ -123,6 +123,28 @@ def test_same_request_same_answer_alone_or_in_a_batch(client, sampling):
     _idle(client)
 
 
+def _streamed_chat(client: httpx.Client, body: dict) -> str:
+    with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
+        assert r.status_code == 200
+        data = [ln[6:] for ln in r.iter_lines() if ln.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+    return "".join(c["choices"][0]["delta"].get("content") or "" for c in map(json.loads, data[:-1])
+                   if c["choices"])
+
+
+def test_split_characters_stream_byte_identical(client):
+    """UTF-8: the random model emits single bytes of multi-byte characters (its vocabulary is 256 byte
+    tokens + merges); the streamed chat text equals the non-streamed one, byte for byte."""
+    texts = []
+    for seed in range(4):
+        body = _chat("bytes", max_tokens=24, ignore_eos=True, temperature=1.5, seed=seed)
+        full = client.post("/v1/chat/completions", json=body)
+        assert full.status_code == 200, full.text
+        texts.append(full.json()["choices"][0]["message"]["content"])
+        assert _streamed_chat(client, body).encode() == texts[-1].encode()
+    assert any(0x7F < ord(ch) != 0xFFFD for t in texts for ch in t)  # whole multi-byte characters came
+
+
 def test_queued_openai_stream_pings_then_ends_with_done(srv, client):
     """An OpenAI chat stream waiting for a slot gets `: ping` comments (proxies keep it open); /health
     answers fast while every slot is busy; once slots free, the stream runs and ends with `[DONE]`."""
