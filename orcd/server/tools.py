@@ -108,7 +108,7 @@ def with_tools(split: Callable[[], Splitter] | None, harmony: bool, style: str =
                tools: list[dict] | None = None) -> Callable[[], Splitter]:
     """A factory of tool-call splitters of `style` (tool_style) around the reasoning splitter `split`;
     `tools` (the request's, OpenAI function shape) type Qwen3-Coder's parameter values."""
-    if harmony:
+    if harmony or style == "harmony":
         return HarmonyTools
     if style == "coder":
         parse = coder_parser(tools)

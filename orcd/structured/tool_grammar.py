@@ -7,7 +7,8 @@ Formats (the `style` orcd.server.tools.tool_style picks from the template):
 - llama (Llama 3.x JSON calls): `{"name":"NAME","parameters":{...}}`
 - mistral (templates with `[TOOL_CALLS]`): `[TOOL_CALLS][{"name":"NAME","arguments":{...}}]` (orcd's
   vocabulary loader keeps `[TOOL_CALLS]` a text token, so the literal matches the model's own token)
-Qwen3-Coder's XML calls and gpt-oss Harmony are not forced (a 400 says so).
+- coder (Qwen3-Coder XML in `<tool_call>`) and harmony (gpt-oss `commentary to=functions.NAME`): the rules
+  of orcd.structured.call_grammars
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import llguidance
 
 from orcd.errors import RequestError
+from orcd.structured.call_grammars import coder_rules, harmony_rules, harmony_start
 from orcd.structured.grammars import json_schema_grammar
 
 STYLES = {"hermes": ("<tool_call>\n", "arguments", "\n</tool_call>"), "llama": ("", "parameters", ""),
@@ -59,17 +61,39 @@ def chosen_tools(tools: list[dict], choice: Any) -> list[tuple[int, dict]]:
 def forced_tool_grammar(tools: list[dict], choice: Any, style: str = "hermes") -> str:
     """tools: OpenAI tools ({"type": "function", "function": {"name", "parameters"}}), already checked;
     choice: "required" or a named function. -> the grammar of one call in `style`'s format."""
-    if style not in STYLES:
+    if style in STYLES:
+        lark = _json_lark(tools, choice, style)
+    elif style in ("coder", "harmony"):
+        lark = _rules_lark(tools, choice, style)
+    else:
         raise RequestError(f"tool_choice: forcing a call is not supported for this model's tool-call format "
                            f"({style}): use \"auto\"", param="tool_choice")
-    head, args_key, tail = STYLES[style]
-    options = [call_schema(fn["name"], _parameters(fn, i), args_key) for i, fn in chosen_tools(tools, choice)]
-    schema = options[0] if len(options) == 1 else {"anyOf": options}
-    body = json.dumps(schema | {"x-guidance": {"whitespace_flexible": False}})
-    lark = f"start: {json.dumps(head)} call {json.dumps(tail)}\ncall: %json {body}\n" if head else \
-        f"start: %json {body}\n"
     grammar = llguidance.LLMatcher.grammar_from_lark(lark)
     err = llguidance.LLMatcher.validate_grammar(grammar)
     if err:
         raise RequestError(f"tools: the forced call does not compile: {err.strip()}", param="tools")
     return grammar
+
+
+def _json_lark(tools: list[dict], choice: Any, style: str) -> str:
+    """One call as a JSON object (hermes, llama, mistral) between the style's head and tail."""
+    head, args_key, tail = STYLES[style]
+    options = [call_schema(fn["name"], _parameters(fn, i), args_key) for i, fn in chosen_tools(tools, choice)]
+    schema = options[0] if len(options) == 1 else {"anyOf": options}
+    body = json.dumps(schema | {"x-guidance": {"whitespace_flexible": False}})
+    return f"start: {json.dumps(head)} call {json.dumps(tail)}\ncall: %json {body}\n" if head else \
+        f"start: %json {body}\n"
+
+
+def _rules_lark(tools: list[dict], choice: Any, style: str) -> str:
+    """One call in Qwen3-Coder's XML or Harmony: a rule per allowed function, the start one of them."""
+    rules, names = [], []
+    for i, fn in chosen_tools(tools, choice):
+        params, rule = _parameters(fn, i), f"call{i}"
+        at = f"tools.{i}.function.parameters"
+        rules += coder_rules(rule, fn["name"], params, at) if style == "coder" else \
+            harmony_rules(rule, fn["name"], params)
+        names.append(rule)
+    calls = "(" + " | ".join(names) + ")"
+    start = f"start: {calls}\n" if style == "coder" else harmony_start(calls)
+    return start + "".join(r + "\n" for r in rules)

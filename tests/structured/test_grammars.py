@@ -63,7 +63,7 @@ def test_bad_forced_choice_names_the_field(choice, tools, param):
 
 def test_forced_choice_needs_a_known_format():
     with pytest.raises(RequestError, match="format"):
-        forced_tool_grammar(TOOLS, "required", "harmony")
+        forced_tool_grammar(TOOLS, "required", "pythonic")
 
 
 def test_unpack_bitmask_matches_a_bit_loop():
