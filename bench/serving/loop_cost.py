@@ -6,7 +6,10 @@ through them with serving_client.py, and reads every server thread's CPU time fr
 after: the main thread is uvicorn's event loop (HTTP parsing, routes, SSE framing, socket writes), the
 rest is the engine thread, tokenizer worker threads and torch's. Two loads per route: `tokens` (C
 streams x gen_len tokens) and `requests` (C x n_requests requests of one token: the per-request cost).
-Writes OUT/loop_cost.json and OUT/loop_cost.md. Linux only (/proc).
+Each pair of loads runs --runs times; the tables give the median and the range (the box is shared, and
+/proc counts CPU in 10 ms ticks). `all threads µs / request` is the whole process's CPU per one-token
+request, so that work moved off or onto the loop thread shows. Writes OUT/loop_cost.json and
+OUT/loop_cost.md. Linux only (/proc).
 
 Usage: python bench/serving/loop_cost.py [--model F.gguf] --server before=OLD --server after=.
 """
@@ -53,6 +56,24 @@ def measure(server: ServerProcess, reqs: list, procs: int) -> dict:
             "loop_cpu_s": round(loop, 3), "other_threads_cpu_s": round(rest, 3)}
 
 
+def one_run(args, server: ServerProcess, tok, route: str, k: int) -> dict:
+    """One tokens load and one requests load; per-request and per-token loop CPU from them."""
+    tok_load = [r for j in range(args.repeat) for r in fixed_round(
+        tok, route, args.streams, args.prompt_len, args.gen_len, args.name, 1000 + 10 * k + j)]
+    req_load = fixed_round(tok, route, args.streams * args.n_requests, args.prompt_len, 1, args.name, 7 + k)
+    t, q = measure(server, tok_load, args.client_procs), measure(server, req_load, args.client_procs)
+    per_req = q["loop_cpu_s"] / max(1, q["requests"])
+    per_tok = (t["loop_cpu_s"] - per_req * t["requests"]) / max(1, t["tokens"])
+    all_req = (q["loop_cpu_s"] + q["other_threads_cpu_s"]) / max(1, q["requests"])
+    return {"tokens_load": t, "requests_load": q, "loop_us_per_request": round(per_req * 1e6, 1),
+            "loop_us_per_token": round(per_tok * 1e6, 1), "all_us_per_request": round(all_req * 1e6, 1)}
+
+
+def summary(runs: list[dict], key: str) -> dict:
+    values = sorted(r[key] for r in runs)
+    return {"median": values[len(values) // 2], "min": values[0], "max": values[-1]}
+
+
 def run_server(args, tag: str, repo: Path, extra: tuple, own: list, tok, out: Path) -> list[dict]:
     serve = ["--served-model-name", args.name, "--max-num-seqs", str(args.streams), "--max-queue", "100000",
              *own]
@@ -64,18 +85,14 @@ def run_server(args, tag: str, repo: Path, extra: tuple, own: list, tok, out: Pa
         for route in args.routes:
             run_load("127.0.0.1", server.port, fixed_round(tok, route, args.streams, args.prompt_len, 4,
                                                            args.name, 99), args.client_procs)  # warm-up
-            tok_load = [r for k in range(args.repeat) for r in fixed_round(
-                tok, route, args.streams, args.prompt_len, args.gen_len, args.name, 1000 + k)]
-            n_req = args.streams * args.n_requests
-            req_load = fixed_round(tok, route, n_req, args.prompt_len, 1, args.name, 7)
-            t, q = measure(server, tok_load, args.client_procs), measure(server, req_load, args.client_procs)
-            per_req = q["loop_cpu_s"] / max(1, q["requests"])
-            per_tok = (t["loop_cpu_s"] - per_req * t["requests"]) / max(1, t["tokens"])
-            rows.append({"tag": tag, "route": route, "tokens_load": t, "requests_load": q,
-                         "loop_us_per_request": round(per_req * 1e6, 1),
-                         "loop_us_per_token": round(per_tok * 1e6, 1), "serve_args": serve})
-            print(f"[{tag}] {route}: loop {per_tok * 1e6:,.1f} us/token, {per_req * 1e6:,.0f} us/request "
-                  f"(other threads {t['other_threads_cpu_s']:.2f} s for {t['tokens']} tokens)", flush=True)
+            runs = [one_run(args, server, tok, route, k) for k in range(args.runs)]
+            row = {"tag": tag, "route": route, "runs": runs, "serve_args": serve,
+                   **{key: summary(runs, key) for key in ("loop_us_per_request", "loop_us_per_token",
+                                                          "all_us_per_request")}}
+            rows.append(row)
+            print(f"[{tag}] {route}: loop {_cell(row['loop_us_per_token'], 1)} us/token, "
+                  f"{_cell(row['loop_us_per_request'])} us/request, all threads "
+                  f"{_cell(row['all_us_per_request'])} us/request", flush=True)
     finally:
         server.stop()
     return rows
@@ -91,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt-len", type=int, default=16)
     ap.add_argument("--gen-len", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=2, help="token rounds per measurement (sent together)")
-    ap.add_argument("--n-requests", type=int, default=4, help="one-token requests per stream")
+    ap.add_argument("--n-requests", type=int, default=16, help="one-token requests per stream")
+    ap.add_argument("--runs", type=int, default=3, help="measurements per server and route (median, range)")
     ap.add_argument("--client-procs", type=int, default=2)
     ap.add_argument("--server", action="append", default=None, metavar="'TAG=CHECKOUT[@PATH] [ARG...]'")
     ap.add_argument("--out-dir", default="/tmp/orcd-loop-cost")
@@ -108,14 +126,20 @@ def main(argv: list[str] | None = None) -> int:
         rows += run_server(args, *_server(spec), tok, out)
     (out / "loop_cost.json").write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "rows": rows},
                                                    indent=1))
-    lines = ["| server | route | loop µs / token | loop µs / request | loop CPU s (tokens load) | tokens |",
+    lines = ["| server | route | loop µs / token | loop µs / request | all threads µs / request | runs |",
              "|---|---|---|---|---|---|"]
-    lines += [f"| {r['tag']} | {r['route']} | {r['loop_us_per_token']:,.1f} | "
-              f"{r['loop_us_per_request']:,.0f} | {r['tokens_load']['loop_cpu_s']:.2f} | "
-              f"{r['tokens_load']['tokens']} |" for r in rows]
+    lines += [f"| {r['tag']} | {r['route']} | {_cell(r['loop_us_per_token'], 1)} | "
+              f"{_cell(r['loop_us_per_request'])} | {_cell(r['all_us_per_request'])} | {len(r['runs'])} |"
+              for r in rows]
     (out / "loop_cost.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    return 1 if any(r["tokens_load"]["errors"] or r["requests_load"]["errors"] for r in rows) else 0
+    loads = [k[load] for r in rows for k in r["runs"] for load in ("tokens_load", "requests_load")]
+    return 1 if any(load["errors"] for load in loads) else 0
+
+
+def _cell(s: dict, digits: int = 0) -> str:
+    """median (min–max)"""
+    return f"{s['median']:,.{digits}f} ({s['min']:,.{digits}f}–{s['max']:,.{digits}f})"
 
 
 if __name__ == "__main__":

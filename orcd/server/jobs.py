@@ -112,11 +112,11 @@ class JobHub:
         """Admit one request. `reserve`: requests about to be admitted together (the queue must hold
         them all); `stream(job)`: builds its event iterator instead of engine.generate (orcd.server.fork)."""
         if self.draining:
-            self.metrics.rejected.labels("draining").inc()
+            self.metrics.child(self.metrics.rejected, "draining").inc()
             raise APIError(503, "server is shutting down", code="server_shutting_down",
                            headers={"Retry-After": str(self.settings.retry_after_s)})
         if slot.jobs + reserve > self.capacity(slot):
-            self.metrics.rejected.labels("queue_full").inc()
+            self.metrics.child(self.metrics.rejected, "queue_full").inc()
             raise APIError(503, f"server overloaded: {slot.jobs} requests in flight for {slot.name!r}",
                            code="overloaded", headers={"Retry-After": str(self.settings.retry_after_s)})
         self.check_request_id(request_id)
@@ -133,7 +133,7 @@ class JobHub:
         slot.jobs += 1
         self.pool.pin(slot)
         self.metrics.prompt_tokens.inc(len(prompt_ids))
-        self.metrics.model_prompt_tokens.labels(slot.name).inc(len(prompt_ids))
+        self.metrics.child(self.metrics.model_prompt_tokens, slot.name).inc(len(prompt_ids))
         return job
 
     def check_request_id(self, request_id: str | None) -> None:
@@ -151,8 +151,8 @@ class JobHub:
         if job.finish_reason is None:  # the response ended before its stream did (client gone early)
             self._engine_cancel(job)
         outcome = job.finish_reason or ("cancelled" if job.cancel_requested else "disconnected")
-        self.metrics.requests.labels(job.route, outcome).inc()
-        self.metrics.model_requests.labels(job.slot.name, job.route, outcome).inc()
+        self.metrics.child(self.metrics.requests, job.route, outcome).inc()
+        self.metrics.child(self.metrics.model_requests, job.slot.name, job.route, outcome).inc()
         self.metrics.e2e.observe(time.perf_counter() - job.t_start)
         job.slot.jobs -= 1
         self.pool.unpin(job.slot)
@@ -296,4 +296,4 @@ class JobHub:
         if n_tokens:
             job.tokens_out += n_tokens
             self.metrics.generated_tokens.inc(n_tokens)
-            self.metrics.model_generated_tokens.labels(job.slot.name).inc(n_tokens)
+            self.metrics.child(self.metrics.model_generated_tokens, job.slot.name).inc(n_tokens)

@@ -111,6 +111,16 @@ class ServerMetrics:
                                      ["model", "reason"], registry=r)
         r.register(_EngineCollector(stats, active))
         r.register(_ModelCollector(rows))
+        self._children: dict[tuple, object] = {}
+
+    def child(self, metric, *labels: str):
+        """metric.labels(*labels), looked up once per label set: labels() validates and locks on every
+        call (~3 µs), and the request path bumps a labelled counter per event batch."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     def model_event(self, name: str, event: str, reason: str) -> None:
         """ModelPool's hook: `load`, `load_failed`, or `unload` with its reason."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from anyio import to_thread
+import asyncio
+from collections.abc import Callable
 
 from orcd.engine.sampling_params import SamplingParams
 from orcd.errors import ContextLengthExceededError, RequestError
@@ -12,6 +13,17 @@ from orcd.server.tools import history_message, template_call_ids
 from orcd.tokenizer.chat import MAX_OUTPUT_CHARS
 
 _DEFAULTS = SamplingParams()
+
+# Prompts of at most this many characters are tokenized on the event loop: a hop to a worker thread and
+# back costs the loop more CPU than encoding them (2-core dev box: ~25 µs to encode 16 tokens, ~100 µs of
+# CPU per hop). Anything longer goes to a worker thread, so a long prompt never stalls other requests.
+INLINE_PROMPT_CHARS = 1024
+
+
+async def off_loop(fn: Callable, *args):
+    """fn(*args) on the loop's default thread pool: one future and one wake-up (anyio's to_thread adds a
+    capacity limiter and a cancel scope: ~110 µs of CPU per call against ~80 here, same box)."""
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
 def stop_tuple(stop: str | list[str] | None) -> tuple[str, ...]:
@@ -37,10 +49,13 @@ def precheck_sampling(f: SamplingFields) -> None:
 
 
 async def encode_text(tokenizer, text: str, chat: bool, ctx: int) -> list[int]:
-    """Tokenize off the event loop: a multi-megabyte prompt must not stall other requests."""
+    """Tokenize off the event loop unless the prompt is short: a multi-megabyte prompt must not stall
+    other requests."""
     if chat:
         return await encode_chat(tokenizer, [{"role": "user", "content": text}], ctx, param="prompt")
-    return await to_thread.run_sync(tokenizer.encode_prompt, text)
+    if len(text) <= INLINE_PROMPT_CHARS:
+        return tokenizer.encode_prompt(text)
+    return await off_loop(tokenizer.encode_prompt, text)
 
 
 async def encode_chat(tokenizer, messages: list[dict], ctx: int, param: str = "messages",
@@ -50,7 +65,7 @@ async def encode_chat(tokenizer, messages: list[dict], ctx: int, param: str = "m
     messages = template_call_ids(messages, getattr(getattr(tokenizer, "vocab", None), "chat_template", None))
     contents = [m["content"] for m in messages]
     if sum(map(len, contents)) > MAX_OUTPUT_CHARS:
-        n = len(await to_thread.run_sync(tokenizer.encode_prompt, "".join(contents)))
+        n = len(await off_loop(tokenizer.encode_prompt, "".join(contents)))
         what = "messages" if param == "messages" else "prompt"
         if n > ctx:
             raise context_overflow(ctx, n, None, what=what, param=param, at_least=True)
@@ -58,10 +73,9 @@ async def encode_chat(tokenizer, messages: list[dict], ctx: int, param: str = "m
             f"This model's maximum context length is {ctx} tokens. However, your {what} hold more than "
             f"{MAX_OUTPUT_CHARS} characters, more than a chat template may render. Please reduce the length "
             f"of the {what}.", param=param)
-    if add_generation_prompt and not template_vars:
-        return await to_thread.run_sync(tokenizer.encode_chat, messages)
-    return await to_thread.run_sync(lambda: tokenizer.encode_chat(messages, add_generation_prompt,
-                                                                  **template_vars))
+    if add_generation_prompt and not template_vars:  # a template may be slow at any length: off the loop
+        return await off_loop(tokenizer.encode_chat, messages)
+    return await off_loop(lambda: tokenizer.encode_chat(messages, add_generation_prompt, **template_vars))
 
 
 def chat_messages(messages: list[ChatMessage]) -> list[dict]:
