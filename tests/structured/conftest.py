@@ -1,6 +1,8 @@
-"""One real `orcd serve` on loopback with two models: `demo` (orcd/assets/demo.gguf: a 3k-token
+"""One real `orcd serve` on loopback with four models: `demo` (orcd/assets/demo.gguf: a 3k-token
 Qwen-style vocabulary and the Qwen2.5 chat template, so forced tool calls take the Hermes `<tool_call>`
-format) and `think` (tiny random weights, a template that opens a `<think>` block in the prompt)."""
+format), and three with tiny random weights: `think` (a template that opens a `<think>` block in the
+prompt), `coder` (a template teaching Qwen3-Coder's XML calls) and `harmony` (a gpt-oss vocabulary and a
+Harmony template)."""
 
 from __future__ import annotations
 
@@ -19,19 +21,33 @@ THINK_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content
 TINY = dict(vocab_size=320, hidden=64, n_layers=2, ffn=128, n_heads=4, n_kv_heads=2, context_length=4096)
 
 
-def think_model(path):
+CODER_TEMPLATE = ("{% if tools %}<|im_start|>system\nCall a tool as <tool_call>\n<function=NAME>\n"
+                  "<parameter=NAME>\nvalue\n</parameter>\n</function>\n</tool_call><|im_end|>\n{% endif %}"
+                  + THINK_TEMPLATE.removesuffix("<think>\n{% endif %}") + "{% endif %}")
+
+
+def think_model(path, template: str = THINK_TEMPLATE):
     md = synthetic_tokenizer_metadata(TINY["vocab_size"] - 2, "qwen2", seed=3)
     md["tokenizer.ggml.tokens"] += ["<think>", "</think>"]
     md["tokenizer.ggml.token_type"] += [4, 4]  # user-defined, as in Qwen3's files
-    md["tokenizer.chat_template"] = THINK_TEMPLATE
+    md["tokenizer.chat_template"] = template
     return write_model_gguf(path, "qwen2", seed=3, tokenizer_metadata=md, **TINY)
+
+
+def harmony_model(path):
+    """A qwen2 body with a gpt-oss vocabulary and its Harmony template (the prompt ends `<|start|>assistant`;
+    <|call|> ends generation)."""
+    md = synthetic_tokenizer_metadata(598, "gpt-oss", seed=3)
+    return write_model_gguf(path, "qwen2", seed=3, tokenizer_metadata=md, **{**TINY, "vocab_size": 598})
 
 
 @pytest.fixture(scope="session")
 def demo_server(tmp_path_factory) -> Iterator[ServeProcess]:
     d = tmp_path_factory.mktemp("structured")
     think = think_model(d / "think.gguf")
-    srv = ServeProcess(DEMO_MODEL_PATH, d / "serve.log", "--model", f"think={think}", "--device", "cpu",
+    coder, harmony = think_model(d / "coder.gguf", CODER_TEMPLATE), harmony_model(d / "harmony.gguf")
+    srv = ServeProcess(DEMO_MODEL_PATH, d / "serve.log", "--model", f"think={think}", "--model",
+                       f"coder={coder}", "--model", f"harmony={harmony}", "--device", "cpu",
                        "--num-kv-blocks", "1024", "--max-num-seqs", "32", env={"ORCD_API_KEY": API_KEY})
     try:
         srv.wait_ready()
