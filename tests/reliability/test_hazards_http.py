@@ -145,6 +145,17 @@ def test_split_characters_stream_byte_identical(client):
     assert any(0x7F < ord(ch) != 0xFFFD for t in texts for ch in t)  # whole multi-byte characters came
 
 
+@pytest.mark.parametrize("field", ["presence_penalty", "frequency_penalty", "repetition_penalty"])
+def test_penalties_are_honoured_not_ignored(client, field):
+    """A field that is accepted must act: at temperature 0 a strong penalty changes a greedy text that
+    repeats tokens (the fields refused instead are tests/server/test_openai.py's)."""
+    body = _chat("Say something", max_tokens=32, ignore_eos=True, temperature=0)
+    plain = client.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]["content"]
+    r = client.post("/v1/chat/completions", json={**body, field: 1.9})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] != plain
+
+
 def test_queued_openai_stream_pings_then_ends_with_done(srv, client):
     """An OpenAI chat stream waiting for a slot gets `: ping` comments (proxies keep it open); /health
     answers fast while every slot is busy; once slots free, the stream runs and ends with `[DONE]`."""
