@@ -86,13 +86,14 @@ def call_style(engine) -> str:
 
 def chat_grammar(body: ChatCompletionRequest, tools: list[dict] | None, style: str = "hermes") -> str | None:
     """The grammar a chat request is held to: its response_format's, or with tool_choice "required" / a
-    named function one call in the template's tool-call `style` (orcd.server.tools.tool_style); None."""
+    named function one call in the template's tool-call `style` (orcd.server.tools.tool_style), one or
+    more with parallel_tool_calls=true where the format allows (tool_grammar); None."""
     grammar = response_format_grammar(body.response_format)
     if not forced(body.tool_choice):
         return grammar
     if grammar is not None:
         refuse("response_format", "cannot be combined with tool_choice \"required\" or a named function")
-    return forced_tool_grammar(tools or [], body.tool_choice, style)
+    return forced_tool_grammar(tools or [], body.tool_choice, style, body.parallel_tool_calls is True)
 
 
 async def grammar_ready(engine, sampling: SamplingParams) -> SamplingParams:

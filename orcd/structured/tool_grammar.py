@@ -58,13 +58,15 @@ def chosen_tools(tools: list[dict], choice: Any) -> list[tuple[int, dict]]:
     return picked[:1]
 
 
-def forced_tool_grammar(tools: list[dict], choice: Any, style: str = "hermes") -> str:
+def forced_tool_grammar(tools: list[dict], choice: Any, style: str = "hermes", parallel: bool = False) -> str:
     """tools: OpenAI tools ({"type": "function", "function": {"name", "parameters"}}), already checked;
-    choice: "required" or a named function. -> the grammar of one call in `style`'s format."""
+    choice: "required" or a named function. -> the grammar of one call in `style`'s format, or with
+    `parallel` one or more where the format writes several in one answer (hermes, coder, mistral; Llama 3.x
+    JSON and Harmony, whose <|call|> ends generation, stay at one)."""
     if style in STYLES:
-        lark = _json_lark(tools, choice, style)
+        lark = _json_lark(tools, choice, style, parallel)
     elif style in ("coder", "harmony"):
-        lark = _rules_lark(tools, choice, style)
+        lark = _rules_lark(tools, choice, style, parallel)
     else:
         raise RequestError(f"tool_choice: forcing a call is not supported for this model's tool-call format "
                            f"({style}): use \"auto\"", param="tool_choice")
@@ -75,18 +77,29 @@ def forced_tool_grammar(tools: list[dict], choice: Any, style: str = "hermes") -
     return grammar
 
 
-def _json_lark(tools: list[dict], choice: Any, style: str) -> str:
-    """One call as a JSON object (hermes, llama, mistral) between the style's head and tail."""
+def _calls(unit: str, sep: str | None) -> str:
+    """The lark expression of one `unit`, or with a separator one or more joined by it."""
+    return unit if sep is None else f"{unit} ({json.dumps(sep)} {unit})*"
+
+
+def _json_lark(tools: list[dict], choice: Any, style: str, parallel: bool) -> str:
+    """Calls as JSON objects (hermes, llama, mistral) between the style's head and tail."""
     head, args_key, tail = STYLES[style]
     options = [call_schema(fn["name"], _parameters(fn, i), args_key) for i, fn in chosen_tools(tools, choice)]
     schema = options[0] if len(options) == 1 else {"anyOf": options}
     body = json.dumps(schema | {"x-guidance": {"whitespace_flexible": False}})
-    return f"start: {json.dumps(head)} call {json.dumps(tail)}\ncall: %json {body}\n" if head else \
-        f"start: %json {body}\n"
+    call = f"call: %json {body}\n"
+    if style == "hermes":  # several: whole blocks on their own lines
+        one = f"one: {json.dumps(head)} call {json.dumps(tail)}\n"
+        return f"start: {_calls('one', chr(10) if parallel else None)}\n{one}{call}"
+    if style == "mistral":  # several: one JSON list
+        calls = _calls("call", ", " if parallel else None)
+        return f"start: {json.dumps(head)} {calls} {json.dumps(tail)}\n{call}"
+    return f"start: call\n{call}"
 
 
-def _rules_lark(tools: list[dict], choice: Any, style: str) -> str:
-    """One call in Qwen3-Coder's XML or Harmony: a rule per allowed function, the start one of them."""
+def _rules_lark(tools: list[dict], choice: Any, style: str, parallel: bool) -> str:
+    """Calls in Qwen3-Coder's XML or Harmony: a rule per allowed function, the start one of them."""
     rules, names = [], []
     for i, fn in chosen_tools(tools, choice):
         params, rule = _parameters(fn, i), f"call{i}"
@@ -95,5 +108,6 @@ def _rules_lark(tools: list[dict], choice: Any, style: str) -> str:
             harmony_rules(rule, fn["name"], params)
         names.append(rule)
     calls = "(" + " | ".join(names) + ")"
-    start = f"start: {calls}\n" if style == "coder" else harmony_start(calls)
+    start = f"start: {_calls(calls, chr(10) if parallel else None)}\n" if style == "coder" else \
+        harmony_start(calls)
     return start + "".join(r + "\n" for r in rules)

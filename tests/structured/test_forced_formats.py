@@ -167,3 +167,21 @@ def test_coder_refuses_what_raw_text_cannot_force(schema, param):
     with pytest.raises(RequestError) as err:
         forced_tool_grammar([tool], "required", "coder")
     assert err.value.param == param
+
+
+@pytest.mark.parametrize("style", ["hermes", "mistral", "coder"])
+def test_parallel_calls_walk_and_parse_back_only_when_asked(qwen2_backend, style):
+    """parallel=True: one or more calls (hermes / coder blocks on their own lines, mistral one list);
+    without it the second call is refused."""
+    time = {"hermes": '<tool_call>\n{"name":"get_time","arguments":{"zone":"UTC"}}\n</tool_call>',
+            "mistral": '{"name":"get_time","arguments":{"zone":"UTC"}}',
+            "coder": "<tool_call>\n<function=get_time>\n<parameter=zone>\nUTC\n</parameter>\n</function>\n"
+                     "</tool_call>"}[style]
+    one, two = (f"[TOOL_CALLS][{time}]", f"[TOOL_CALLS][{time}, {time}]") if style == "mistral" else \
+        (time, time + "\n" + time)
+    encode = qwen2_backend.tokenizer.encode
+    walk(qwen2_backend, forced_tool_grammar(TOOLS, "required", style, parallel=True), encode(one))
+    walk(qwen2_backend, forced_tool_grammar(TOOLS, "required", style, parallel=True), encode(two))
+    assert parsed(style, two) == [("get_time", {"zone": "UTC"})] * 2
+    with pytest.raises(AssertionError):
+        walk(qwen2_backend, forced_tool_grammar(TOOLS, "required", style), encode(two))

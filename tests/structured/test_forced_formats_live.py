@@ -65,3 +65,21 @@ def test_harmony_forced_calls_validate(oai, choice):
         assert _checked(call) == "get_weather" or choice == "required"
         called += 1
     assert called
+
+
+@pytest.mark.parametrize("model", ["demo", "coder"])
+def test_parallel_required_calls_all_validate(oai, model):
+    """parallel_tool_calls=true with "required": one or more calls, each valid (unset: exactly one). A
+    random model may go on calling until max_tokens: then the cut call is content, as written."""
+    counts = []
+    for seed in range(4):
+        r = oai.chat.completions.create(model=model, messages=ASK, tools=[WEATHER, TIME],
+                                        tool_choice="required", parallel_tool_calls=True, max_tokens=256,
+                                        seed=seed)
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls" and not c.message.content or \
+            c.finish_reason == "length" and c.message.content.startswith("<tool_call>")
+        counts.append(len(c.message.tool_calls or []))
+        for call in c.message.tool_calls or []:
+            _checked(call)
+    assert min(counts) >= 1 and (model == "coder" or max(counts) >= 2), counts  # demo: 4 each, coder: 1
