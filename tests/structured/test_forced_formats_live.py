@@ -83,3 +83,14 @@ def test_parallel_required_calls_all_validate(oai, model):
         for call in c.message.tool_calls or []:
             _checked(call)
     assert min(counts) >= 1 and (model == "coder" or max(counts) >= 2), counts  # demo: 4 each, coder: 1
+
+
+@pytest.mark.parametrize("model", ["coder", "harmony"])
+def test_responses_forced_call(oai, model):
+    """/v1/responses with tool_choice "required": a function_call item whose arguments validate."""
+    tool = {"type": "function", "name": "get_time", "parameters": SCHEMAS["get_time"]}
+    r = oai.responses.create(model=model, input="Time?", tools=[tool], tool_choice="required",
+                             max_output_tokens=256)
+    (call,) = [o for o in r.output if o.type == "function_call"]
+    assert call.name == "get_time"
+    jsonschema.validate(json.loads(call.arguments), SCHEMAS["get_time"])
