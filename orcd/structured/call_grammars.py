@@ -28,6 +28,10 @@ from typing import Any
 from orcd.errors import RequestError
 
 _CLOSERS = r"~/(?s:.*(<\/parameter>|<\/tool_call>).*)/"  # a raw value never closes its block early
+# the same for long counted values, where llguidance's lexer gives up on the negation above (maxLength
+# 256: "too many expressions constructed"): no `</` at all
+_NO_CLOSE_TAG = r"/(?s:\n([^<]|<+[^<\/])*<*)/"
+_COUNTED_NEGATION = 64  # the longest bound counted together with _CLOSERS (64 measured to work)
 _ANNOTATIONS = {"description", "title", "default", "examples", "format", "deprecated", "readOnly",
                 "writeOnly", "$comment"}
 _KINDS = ("integer", "number", "boolean", "object", "array", "null")
@@ -48,10 +52,15 @@ def _kind(schema: dict) -> str | None:
 
 
 def _raw_text(schema: dict, at: str, untyped: bool) -> str:
-    """A regex token of a string value written as raw text: its length bounds, an anchored pattern; an
-    untyped value may not start with `{` or `[` (the parser would read it as JSON)."""
+    """A regex token of a string value written as raw text (its leading line break included): its length
+    bounds, an anchored pattern; an untyped value may not start with `{` or `[` (the parser would read it
+    as JSON). A bound above _COUNTED_NEGATION keeps `</` out of the value altogether."""
     low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
-    parts = [f"/(?s:\\n.{{{low},{'' if high is None else int(high)}}})/", _CLOSERS]
+    if high is None and low == 0:
+        parts = [r"/(?s:\n.*)/", _CLOSERS]
+    else:
+        closers = _CLOSERS if max(low, high or 0) <= _COUNTED_NEGATION else _NO_CLOSE_TAG
+        parts = [f"/(?s:\\n.{{{low},{'' if high is None else int(high)}}})/", closers]
     pattern = schema.get("pattern")
     if pattern is not None:
         if not (isinstance(pattern, str) and pattern.startswith("^") and pattern.endswith("$")):
@@ -59,7 +68,7 @@ def _raw_text(schema: dict, at: str, untyped: bool) -> str:
                                f"with ^...$", param=at)
         parts.append("/\\n(" + pattern[1:-1].replace("/", "\\/") + ")/")
     if untyped:
-        parts.append(r"~/(?s:\n\s*[{\[].*)/")
+        parts.append(r"/(?s:\n\s*([^\s{\[].*)?)/")  # positive: a negation here gives up on long bounds
     return " & ".join(parts)
 
 

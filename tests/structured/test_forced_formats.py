@@ -185,3 +185,26 @@ def test_parallel_calls_walk_and_parse_back_only_when_asked(qwen2_backend, style
     assert parsed(style, two) == [("get_time", {"zone": "UTC"})] * 2
     with pytest.raises(AssertionError):
         walk(qwen2_backend, forced_tool_grammar(TOOLS, "required", style), encode(two))
+
+
+@pytest.mark.parametrize("schema, closing_tag_ok", [
+    ({"type": "string"}, True),
+    ({"type": "string", "maxLength": 64}, True),
+    ({"type": "string", "maxLength": 10000}, False),  # long bounds: no `</` (the lexer's limit)
+    ({"maxLength": 1000}, False),
+])
+def test_coder_long_string_values(qwen2_backend, schema, closing_tag_ok):
+    """A multi-line value with `<` walks its grammar whatever its bound; `</b>` only where the bound is
+    short enough to be counted beside the close-tag exclusion (or absent)."""
+    tool = {"type": "function", "function": {"name": "edit", "parameters": {
+        "type": "object", "properties": {"code": schema}, "required": ["code"]}}}
+    grammar = forced_tool_grammar([tool], "required", "coder")
+    for value, ok in (("if x < 3:\n    y = '<b>'", True), ("s = '</b>'", closing_tag_ok)):
+        text = (f"<tool_call>\n<function=edit>\n<parameter=code>\n{value}\n</parameter>\n</function>\n"
+                f"</tool_call>")
+        if ok:
+            walk(qwen2_backend, grammar, qwen2_backend.tokenizer.encode(text))
+            assert parsed("coder", text) == [("edit", {"code": value})]
+        else:
+            with pytest.raises(AssertionError):
+                walk(qwen2_backend, grammar, qwen2_backend.tokenizer.encode(text))
