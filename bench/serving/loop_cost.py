@@ -12,14 +12,18 @@ request, so that work moved off or onto the loop thread shows. Writes OUT/loop_c
 OUT/loop_cost.md. Linux only (/proc).
 
 Usage: python bench/serving/loop_cost.py [--model F.gguf] --server before=OLD --server after=.
+       python bench/serving/loop_cost.py --prep     # CPU per call of the request-preparation paths only
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -98,6 +102,48 @@ def run_server(args, tag: str, repo: Path, extra: tuple, own: list, tok, out: Pa
     return rows
 
 
+async def _cpu_per_call(make, n: int) -> tuple[float, float, float]:
+    """CPU µs (every thread of this process) per call of make(), awaited if it returns an awaitable:
+    median, min, max of 5 passes of n calls."""
+    per = []
+    for _ in range(5):
+        t = time.process_time()
+        for _ in range(n):
+            r = make()
+            if asyncio.isfuture(r) or asyncio.iscoroutine(r):
+                await r
+        per.append((time.process_time() - t) / n * 1e6)
+    return statistics.median(per), min(per), max(per)
+
+
+async def prep_costs(tok) -> list[str]:
+    """Before/after pairs of what orcd.server.prep and metrics changed: the thread hop, and labels()."""
+    from anyio import to_thread
+    from prometheus_client import CollectorRegistry, Counter
+
+    text = "hello there this is a prompt of about sixteen tokens or so okay"
+    msgs = [{"role": "user", "content": text}]
+    loop = asyncio.get_running_loop()
+    counter = Counter("x", "x", ["route", "outcome"], registry=CollectorRegistry())
+    child = counter.labels("generate", "stop")
+    paths = [("encode_prompt, 16-token prompt, through anyio to_thread (before)",
+              lambda: to_thread.run_sync(tok.encode_prompt, text), 2000),
+             ("encode_prompt inline on the loop (after: prompts of <= 1024 characters)",
+              lambda: tok.encode_prompt(text), 2000),
+             ("encode_chat, one message, through anyio to_thread (before)",
+              lambda: to_thread.run_sync(tok.encode_chat, msgs), 500),
+             ("encode_chat, one message, through loop.run_in_executor (after)",
+              lambda: loop.run_in_executor(None, tok.encode_chat, msgs), 500),
+             ("Counter.labels(route, outcome).inc() (before)",
+              lambda: counter.labels("generate", "stop").inc(), 20000),
+             ("the cached child's .inc() (after)", lambda: child.inc(), 20000)]
+    lines = ["| path | CPU µs / call, median of 5 (range) |", "|---|---|"]
+    for name, make, n in paths:
+        med, lo, hi = await _cpu_per_call(make, n)
+        lines.append(f"| {name} | {med:.1f} ({lo:.1f}–{hi:.1f}) |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=str(REPO / "orcd/assets/demo.gguf"))
@@ -113,12 +159,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--client-procs", type=int, default=2)
     ap.add_argument("--server", action="append", default=None, metavar="'TAG=CHECKOUT[@PATH] [ARG...]'")
     ap.add_argument("--out-dir", default="/tmp/orcd-loop-cost")
+    ap.add_argument("--prep", action="store_true", help="only the request-preparation microbenchmark")
     args = ap.parse_args(argv)
     args.routes = [r for r in args.routes.split(",") if r]
     from orcd.gguf import open_gguf
     from orcd.tokenizer import load_tokenizer
 
     tok = load_tokenizer(open_gguf(args.model).metadata)
+    if args.prep:
+        print("\n".join(asyncio.run(prep_costs(tok))))
+        return 0
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
