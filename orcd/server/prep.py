@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
+
+from anyio import to_thread
 
 from orcd.engine.sampling_params import SamplingParams
 from orcd.errors import ContextLengthExceededError, RequestError
@@ -15,15 +16,15 @@ from orcd.tokenizer.chat import MAX_OUTPUT_CHARS
 _DEFAULTS = SamplingParams()
 
 # Prompts of at most this many characters are tokenized on the event loop: a hop to a worker thread and
-# back costs the loop more CPU than encoding them (2-core dev box: ~25 µs to encode 16 tokens, ~100 µs of
+# back costs the loop more CPU than encoding them (2-core dev box: ~26 µs to encode 16 tokens, ~135 µs of
 # CPU per hop). Anything longer goes to a worker thread, so a long prompt never stalls other requests.
 INLINE_PROMPT_CHARS = 1024
 
 
 async def off_loop(fn: Callable, *args):
-    """fn(*args) on the loop's default thread pool: one future and one wake-up (anyio's to_thread adds a
-    capacity limiter and a cancel scope: ~110 µs of CPU per call against ~80 here, same box)."""
-    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+    """fn(*args) on anyio's worker threads. Not the loop's default executor, though a hop there costs a
+    little less CPU: model loads (orcd.server.model_pool) hold its few threads for seconds at a time."""
+    return await to_thread.run_sync(fn, *args)
 
 
 def stop_tuple(stop: str | list[str] | None) -> tuple[str, ...]:
