@@ -132,7 +132,7 @@ async def prep_costs(tok) -> list[str]:
               lambda: tok.encode_prompt(text), 2000),
              ("encode_chat, one message, through anyio to_thread (before)",
               lambda: to_thread.run_sync(tok.encode_chat, msgs), 500),
-             ("encode_chat, one message, through loop.run_in_executor (after)",
+             ("encode_chat, one message, through loop.run_in_executor (tried, not kept)",
               lambda: loop.run_in_executor(None, tok.encode_chat, msgs), 500),
              ("Counter.labels(route, outcome).inc() (before)",
               lambda: counter.labels("generate", "stop").inc(), 20000),
