@@ -83,3 +83,4 @@ class TokenEvent:
     prompt_tokens: int = 0
     generated_tokens: int = 0
     logprobs: TokenLogprobs | None = None  # of token_id, when the request asked (SamplingParams.logprobs)
+    queue_s: float | None = None  # first token's event only: s from arrival to the first scheduled step

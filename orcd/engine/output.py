@@ -78,11 +78,14 @@ class RequestOutput:
         return event
 
     def _event(self, token_id: int | None, text: str, index: int) -> TokenEvent:
+        seq = self.seq
+        first = token_id is not None and index == 0 and seq.first_scheduled_time is not None
         return TokenEvent(
-            request_id=self.seq.request_id,
+            request_id=seq.request_id,
             token_id=token_id,
             text=text,
             index=index,
-            prompt_tokens=self.seq.num_prompt_tokens,
-            generated_tokens=self.seq.num_generated,
+            prompt_tokens=seq.num_prompt_tokens,
+            generated_tokens=seq.num_generated,
+            queue_s=seq.first_scheduled_time - seq.arrival_time if first else None,
         )

@@ -284,6 +284,8 @@ class JobHub:
                 if job.t_first is None:
                     job.t_first = now
                     self.metrics.ttft.observe(now - job.t_start)
+                if event.queue_s is not None:  # the first token's event: queueing apart from prefill
+                    self.metrics.queue_time.observe(event.queue_s)
                 elif job.t_last is not None:
                     self.metrics.tpot.observe(now - job.t_last)
                 job.t_last = now

@@ -95,6 +95,9 @@ class ServerMetrics:
         self.generated_tokens = Counter("orcd_generation_tokens", "generated tokens", registry=r)
         self.ttft = Histogram("orcd_time_to_first_token_seconds", "request arrival to first token",
                               buckets=_TTFT_BUCKETS, registry=r)
+        self.queue_time = Histogram("orcd_queue_time_seconds",
+                                    "request arrival in the engine to its first scheduled step",
+                                    buckets=_TTFT_BUCKETS, registry=r)
         self.tpot = Histogram("orcd_time_per_output_token_seconds", "gap between consecutive tokens",
                               buckets=_TPOT_BUCKETS, registry=r)
         self.e2e = Histogram("orcd_e2e_request_latency_seconds", "request arrival to last event",

@@ -28,6 +28,23 @@ def test_metrics_after_requests(client):
     assert 'orcd_requests_total{outcome="length",route="generate"}' in text
 
 
+def _sample(text: str, name: str) -> float:
+    (line,) = [ln for ln in text.splitlines() if ln.startswith(name + " ")]
+    return float(line.split()[1])
+
+
+def test_queue_time_is_counted_once_per_request(client):
+    # queueing apart from prefill (TTFT holds both): one observation per request that produced a token
+    before = client.get("/metrics").text
+    n0 = _sample(before, "orcd_queue_time_seconds_count") if "orcd_queue_time_seconds_count" in before else 0
+    body = {"prompt": "hi", "max_tokens": 3, "stream": False, "ignore_eos": True}
+    for _ in range(2):
+        client.post("/v1/generate", json=body)
+    text = client.get("/metrics").text
+    assert _sample(text, "orcd_queue_time_seconds_count") == n0 + 2
+    assert 0 <= _sample(text, "orcd_queue_time_seconds_sum") < 60
+
+
 def test_defaults_bind_loopback():
     p = argparse.ArgumentParser()
     serve_cli.add_arguments(p)
