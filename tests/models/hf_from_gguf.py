@@ -75,6 +75,18 @@ def _gemma3_state(t: dict[str, torch.Tensor], n_layers: int) -> dict[str, torch.
     return sd
 
 
+def _with_weights(model, sd: dict[str, torch.Tensor], t: dict[str, torch.Tensor] | None = None):
+    """`model` holding `sd` (assigned, no second copy); the file's untied `output.weight` as lm_head
+    when `t` is given; tied embeddings tied."""
+    if t is not None and "output.weight" in t:
+        sd = {**sd, "lm_head.weight": t["output.weight"]}
+    missing, unexpected = model.load_state_dict(sd, strict=False, assign=True)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    if model.config.tie_word_embeddings:
+        model.tie_weights()
+    return model
+
+
 def hf_gemma3(path: Path):
     """Gemma3ForCausalLM (fp32, eval) with the file's weights."""
     from transformers import Gemma3ForCausalLM
@@ -83,11 +95,7 @@ def hf_gemma3(path: Path):
     cfg = _gemma3_config(md, t)
     model = Gemma3ForCausalLM(cfg).eval()
     sd = _gemma3_state(t, cfg.num_hidden_layers)
-    missing, unexpected = model.load_state_dict(sd, strict=False, assign=True)  # no second copy
-    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
-    if cfg.tie_word_embeddings:
-        model.tie_weights()
-    return model
+    return _with_weights(model, sd)
 
 
 _LINEARS = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
@@ -118,14 +126,7 @@ def hf_qwen3(path: Path):
     for i in range(n_layers):
         for g, h in (_LINEARS | norms).items():
             sd[f"model.layers.{i}.{h}.weight"] = t[f"blk.{i}.{g}.weight"]
-    if "output.weight" in t:
-        sd["lm_head.weight"] = t["output.weight"]
-    model = Qwen3ForCausalLM(cfg).eval()
-    missing, unexpected = model.load_state_dict(sd, strict=False, assign=True)
-    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
-    if cfg.tie_word_embeddings:
-        model.tie_weights()
-    return model
+    return _with_weights(Qwen3ForCausalLM(cfg).eval(), sd, t)
 
 
 def hf_phi3(path: Path):
@@ -152,11 +153,4 @@ def hf_phi3(path: Path):
     for i in range(n_layers):
         for g, h in names.items():
             sd[f"model.layers.{i}.{h}.weight"] = t[f"blk.{i}.{g}.weight"]
-    if "output.weight" in t:
-        sd["lm_head.weight"] = t["output.weight"]
-    model = Phi3ForCausalLM(cfg).eval()
-    missing, unexpected = model.load_state_dict(sd, strict=False, assign=True)
-    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
-    if cfg.tie_word_embeddings:
-        model.tie_weights()
-    return model
+    return _with_weights(Phi3ForCausalLM(cfg).eval(), sd, t)
