@@ -56,7 +56,8 @@ def main() -> int:
     ap.add_argument("--file", action="append", default=[], metavar="NAME=PATH",
                     help="also a real GGUF already on the machine (e.g. gemma3-270m=/tmp/g.gguf)")
     ap.add_argument("--streams", default="1,8,32,64")
-    ap.add_argument("--work", default="/tmp/peers")
+    ap.add_argument("--work", default="/tmp/peers",
+                    help="build + synth files; kept and reused by later calls on the same warm machine")
     ap.add_argument("--products", action="store_true", help="also time the 7B products during the build")
     ap.add_argument("--products-args", default="", help="extra arguments for products.py")
     ap.add_argument("--during", default="", help="a shell command run after the products, during the build")
@@ -68,6 +69,8 @@ def main() -> int:
     out, work = Path(a.out), Path(a.work)
     out.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
+    if llama_side.built(work / "llama"):
+        notes.append("llama.cpp binaries reused from an earlier call on this machine (same lease)")
     proc, t_build = llama_side.start_build(llama_side.SRC_TAR, work / "llama")
     files = {}
     models = [m for m in a.models.split(",") if m]
@@ -75,8 +78,8 @@ def main() -> int:
         quant = QUANT.get(m, "Q4_K_M")
         f = work / f"{LIKE[m]}-{quant}.gguf"
         synth = ["-m", "orcd", "synth", "--like", LIKE[m], "--quant", quant, str(f)]
-        if stage(f"synth {m}", lambda synth=synth: py(synth, 120), notes) is not None:
-            files[m] = str(f)
+        if f.is_file() or stage(f"synth {m}", lambda synth=synth: py(synth, 120), notes) is not None:
+            files[m] = str(f)  # a file from an earlier call on the same machine is reused
     for spec in a.file:
         name, _, path = spec.partition("=")
         files[name] = path
