@@ -63,6 +63,9 @@ def main() -> int:
     ap.add_argument("--during", default="", help="a shell command run after the products, during the build")
     ap.add_argument("--after", default="", help="a shell command run after everything else")
     ap.add_argument("--budget", type=float, default=580.0, help="seconds for everything")
+    ap.add_argument("--prepare", action="store_true",
+                    help="build llama.cpp and write the synth files (and --during), then stop: a later call "
+                         "on the same warm machine with the same --work measures")
     a = ap.parse_args()
     t_start = time.perf_counter()
     left = lambda: a.budget - (time.perf_counter() - t_start)  # noqa: E731
@@ -98,6 +101,9 @@ def main() -> int:
         notes.append(f"llama.cpp build {rc} after {build_s:.0f} s: " +
                      (work / "llama/build.log").read_text()[-600:])
     print(f"[build] rc {rc} in {build_s:.0f} s", flush=True)
+    if a.prepare:
+        print("[prepare] files: " + ", ".join(files.values()), flush=True)
+        return 0 if rc == 0 else 1
     bins = work / "llama/build/bin"
     llama: dict = {m: {} for m in files}
     for m, f in files.items():
