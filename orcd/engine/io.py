@@ -84,3 +84,4 @@ class TokenEvent:
     generated_tokens: int = 0
     logprobs: TokenLogprobs | None = None  # of token_id, when the request asked (SamplingParams.logprobs)
     queue_s: float | None = None  # first token's event only: s from arrival to the first scheduled step
+    cached_tokens: int = 0  # prompt tokens whose K/V the prefix cache served (whole blocks); 0 before a token

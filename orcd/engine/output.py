@@ -38,6 +38,9 @@ class RequestOutput:
         self.stop_ids = frozenset(p.stop_token_ids)
         self.stops = tuple(p.stop)
         self.pending = ""  # decoded text not yet emitted
+        # Prompt tokens the prefix cache served at the admission that sampled the first token (a later
+        # re-admission after preemption finds the request's own blocks: not counted)
+        self.cached_tokens = 0
 
     @property
     def request_id(self) -> str:
@@ -46,6 +49,8 @@ class RequestOutput:
     def on_token(self, token_id: int) -> TokenEvent:
         """The event for a newly sampled token (seq already holds it); `.finished` if it ends the request."""
         seq = self.seq
+        if seq.num_generated == 1:
+            self.cached_tokens = min(seq.num_cached_tokens, seq.num_prompt_tokens)
         if token_id in self.eog_ids:
             return self.final(token_id, "eos")
         if token_id in self.stop_ids:
@@ -88,4 +93,5 @@ class RequestOutput:
             prompt_tokens=seq.num_prompt_tokens,
             generated_tokens=seq.num_generated,
             queue_s=seq.first_scheduled_time - seq.arrival_time if first else None,
+            cached_tokens=self.cached_tokens,
         )

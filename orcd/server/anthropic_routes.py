@@ -161,15 +161,24 @@ def _ending(job: Job, events: list, called: bool) -> dict:
                             [ev.token_id for ev in events if ev.token_id is not None],
                             "".join(ev.text for ev in events), job.sampling.stop)
         reason = "stop_sequence" if stop is not None else "end_turn"
-    return {"stop_reason": reason, "stop_sequence": stop,
-            "usage": {"input_tokens": len(job.prompt_ids), "output_tokens": job.tokens_out}}
+    return {"stop_reason": reason, "stop_sequence": stop, "usage": _usage(job, events)}
+
+
+def _usage(job: Job, events: list) -> dict:
+    """Anthropic's split of the prompt: `input_tokens` are those computed, `cache_read_input_tokens` those
+    the prefix cache served (their sum is the prompt); orcd writes no cache on request
+    (`cache_creation_input_tokens` 0)."""
+    cached = max((ev.cached_tokens for ev in events), default=0)
+    return {"input_tokens": len(job.prompt_ids) - cached, "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": cached, "output_tokens": job.tokens_out}
 
 
 async def _stream(hub: JobHub, job: Job, head: dict, content: ContentBuilder) -> AsyncIterator[bytes]:
     out: list[bytes] = []
     content.on_event = lambda name, data: out.append(sse_event(data, name))
     start = {**head, "content": [], "stop_reason": None, "stop_sequence": None,
-             "usage": {"input_tokens": len(job.prompt_ids), "output_tokens": 0}}
+             "usage": {"input_tokens": len(job.prompt_ids), "cache_creation_input_tokens": 0,
+                       "cache_read_input_tokens": 0, "output_tokens": 0}}
     yield sse_event({"type": "message_start", "message": start}, "message_start")
     events = []
     async with contextlib.aclosing(hub.event_batches(job)) as batches:
@@ -189,5 +198,5 @@ async def _stream(hub: JobHub, job: Job, head: dict, content: ContentBuilder) ->
     end = _ending(job, events, content.called)
     yield sse_event({"type": "message_delta", "delta": {"stop_reason": end["stop_reason"],
                                                         "stop_sequence": end["stop_sequence"]},
-                     "usage": {"output_tokens": job.tokens_out}}, "message_delta")
+                     "usage": end["usage"]}, "message_delta")
     yield sse_event({"type": "message_stop"}, "message_stop")

@@ -78,7 +78,7 @@ async def _respond(hub: JobHub, jobs: list[Job], fmt: ChoiceFormat, head: dict, 
 
         return SSEResponse(stream_choices(hub, jobs, fmt, chunk, include_usage), on_close=release_all)
     choices = await collect_choices(hub, jobs, fmt, request.receive)
-    return JSONResponse({**head, "choices": choices, "usage": usage(jobs)})
+    return JSONResponse({**head, "choices": choices, "usage": usage(jobs, fmt.cached)})
 
 
 @router.post("/v1/completions", response_model=CompletionResponse, responses=_ERRORS)

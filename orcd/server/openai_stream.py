@@ -33,6 +33,12 @@ class ChoiceFormat:
     _legacy: dict[int, CompletionLogprobs] = field(default_factory=dict)
     _splitters: dict[int, Splitter] = field(default_factory=dict)
     _calls: dict[int, int] = field(default_factory=dict)  # tool calls streamed so far, per choice
+    cached: int = 0  # prompt tokens the prefix cache served to choice 0 (the choice that prefilled)
+
+    def saw(self, index: int, events: list[TokenEvent]) -> None:
+        """Note choice `index`'s events (only choice 0's cached tokens count: forks share its blocks)."""
+        if index == 0:
+            self.cached = max([self.cached, *(ev.cached_tokens for ev in events)])
 
     def first(self) -> dict | None:
         if self.chat:
@@ -72,6 +78,7 @@ class ChoiceFormat:
         return self._legacy[index].block(events)
 
     def full(self, index: int, events: list[TokenEvent], reason: str) -> dict:
+        self.saw(index, events)
         text = "".join(ev.text for ev in events)
         body = {"message": {"role": "assistant", "content": text}} if self.chat else {
             "text": self.echo + text}
@@ -82,10 +89,12 @@ class ChoiceFormat:
                 "finish_reason": self.finish(index, reason)}
 
 
-def usage(jobs: list[Job]) -> dict:
-    """The prompt counts once (it is prefilled once), every choice's tokens count."""
+def usage(jobs: list[Job], cached: int = 0) -> dict:
+    """The prompt counts once (it is prefilled once), every choice's tokens count; `cached`: prompt
+    tokens the prefix cache served (ChoiceFormat.cached)."""
     n_in, n_out = len(jobs[0].prompt_ids), sum(job.tokens_out for job in jobs)
-    return {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
+    return {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out,
+            "prompt_tokens_details": {"cached_tokens": cached}}
 
 
 _DONE = object()
@@ -144,6 +153,7 @@ async def stream_choices(hub: JobHub, jobs: list[Job], fmt: ChoiceFormat, chunk:
             if batch is None:
                 yield PING
                 continue
+            fmt.saw(i, batch)
             out: list[bytes] = []  # a batch of events goes out as one write
             for ev in batch:
                 part = fmt.piece(ev.text, i, ev.finished)
@@ -159,7 +169,7 @@ async def stream_choices(hub: JobHub, jobs: list[Job], fmt: ChoiceFormat, chunk:
             if out:
                 yield b"".join(out)
     if include_usage:
-        yield emit([], usage(jobs))
+        yield emit([], usage(jobs, fmt.cached))
     yield sse_event("[DONE]")
 
 

@@ -108,7 +108,8 @@ async def _run(hub: JobHub, slot: ModelSlot, body: ResponsesRequest, messages: l
     for ev in events:
         builder.push(ev.text, final=ev.finished)
     builder.finish("completed" if job.finish_reason in ("eos", "stop") else "incomplete")
-    return JSONResponse(response_body(head, builder, job, _failure(job, None)))
+    cached = max((ev.cached_tokens for ev in events), default=0)
+    return JSONResponse(response_body(head, builder, job, _failure(job, None), cached))
 
 
 def _failure(job: Job, error: str | None) -> str | None:
@@ -126,13 +127,14 @@ async def _stream(hub: JobHub, job: Job, head: dict, builder: OutputBuilder, wri
     start = {**head, "status": "in_progress", "output": []}
     yield writer.frame("response.created", {"response": start}) + writer.frame("response.in_progress",
                                                                                {"response": start})
-    error = None
+    error, cached = None, 0
     async with contextlib.aclosing(hub.event_batches(job)) as batches:
         async for batch in batches:
             if batch is None:
                 yield PING
                 continue
             for ev in batch:
+                cached = max(cached, ev.cached_tokens)
                 if ev.finished and job.finish_reason in ("error", "cancelled"):
                     error = _failure(job, ev.error)
                     break
@@ -142,4 +144,4 @@ async def _stream(hub: JobHub, job: Job, head: dict, builder: OutputBuilder, wri
                 out.clear()
     builder.finish("completed" if job.finish_reason in ("eos", "stop") else "incomplete")
     event = ENDINGS.get(job.finish_reason, ("completed", "response.completed"))[1]
-    yield b"".join(out) + writer.frame(event, {"response": response_body(head, builder, job, error)})
+    yield b"".join(out) + writer.frame(event, {"response": response_body(head, builder, job, error, cached)})

@@ -157,12 +157,13 @@ def response_head(rid: str, body, model: str, sampling, tools: list[dict] | None
             "metadata": body.metadata or {}, "error": None, "incomplete_details": None, "usage": None}
 
 
-def response_body(head: dict, builder: OutputBuilder, job, error: str | None = None) -> dict:
-    """The whole Response of a finished job (`builder` finished; `error`: why it failed)."""
+def response_body(head: dict, builder: OutputBuilder, job, error: str | None = None, cached: int = 0) -> dict:
+    """The whole Response of a finished job (`builder` finished; `error`: why it failed; `cached`: prompt
+    tokens the prefix cache served, TokenEvent.cached_tokens)."""
     status, _ = ENDINGS.get(job.finish_reason, ("completed", ""))
     n_in, n_out = len(job.prompt_ids), job.tokens_out
     body = {**head, "status": status, "output": copy.deepcopy(builder.items), "usage": {
-        "input_tokens": n_in, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": n_out,
+        "input_tokens": n_in, "input_tokens_details": {"cached_tokens": cached}, "output_tokens": n_out,
         "output_tokens_details": {"reasoning_tokens": builder.reasoning_tokens},
         "total_tokens": n_in + n_out}}
     if status == "incomplete":

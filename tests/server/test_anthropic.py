@@ -37,10 +37,12 @@ def test_message_equals_openai_chat(claude, oai):
     assert (msg.type, msg.role, msg.model) == ("message", "assistant", MODEL) and msg.id.startswith("msg_")
     assert [b.type for b in msg.content] == ["text"]
     assert msg.content[0].text == chat.choices[0].message.content
-    assert (msg.usage.input_tokens, msg.usage.output_tokens) == (chat.usage.prompt_tokens, 12)
+    # Anthropic's split: input_tokens computed + cache_read_input_tokens served by the prefix cache
+    prompt = msg.usage.input_tokens + msg.usage.cache_read_input_tokens
+    assert (prompt, msg.usage.output_tokens) == (chat.usage.prompt_tokens, 12)
     assert msg.stop_reason == "max_tokens" and msg.stop_sequence is None
     n = claude.messages.count_tokens(model=MODEL, system=system, messages=ASK).input_tokens
-    assert n == msg.usage.input_tokens
+    assert n == prompt
 
 
 def test_stream_matches_and_events_are_in_order(claude, server):
@@ -89,8 +91,8 @@ def test_stop_sequence_and_prefill(claude, server):
         raw = c.post("/v1/completions", json={"model": MODEL, "prompt": ids, "max_tokens": 8,
                                               **GREEDY}).json()
     assert cont.content[0].text == raw["choices"][0]["text"]
-    assert cont.usage.input_tokens == len(ids) == claude.messages.count_tokens(
-        model=MODEL, messages=[*ASK, {"role": "assistant", "content": head}]).input_tokens
+    n = claude.messages.count_tokens(model=MODEL, messages=[*ASK, {"role": "assistant", "content": head}])
+    assert cont.usage.input_tokens + cont.usage.cache_read_input_tokens == len(ids) == n.input_tokens
 
 
 @pytest.mark.parametrize("change, field", [
@@ -176,7 +178,7 @@ def test_route_takes_tools_and_history(claude):
                                  extra_body={"seed": 1})
     assert msg.stop_reason in ("end_turn", "max_tokens", "tool_use") and msg.usage.input_tokens > 10
     n = claude.messages.count_tokens(model=MODEL, messages=TOOL_HISTORY, tools=[WEATHER]).input_tokens
-    assert n == msg.usage.input_tokens
+    assert n == msg.usage.input_tokens + msg.usage.cache_read_input_tokens
 
 
 def test_middleware_errors_in_anthropic_shape(server):
