@@ -6,6 +6,7 @@ or calls these functions at its edges (CLI, caches, tests).
 | `ORCD_CACHE_DIR` | orcd's own cache (Triton's remembered key, test data) | `~/.cache/orcd` |
 | `ORCD_TESTDATA_DIR` | pinned test data fetched by `orcd/testdata.py` | `$ORCD_CACHE_DIR/testdata` |
 | `ORCD_API_KEY` | `orcd serve`'s API key when `--api-key` is not given | none (no auth) |
+| `ORCD_ENGINE_PROCESS` | `orcd serve`'s default: `--engine-process` (1) or `--no-engine-process` (0) | off |
 | `TRITON_INTERPRET` | Triton's own switch: kernels run on the CPU interpreter (tests) | off |
 """
 
@@ -30,3 +31,9 @@ def api_key() -> str | None:
 def triton_interpreter() -> bool:
     """Whether Triton runs its kernels in the CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def engine_process() -> bool | None:
+    """`orcd serve --engine-process`'s default from ORCD_ENGINE_PROCESS: True (1), False (0), None (unset)."""
+    value = os.environ.get("ORCD_ENGINE_PROCESS")
+    return None if value in (None, "") else value not in ("0", "false", "no")

@@ -65,6 +65,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gil-switch-interval", type=float, default=None, metavar="SECONDS",
                    help="sys.setswitchinterval for this process (default: Python's 0.005): how long the "
                         "engine thread may wait for the GIL while the HTTP loop holds it")
+    p.add_argument("--engine-process", action=argparse.BooleanOptionalAction, default=None,
+                   help="run each model's engine step loop in a process of its own, so HTTP work never "
+                        "holds its GIL (default: $ORCD_ENGINE_PROCESS, else off)")
     add_engine_options(p)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
@@ -101,26 +104,33 @@ def _pool(args: argparse.Namespace, settings: ServerSettings):
     return ModelPool(specs, lambda spec: build_engine(args, spec.path), settings)
 
 
+def engine_build(args: argparse.Namespace, path: Path):
+    """How to load `path` and build its engine, from the command line's engine options."""
+    from orcd.engine.core_process import EngineBuild
+
+    return EngineBuild(Path(path), device=args.device, dtype=args.dtype, kv_fraction=args.kv_fraction,
+                       num_kv_blocks=args.num_kv_blocks, max_num_seqs=args.max_num_seqs,
+                       max_num_batched_tokens=args.max_num_batched_tokens, enforce_eager=args.enforce_eager,
+                       batch_invariant=args.batch_invariant)
+
+
+def use_engine_process(args: argparse.Namespace) -> bool:
+    """--engine-process / --no-engine-process, else $ORCD_ENGINE_PROCESS, else off."""
+    chosen = getattr(args, "engine_process", None)
+    chosen = env.engine_process() if chosen is None else chosen
+    return bool(chosen)
+
+
 def build_engine(args: argparse.Namespace, path: Path):
+    """An AsyncEngine (the step loop on a thread of this process) or a ProcessEngine (in its own)."""
+    build = engine_build(args, path)
+    if use_engine_process(args):
+        from orcd.engine.core_client import ProcessEngine
+
+        return ProcessEngine(build)
     from orcd.engine.async_engine import AsyncEngine
-    from orcd.engine.llm_engine import LLMEngine
-    from orcd.loading.loader import load_model
 
-    print(f"orcd serve: loading {path} on {args.device} ...", file=sys.stderr, flush=True)
-    import torch
-
-    dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
-    loaded = load_model(path, device=args.device, dtype=dtype)
-    print(f"orcd serve: loaded {loaded.cfg.arch} in {loaded.load_seconds:.2f} s on {loaded.device}, "
-          f"{loaded.weights_bytes / 2**20:.1f} MiB of weights", file=sys.stderr, flush=True)
-    llm = LLMEngine(loaded, kv_fraction=args.kv_fraction, num_kv_blocks=args.num_kv_blocks,
-                    max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                    enforce_eager=args.enforce_eager, batch_invariant=args.batch_invariant)
-    graph = getattr(llm.runner, "graph", None)
-    if graph is not None:
-        print(f"orcd serve: captured {len(graph.buckets)} decode CUDA graphs in "
-              f"{graph.capture_seconds:.2f} s", file=sys.stderr, flush=True)
-    return AsyncEngine(llm)
+    return AsyncEngine(build.build())
 
 
 def run(args: argparse.Namespace, build=None) -> int:

@@ -1,0 +1,221 @@
+"""ProcessEngine: AsyncEngine's interface over an engine process (orcd.engine.core_process).
+
+The API process keeps the GGUF's config and tokenizer (read from the file's header, no weights) and
+validates requests itself; the engine process holds the model. One reader thread here receives each
+engine step's events (one message per step) and hands them to the callers' event loops, exactly as
+AsyncEngine's engine thread does; commands go down from whichever thread sends them.
+If the engine process dies, every open stream ends with an error event and new requests get
+EngineStoppedError (HTTP 503): nothing hangs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from orcd.engine import ipc
+from orcd.engine.async_engine import EngineStoppedError, RequestStream, _deliver, _Sink
+from orcd.engine.core_process import EngineBuild, engine_main
+from orcd.engine.io import EngineRequest
+from orcd.engine.llm_engine import LLMEngine
+from orcd.errors import OrcdError, RequestError
+
+log = logging.getLogger(__name__)
+
+
+class EngineFront:
+    """The LLMEngine facts the API process needs without the model: validation (LLMEngine.validate, the
+    one place requests are checked, over the file's config, the engine's KV capacity and a grammar
+    backend of its own) and the tokenizer."""
+
+    validate = LLMEngine.validate  # reads self.cfg, self.kv_capacity_tokens, self.grammars()
+
+    def __init__(self, cfg, tokenizer, kv_capacity_tokens: int, warm_grammars):
+        self.cfg, self.tokenizer, self.kv_capacity_tokens = cfg, tokenizer, kv_capacity_tokens
+        self._warm_grammars = warm_grammars
+        self._grammars = None
+        self._lock = threading.Lock()
+
+    def grammars(self):
+        with self._lock:
+            if self._grammars is None:
+                from orcd.structured.backend import GrammarBackend
+
+                self._warm_grammars()  # the engine process builds its own (its masks) alongside
+                self._grammars = GrammarBackend(self.tokenizer)
+            return self._grammars
+
+
+class ProcessEngine:
+    """Spawns the engine process and waits (blocking) until its model is loaded; start() starts the reader."""
+
+    def __init__(self, build: EngineBuild, model_name: str | None = None, load_timeout_s: float = 3600.0):
+        from orcd.gguf import open_gguf
+        from orcd.gguf.config import model_config_from_gguf
+        from orcd.tokenizer import load_tokenizer
+
+        gguf = open_gguf(build.path)
+        self.config = model_config_from_gguf(gguf)
+        self.architecture = self.config.arch
+        self.tokenizer = load_tokenizer(gguf.metadata)
+        self.model_name = model_name or gguf.metadata.get("general.name") or self.architecture
+        ctx = multiprocessing.get_context("spawn")  # never fork a process that may hold CUDA or threads
+        self._conn, child = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=engine_main, args=(child, build), name="orcd-engine", daemon=True)
+        self.process.start()
+        child.close()  # the engine process holds the only other end: EOF here when it dies
+        info = self._await_ready(load_timeout_s)
+        self.device = info["device"]
+        self.engine = EngineFront(self.config, self.tokenizer, info["kv_capacity_tokens"],
+                                  lambda: self._post(("warm_grammars",)))
+        self._stats: dict[str, Any] = info["stats"]
+        self._sinks: dict[str, _Sink] = {}  # request_id -> sink; guarded by _lock
+        self._lock = threading.RLock()  # RLock: RequestStream.__del__ may run on any thread
+        self._outbox: deque[tuple] = deque()
+        self._send_lock = threading.Lock()
+        self._accepting = False
+        self._stopping = False
+        self._reader: threading.Thread | None = None
+
+    def _await_ready(self, timeout_s: float) -> dict:
+        deadline = time.monotonic() + timeout_s
+        try:
+            while not self._conn.poll(1.0):
+                if time.monotonic() > deadline:
+                    raise OrcdError(f"the engine process did not load its model in {timeout_s:.0f} s")
+            msg = ipc.loads(self._conn.recv_bytes())
+        except (EOFError, OSError):
+            code = self._exit_code()
+            msg = ("failed", f"the engine process exited while loading (exit code {code})", False)
+        except BaseException:
+            self._kill()
+            raise
+        if msg[0] == "ready":
+            return msg[1]
+        self._kill()
+        raise (OrcdError if msg[2] else RuntimeError)(msg[1])
+
+    # ---- lifecycle ----
+    def start(self) -> None:
+        if self._reader is not None:
+            return
+        self._accepting = True
+        self._reader = threading.Thread(target=self._read_loop, name="orcd-engine-reader", daemon=True)
+        self._reader.start()
+
+    def shutdown(self, grace_s: float = 0.0) -> None:
+        """Stop accepting; let running requests finish for up to grace_s; end the rest as cancelled."""
+        self._accepting, self._stopping = False, True
+        deadline = time.monotonic() + grace_s
+        while grace_s > 0 and self.num_active() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self._post(("stop",))  # the process sends the last events (cancelled), then exits: EOF
+        if self._reader is not None:
+            self._reader.join(timeout=30)
+            self._reader = None
+        self.process.join(timeout=30)
+        self._kill()
+        self._conn.close()
+
+    @property
+    def running(self) -> bool:
+        return self._reader is not None and self._reader.is_alive() and self._accepting
+
+    def num_active(self) -> int:
+        with self._lock:
+            return len(self._sinks)
+
+    def _exit_code(self):
+        self.process.join(timeout=5)
+        return self.process.exitcode
+
+    def _kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=10)
+
+    # ---- requests ----
+    def generate(self, req: EngineRequest) -> RequestStream:
+        """Validate now (raises RequestError / ContextLengthExceededError), then stream TokenEvents."""
+        if not self._accepting:
+            raise EngineStoppedError("the engine is not accepting requests (shutting down, stopped or "
+                                     "its process exited)")
+        self.engine.validate(req)
+        sink = _Sink(asyncio.get_running_loop())
+        with self._lock:
+            if not self._accepting:  # the reader ended every stream meanwhile
+                raise EngineStoppedError("the engine process exited")
+            if req.request_id in self._sinks:
+                raise RequestError(f"request id {req.request_id!r} is already running", param="request_id")
+            self._sinks[req.request_id] = sink
+        self._post(("add", req.request_id, req.prompt_token_ids, req.sampling))
+        return RequestStream(self, req.request_id, sink)
+
+    def cancel(self, request_id: str) -> bool:
+        with self._lock:
+            if request_id not in self._sinks:
+                return False
+        self._post(("abort", request_id))
+        return True
+
+    def stats(self) -> dict[str, Any]:
+        """The snapshot the engine process sent with its last step."""
+        return dict(self._stats)
+
+    def _post(self, msg: tuple) -> None:
+        """Send msg now, or leave it to the thread sending already (a __del__ inside a send, say)."""
+        self._outbox.append(msg)
+        while self._outbox and self._send_lock.acquire(blocking=False):
+            try:
+                while self._outbox:
+                    self._conn.send_bytes(ipc.dumps(self._outbox.popleft()))
+            except (OSError, ValueError):  # the process is gone: the reader ends every stream
+                self._outbox.clear()
+            finally:
+                self._send_lock.release()
+
+    # ---- the reader thread ----
+    def _read_loop(self) -> None:
+        try:
+            while True:
+                msg = ipc.loads(self._conn.recv_bytes())
+                if msg[0] == "step":
+                    self._stats = msg[2]  # first: see AsyncEngine._publish
+                    if msg[1]:
+                        self._publish(msg[1])
+        except (EOFError, OSError):
+            pass
+        except Exception:
+            log.exception("engine process reader failed")
+        self._on_exit()
+
+    def _on_exit(self) -> None:
+        """The engine process is gone: every stream still open ends now (an error unless shutting down)."""
+        with self._lock:
+            self._accepting = False
+            ids = list(self._sinks)
+        if not self._stopping:
+            log.error("the engine process exited (exit code %s); %d stream(s) ended", self._exit_code(),
+                      len(ids))
+        reason = "cancelled" if self._stopping else "error"
+        error = None if self._stopping else "the engine process exited"
+        self._publish([(rid, None, "", 0, True, reason, error, 0, 0, None, None) for rid in ids])
+
+    def _publish(self, wire: list[tuple]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+        with self._lock:
+            for t in wire:
+                rid, finished = t[0], t[4]
+                sink = self._sinks.pop(rid, None) if finished else self._sinks.get(rid)
+                if sink is not None:
+                    by_loop.setdefault(sink.loop, []).append((sink, ipc.event_from_wire(t)))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:  # the caller's loop is closed: nobody is listening
+                pass
