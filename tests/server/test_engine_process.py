@@ -69,10 +69,11 @@ def test_same_tokens_as_in_process(proc_server, server):
 def test_structured_output_in_engine_process(proc_server):
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
               "additionalProperties": False}
+    fmt = {"type": "json_schema", "json_schema": {"name": "yn", "schema": schema, "strict": True}}
     body = {"model": "tiny-qwen2", "messages": [{"role": "user", "content": "Yes?"}], "max_tokens": 60,
-            "temperature": 0, "response_format": {"type": "json_schema",
-                                                  "json_schema": {"name": "yn", "schema": schema, "strict": True}}}
-    r = httpx.post(proc_server.url + "/v1/chat/completions", json=body, headers=proc_server.headers, timeout=60)
+            "temperature": 0, "response_format": fmt}
+    r = httpx.post(proc_server.url + "/v1/chat/completions", json=body, headers=proc_server.headers,
+                   timeout=60)
     assert r.status_code == 200, r.text
     assert isinstance(json.loads(r.json()["choices"][0]["message"]["content"])["ok"], bool)
 
