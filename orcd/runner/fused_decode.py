@@ -27,6 +27,10 @@ from orcd.quant.kernels.gemv_multi import fused_gemv3
 from orcd.quant.kernels.xquant import quantize_x
 
 Q4_K, Q6_K = 12, 14  # GGMLQuantizationType
+# Batches of up to this many rows take the norm-fused path when every product runs on the int8 GEMVs
+# (each program dp4a's a weight tile against up to NT_MAX = 8 tokens: one weight read for 2..8 rows);
+# other models keep GEMV_MAX_N. H100 7B measurement: docs/performance.md.
+I8_MAX_ROWS = 8
 
 
 def _linear(m, x: torch.Tensor) -> torch.Tensor:
@@ -65,6 +69,21 @@ class FusedDecoder:
             blk.mlp.gate.qtype == blk.mlp.up.qtype and blk.mlp.gate.bias is None and blk.mlp.up.bias is None
             and blk.attn.o_proj.bias is None and blk.mlp.down.bias is None for blk in model.blocks)
 
+    def fused_rows(self) -> int:
+        """The most rows the norm-fused step takes: I8_MAX_ROWS where every product (q/k/v, o, gate/up,
+        down, LM head) runs on the int8 GEMVs, else GEMV_MAX_N (the float GEMVs' limit)."""
+        model = self.model
+        if not (self.int8_x and self.int8_attn and model.lm_head.qtype in (Q4_K, Q6_K)):
+            return GEMV_MAX_N
+        for blk in model.blocks:
+            a, mlp = blk.attn, blk.mlp
+            qkv = (a.q_proj, a.k_proj, a.v_proj)
+            if not (all(m.qtype in (Q4_K, Q6_K) for m in (*qkv, a.o_proj, mlp.down))
+                    and mlp.gate.qtype == Q4_K and mlp.up.qtype == Q4_K and mlp.gate.out_features % 32 == 0
+                    and len({m.bias is None for m in qkv}) == 1):
+                return GEMV_MAX_N
+        return max(I8_MAX_ROWS, GEMV_MAX_N)
+
     def _mlp(self, mlp, h: torch.Tensor) -> torch.Tensor:
         g, u = mlp.gate, mlp.up
         glu_ok = g.raw is not None and u.raw is not None and g.qtype == u.qtype and h.shape[0] <= GEMV_MAX_N
@@ -96,7 +115,7 @@ class FusedDecoder:
         res = model.embed(ids).contiguous()  # residual stream [B, H], updated in place
         delta = None
         b = ids.shape[0]
-        if self.fuse_norm and b <= GEMV_MAX_N:
+        if self.fuse_norm and b <= self.fused_rows():
             return self._forward_norm_fused(res, pos, meta, kv)
         for i, blk in enumerate(model.blocks):
             a = blk.attn

@@ -14,7 +14,7 @@ from gpu_blocks import random_blocks, reference, rel_err
 
 from orcd.quant import dequantize
 from orcd.quant.kernels.gemv3_int8 import BO3, gemv3_i8
-from orcd.quant.kernels.gemv_int8 import I8_LAUNCH, gemv_i8, glu_q4k_i8
+from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8, i8_launch
 from orcd.quant.kernels.xquant import quantize_x
 
 INT8_TOL = 2e-2  # vs float64 with x unrounded
@@ -44,7 +44,9 @@ def exact_reference(x: torch.Tensor, xq, xs, raw: torch.Tensor, n: int, k: int, 
     return xhat(xq, xs) @ (w - off).T + x.cpu().double() @ off.T
 
 
-def gemv_cases(dev: str, shapes, ms, dtype=torch.float32, qt=T.Q4_K):
+def gemv_cases(dev: str, shapes, ms, dtype=torch.float32, qt=T.Q4_K, launch=None):
+    """M rows through gemv_i8 (launch: (G, BO, warps, NT) to force NT tokens per program); bias at M = 3,
+    a residual at M = 1 and M >= 5."""
     seed = 100
     for n, k in shapes:
         raw = random_blocks(qt, n, k, seed).to(dev)
@@ -53,19 +55,20 @@ def gemv_cases(dev: str, shapes, ms, dtype=torch.float32, qt=T.Q4_K):
             torch.manual_seed(seed)
             x = torch.randn(m, k).to(dev, dtype)
             bias = torch.randn(n).to(dev, dtype) if m == 3 else None
-            res = torch.randn(m, n).to(dev, dtype) if m == 1 else None
+            res = torch.randn(m, n).to(dev, dtype) if m == 1 or m >= 5 else None
             res0 = res.clone() if res is not None else None
             xq, xs = quantize_x(x)
-            y = gemv_i8(xq, xs, raw, n, k, qt, bias=bias, residual=res, dtype=dtype)
+            y = gemv_i8(xq, xs, raw, n, k, qt, bias=bias, residual=res, dtype=dtype, launch=launch)
             extra = (bias.cpu().double() if bias is not None else 0) + (
                 res0.cpu().double() if res0 is not None else 0)
-            name = f"gemv_{qt.name}_n{n}_k{k}_m{m}_{str(dtype)[6:]}"
+            name = f"gemv_{qt.name}_n{n}_k{k}_m{m}_nt{launch[3] if launch else 'auto'}_{str(dtype)[6:]}"
             exact_tol = EXACT_TOL if dtype == torch.float32 else 1e-2  # bf16 y: its own rounding
             yield name + "_f64", rel_err(y, reference(x.float(), raw, qt, n, k) + extra), INT8_TOL
             yield name + "_exact", rel_err(y, exact_reference(x, xq, xs, raw, n, k, qt) + extra), exact_tol
 
 
-def glu_cases(dev: str, shapes, ms, dtype=torch.float32):
+def glu_cases(dev: str, shapes, ms, dtype=torch.float32, nt=None):
+    """glu_q4k_i8 at its default launch and at BO 32 (output quantized in the epilogue); nt forces NT."""
     seed = 200
     for n, k in shapes:
         g, u = random_blocks(T.Q4_K, n, k, seed).to(dev), random_blocks(T.Q4_K, n, k, seed + 1).to(dev)
@@ -76,9 +79,10 @@ def glu_cases(dev: str, shapes, ms, dtype=torch.float32):
             xq, xs = quantize_x(x)
             ga = exact_reference(x, xq, xs, g, n, k)
             ua = exact_reference(x, xq, xs, u, n, k)
-            for launch in (None, (8, 32, 4)):  # default; BO 32: the output quantized in the epilogue
+            launches = (None, (8, 32, 4)) if nt is None else ((8, 4, 4, nt), (8, 32, 4, nt))
+            for launch in launches:
                 y, yq, ys = glu_q4k_i8(xq, xs, g, u, n, k, dtype, launch=launch)
-                name = f"glu_n{n}_k{k}_m{m}_{launch[1] if launch else 'default'}"
+                name = f"glu_n{n}_k{k}_m{m}_{launch[1] if launch else 'default'}_nt{nt or 'auto'}"
                 tol = 1e-4 if dtype == torch.float32 else 1e-2
                 yield name + "_exact", rel_err(y, torch.nn.functional.silu(ga) * ua), tol
                 yq2, ys2 = quantize_x(y)  # == quantize_x of the output
@@ -118,5 +122,6 @@ def gemv3_cases(dev: str, outs, k: int, qts, ms, dtype=torch.float32):
               for j, (n, qt) in enumerate(zip(outs, qts, strict=True))]
         ys = gemv3_i8(xq, xs, ws, k, dtype)
         for j, (raw, n, qt, bias) in enumerate(ws):
-            alone = gemv_i8(xq, xs, raw, n, k, qt, bias=bias, dtype=dtype, launch=(I8_LAUNCH[qt][0], BO3, 4))
+            launch = (i8_launch(qt, m)[0], BO3, 4)
+            alone = gemv_i8(xq, xs, raw, n, k, qt, bias=bias, dtype=dtype, launch=launch)
             yield f"gemv3_{j}_{qt.name}_m{m}", rel_err(ys[j], alone.cpu().double()), 1e-6

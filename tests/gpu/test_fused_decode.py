@@ -1,4 +1,5 @@
-"""FusedDecoder (fused kernels, decode only) == model forward + compute_logits, on CUDA, bf16."""
+"""FusedDecoder (fused kernels, decode only) == model forward + compute_logits, on CUDA, bf16; 2 rows and
+6 (Q4_K_M: above GEMV_MAX_N, the int8 GEMVs' multi-token programs)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ pytestmark = [
 ]
 
 
+@pytest.mark.parametrize("rows", [2, 6])
 @pytest.mark.parametrize("fuse_norm", [False, True])
 @pytest.mark.parametrize("quant", ["Q8_0", "Q4_K_M"])
 @torch.inference_mode()
-def test_fused_decode_matches_model(tmp_path, quant, fuse_norm):
+def test_fused_decode_matches_model(tmp_path, quant, fuse_norm, rows):
     from orcd.cli.synth import synth_like
     from orcd.loading.loader import load_model
     from orcd.models.kv_cache import KVCache
@@ -25,18 +27,18 @@ def test_fused_decode_matches_model(tmp_path, quant, fuse_norm):
     path, _ = synth_like(str(tmp_path / "m.gguf"), like, quant)
     loaded = load_model(path, "cuda", tokenizer=False)
     model, page = loaded.model, 16
-    kv = KVCache.allocate(loaded.cfg, 16, page, "cuda", loaded.dtype)
-    tables = torch.arange(16, dtype=torch.int32, device="cuda").view(2, 8)
+    kv = KVCache.allocate(loaded.cfg, 8 * rows, page, "cuda", loaded.dtype)
+    tables = torch.arange(8 * rows, dtype=torch.int32, device="cuda").view(rows, 8)
     fused = FusedDecoder(model, fuse_norm=fuse_norm)
     assert fused.fuse_norm == fuse_norm
-    pos = torch.tensor([30, 77], device="cuda")
+    pos = torch.tensor([30, 77, 5, 100, 64, 15][:rows], device="cuda")
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for _ in range(4):  # two sequences, four steps; the cache holds whatever earlier steps wrote
+    for _ in range(4):  # `rows` sequences, four steps; the cache holds whatever earlier steps wrote
         slots = tables.gather(1, (pos // page)[:, None].int()).view(-1).long() * page + pos % page
-        meta = AttnMetadata(cu_seqlens_q=torch.arange(3, dtype=torch.int32, device="cuda"),
+        meta = AttnMetadata(cu_seqlens_q=torch.arange(rows + 1, dtype=torch.int32, device="cuda"),
                             seq_lens=(pos + 1).int(), block_tables=tables, slot_mapping=slots,
                             max_query_len=1, max_seq_len=int(pos.max()) + 1)
-        ids = torch.randint(0, loaded.cfg.vocab_size, (2,), device="cuda", generator=gen)
+        ids = torch.randint(0, loaded.cfg.vocab_size, (rows,), device="cuda", generator=gen)
         out = fused(ids, pos, meta, kv)
         ref = model.compute_logits(model(ids, pos, meta, kv))
         assert out.shape == ref.shape and torch.isfinite(out).all()

@@ -1,6 +1,7 @@
 """The int8-activation Q4_K kernels (gemv_int8.py) against float64 and exact int8 references
 (int8_cases.py): compiled on CUDA at the 7B shapes and odd ones (M = 1, 3, 17, 64; K not a multiple
-of a pass), and under TRITON_INTERPRET=1 on the CPU."""
+of a pass; M = 2..16 rows through NT tokens per program at the 7B shapes), and under TRITON_INTERPRET=1
+on the CPU (M = 1, 2, 3, 5, 8, 9: NT = 1, 2, 4, 8 and last programs with fewer tokens)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from interp_run import interpreter_only, run_under_interpreter
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 MS = [1, 3, 17, 64]
+BIG_MS = [1, 2, 3, 8, 16]  # the decode batches the multi-token programs are for
 
 
 def _check(cases):
@@ -22,7 +24,7 @@ def _check(cases):
 @interpreter_only
 def test_int8_kernels_under_interpreter():
     results = run_under_interpreter("interp_int8.py", timeout=180)
-    assert len(results) == 25
+    assert len(results) == 40
     for name, err, tol in results:
         assert float(err) < float(tol), name
 
@@ -38,21 +40,21 @@ def test_quantize_x_cuda(dtype):
 @cuda
 @pytest.mark.parametrize("shape", [(512, 3584), (3584, 3584), (37, 768), (3584, 18944)])
 def test_gemv_q4k_i8_cuda(shape):
-    _check(gemv_cases("cuda", [shape], MS if shape[0] < 3584 else [1, 3]))
+    _check(gemv_cases("cuda", [shape], MS if shape[0] < 3584 else BIG_MS))
 
 
 @pytest.mark.gpu
 @cuda
 @pytest.mark.parametrize("shape", [(512, 3584), (21, 768), (3584, 18944), (152064, 3584)])
 def test_gemv_q6k_i8_cuda(shape):
-    _check(gemv_cases("cuda", [shape], MS if shape[0] < 3584 else [1, 3], qt=T.Q6_K))
+    _check(gemv_cases("cuda", [shape], MS if shape[0] < 3584 else BIG_MS, qt=T.Q6_K))
 
 
 @pytest.mark.gpu
 @cuda
 @pytest.mark.parametrize("shape", [(64, 768), (18944, 3584)])
 def test_glu_q4k_i8_cuda(shape):
-    _check(glu_cases("cuda", [shape], MS if shape[0] < 1024 else [1]))
+    _check(glu_cases("cuda", [shape], MS if shape[0] < 1024 else [1, 8]))
 
 
 @pytest.mark.gpu
@@ -74,10 +76,17 @@ def test_fused_decoder_int8_x_not_for_float32(tmp_path, dtype):
     pytest.importorskip("triton")
     from orcd.cli.synth import synth_like
     from orcd.loading.loader import load_model
-    from orcd.runner.fused_decode import FusedDecoder
+    from orcd.quant.kernels.fused_linear import GEMV_MAX_N
+    from orcd.runner.fused_decode import I8_MAX_ROWS, FusedDecoder
 
     path, _ = synth_like(str(tmp_path / "m.gguf"), "tiny-qwen2-256", "Q4_K_M")
     model = load_model(path, "cpu", dtype=dtype, tokenizer=False).model
     assert FusedDecoder(model).int8_x == (dtype != torch.float32)
     assert FusedDecoder(model).int8_attn == (dtype != torch.float32)
     assert not FusedDecoder(model, int8_x=False).int8_x
+    # every product Q4_K/Q6_K (Q6_K head): int8 multi-token GEMVs up to I8_MAX_ROWS rows, else the float
+    # GEMVs' GEMV_MAX_N
+    dec = FusedDecoder(model)
+    assert dec.fused_rows() == (I8_MAX_ROWS if dtype != torch.float32 else GEMV_MAX_N)
+    dec.int8_attn = False
+    assert dec.fused_rows() == GEMV_MAX_N

@@ -10,6 +10,8 @@ multiplies them with the matching x word: about 1.5 integer instructions per wei
   ql[32:] and qh gives 4 values 0..63 for each of the 32-input groups k = 0..3 (elements h * 128 + 32k
   + 4w + i); per 16-input scale group: d * sc * (dx * dot(v, xq) - 32 * sum(x)).
 Only the dot sees x's int8 rounding (|x - dx * xq| <= dx / 2); offset terms use x's exact sums.
+Each program takes NT tokens (x rows): it loads a weight tile once and dp4a's it against all NT
+tokens' x words (a leading token axis on every tile), so N <= NT rows read each weight once.
 """
 
 from __future__ import annotations
@@ -20,28 +22,48 @@ import torch
 import triton
 import triton.language as tl
 
-from orcd.quant.kernels.fused_linear import _views, gemv_epilogue, launch_opts
+from orcd.quant.kernels.fused_linear import _views, launch_opts
 from orcd.quant.kernels.gemv_tiles import _f16, _w_q4_k
 from orcd.quant.kernels.xquant import asm_ok, dp4a, quantize_x, store_quant32
 
-# (G groups per pass: 64-input chunks for Q4_K, 128-input halves for Q6_K; BO rows per program; warps).
-# H100 sweep (bench/kernels/int8_gemv.py, docs/performance.md), 7B shapes: Q4_K G 64 / BO 4 / 4 warps,
-# Q6_K G 8 / BO 8 / 4 warps (LM head 287 us, down 52 us). "glu": the SwiGLU kernel, G 32 / BO 4 (its
-# output then quantized by quantize_x: 46.7 us together) beat BO 32 with the quantization in its
-# epilogue (62.6 us), which stays available (launch=(8, 32, 4)).
-I8_LAUNCH = MappingProxyType({12: (64, 4, 4), 14: (8, 8, 4), "glu": (32, 4, 4)})
+# (G groups per pass: 64-input chunks for Q4_K, 128-input halves for Q6_K; BO rows per program; warps),
+# by NT tokens per program. NT 1, H100 sweep (bench/kernels/int8_gemv.py, docs/performance.md), 7B
+# shapes: Q4_K G 64 / BO 4 / 4 warps, Q6_K G 8 / BO 8 / 4 warps (LM head 287 us, down 52 us). "glu":
+# the SwiGLU kernel, G 32 / BO 4 (its output then quantized by quantize_x: 46.7 us together) beat BO 32
+# with the quantization in its epilogue (62.6 us), which stays available (launch=(8, 32, 4)).
+I8_LAUNCH = MappingProxyType({
+    1: MappingProxyType({12: (64, 4, 4), 14: (8, 8, 4), "glu": (32, 4, 4)}),
+    2: MappingProxyType({12: (32, 4, 4), 14: (4, 8, 4), "glu": (16, 4, 4)}),
+    4: MappingProxyType({12: (16, 4, 4), 14: (2, 8, 4), "glu": (8, 4, 4)}),
+    8: MappingProxyType({12: (8, 4, 4), 14: (1, 8, 4), "glu": (4, 4, 4)}),
+})
+NT_MAX = 8  # tokens per program at most; more rows take ceil(N / 8) programs per row block
+
+
+def tokens_per_program(n: int) -> int:
+    """NT for an N-row product: the power of two >= N, at most NT_MAX."""
+    return min(triton.next_power_of_2(max(n, 1)), NT_MAX)
+
+
+def i8_launch(key, n: int, launch: tuple | None = None) -> tuple[int, int, int, int]:
+    """(G, BO, warps, NT) for N rows: launch (G, BO, warps[, NT]) if given, else the table's."""
+    if launch is not None:
+        return (*launch, tokens_per_program(n)) if len(launch) == 3 else tuple(launch)
+    nt = tokens_per_program(n)
+    return (*I8_LAUNCH[nt][key], nt)
 
 
 @triton.jit
-def _q4k_pass(p8, p16, p32, row16, rmask, xq, xs, k0, K, G: tl.constexpr, ASM: tl.constexpr,
+def _q4k_pass(p8, p16, p32, row16, rmask, xq, xs, tm, k0, K, G: tl.constexpr, ASM: tl.constexpr,
               WAIT: tl.constexpr, PDL: tl.constexpr, s8=None, s16=None, s32=None, DUAL: tl.constexpr = False):
-    """G 64-input chunks from k0: partial sums [BO, G, 1] (and the second matrix's, DUAL). Weight loads
-    are issued first; WAIT (the first pass) then waits for the previous kernel (PDL) before x."""
-    gc = tl.arange(0, G)[None, :, None]
+    """G 64-input chunks from k0: partial sums [NT, BO, G, 1] (and the second matrix's, DUAL); row16,
+    rmask [1, BO, 1, 1]; xq, xs, tm: each token's x rows and mask [NT, 1, 1, 1]. Weight loads are issued
+    first; WAIT (the first pass) then waits for the previous kernel (PDL) before x."""
+    gc = tl.arange(0, G)[None, None, :, None]
     ch = k0 // 64 + gc
     km = ch * 64 < K
     blk16 = row16 + (ch // 4) * 72
-    w = tl.arange(0, 8)[None, None, :]
+    w = tl.arange(0, 8)[None, None, None, :]
     wa = _w_q4_k(p8, p16, p32, blk16, ch % 4, w, rmask & km)
     wb = wa
     if DUAL:
@@ -50,12 +72,13 @@ def _q4k_pass(p8, p16, p32, row16, rmask, xq, xs, k0, K, G: tl.constexpr, ASM: t
         tl.extra.cuda.gdc_wait()
         if PDL == 3:
             tl.extra.cuda.gdc_launch_dependents()
-    xlo = tl.load(xq + ch * 16 + w, mask=km, other=0)
-    xhi = tl.load(xq + ch * 16 + 8 + w, mask=km, other=0)
+    xm = km & tm
+    xlo = tl.load(xq + ch * 16 + w, mask=xm, other=0)
+    xhi = tl.load(xq + ch * 16 + 8 + w, mask=xm, other=0)
     s = xs + ch * 8  # sub-block 2ch: (dx, sum, sum, 0) at 8ch..8ch+3; 2ch + 1 at 8ch + 4..
-    xt = (xlo, xhi, tl.load(s, mask=km, other=0.0), tl.load(s + 1, mask=km, other=0.0)
-          + tl.load(s + 2, mask=km, other=0.0), tl.load(s + 4, mask=km, other=0.0),
-          tl.load(s + 5, mask=km, other=0.0) + tl.load(s + 6, mask=km, other=0.0))
+    xt = (xlo, xhi, tl.load(s, mask=xm, other=0.0), tl.load(s + 1, mask=xm, other=0.0)
+          + tl.load(s + 2, mask=xm, other=0.0), tl.load(s + 4, mask=xm, other=0.0),
+          tl.load(s + 5, mask=xm, other=0.0) + tl.load(s + 6, mask=xm, other=0.0))
     a = _dot_q4k(wa, xt, ASM)
     b = a
     if DUAL:
@@ -67,8 +90,8 @@ def _q4k_pass(p8, p16, p32, row16, rmask, xq, xs, k0, K, G: tl.constexpr, ASM: t
 def _dot_q4k(wt, xt, ASM: tl.constexpr):
     d, dmin, sc_lo, m_lo, sc_hi, m_hi, q = wt
     xlo, xhi, dlo, slo, dhi, shi = xt
-    ilo = tl.sum(dp4a(q & 0x0F0F0F0F, xlo, ASM), axis=2, keep_dims=True).to(tl.float32)
-    ihi = tl.sum(dp4a((q >> 4) & 0x0F0F0F0F, xhi, ASM), axis=2, keep_dims=True).to(tl.float32)
+    ilo = tl.sum(dp4a(q & 0x0F0F0F0F, xlo, ASM), axis=3, keep_dims=True).to(tl.float32)
+    ihi = tl.sum(dp4a((q >> 4) & 0x0F0F0F0F, xhi, ASM), axis=3, keep_dims=True).to(tl.float32)
     return d * (sc_lo * dlo * ilo + sc_hi * dhi * ihi) - dmin * (m_lo * slo + m_hi * shi)
 
 
@@ -80,12 +103,13 @@ def _word(p16, off16, m):
 
 
 @triton.jit
-def _q6k_pass(p8, p16, row16, rmask, xq, xs, k0, K, G: tl.constexpr, ASM: tl.constexpr, WAIT: tl.constexpr,
-              PDL: tl.constexpr):
-    """G 128-input halves from k0: partial sums [BO, G, 2, 1] (dims: rows, halves, scale group, 1)."""
-    gh = tl.arange(0, G)[None, :, None, None]
-    gg = tl.arange(0, 2)[None, None, :, None]
-    w = gg * 4 + tl.arange(0, 4)[None, None, None, :]  # word 0..7 of the half's 32 bytes
+def _q6k_pass(p8, p16, row16, rmask, xq, xs, tm, k0, K, G: tl.constexpr, NT: tl.constexpr, BO: tl.constexpr,
+              ASM: tl.constexpr, WAIT: tl.constexpr, PDL: tl.constexpr):
+    """G 128-input halves from k0: partial sums [NT, BO, G, 2, 1] (dims: tokens, rows, halves, scale
+    group, 1); row16, rmask [1, BO, 1, 1, 1]; xq, xs, tm [NT, 1, 1, 1, 1]."""
+    gh = tl.arange(0, G)[None, None, :, None, None]
+    gg = tl.arange(0, 2)[None, None, None, :, None]
+    w = gg * 4 + tl.arange(0, 4)[None, None, None, None, :]  # word 0..7 of the half's 32 bytes
     hh = k0 // 128 + gh
     km = hh * 128 < K
     m = rmask & km
@@ -94,13 +118,14 @@ def _q6k_pass(p8, p16, row16, rmask, xq, xs, k0, K, G: tl.constexpr, ASM: tl.con
     qla = _word(p16, blk16 + half * 32 + 2 * w, m)
     qlb = _word(p16, blk16 + half * 32 + 16 + 2 * w, m)
     qh = _word(p16, blk16 + 64 + half * 16 + 2 * w, m)
-    d = _f16(p16, blk16 + 104, m)  # [BO, G, 1, 1]
+    d = _f16(p16, blk16 + 104, m)  # [1, BO, G, 1, 1]
     sc = p8 + blk16 * 2 + 192 + half * 8 + gg  # + 2k: group k's two scales
     if WAIT and PDL:
         tl.extra.cuda.gdc_wait()
         if PDL == 3:
             tl.extra.cuda.gdc_launch_dependents()
-    acc = tl.zeros((d.shape[0], G, 2, 1), tl.float32)
+    xm = km & tm
+    acc = tl.zeros((NT, BO, G, 2, 1), tl.float32)
     for k in tl.static_range(4):
         if k == 0:
             v = (qla & 0x0F0F0F0F) | ((qh & 0x03030303) << 4)
@@ -110,113 +135,133 @@ def _q6k_pass(p8, p16, row16, rmask, xq, xs, k0, K, G: tl.constexpr, ASM: tl.con
             v = ((qla >> 4) & 0x0F0F0F0F) | (qh & 0x30303030)
         else:
             v = ((qlb >> 4) & 0x0F0F0F0F) | ((qh >> 2) & 0x30303030)
-        xw = tl.load(xq + hh * 32 + 8 * k + w, mask=km, other=0)
+        xw = tl.load(xq + hh * 32 + 8 * k + w, mask=xm, other=0)
         xb = xs + (hh * 4 + k) * 4
-        dx = tl.load(xb, mask=km, other=0.0)
-        s16 = tl.load(xb + 1 + gg, mask=km, other=0.0)
-        dot = tl.sum(dp4a(v, xw, ASM), axis=3, keep_dims=True).to(tl.float32)
+        dx = tl.load(xb, mask=xm, other=0.0)
+        s16 = tl.load(xb + 1 + gg, mask=xm, other=0.0)
+        dot = tl.sum(dp4a(v, xw, ASM), axis=4, keep_dims=True).to(tl.float32)
         scale = tl.load(sc + 2 * k, mask=m, other=0).to(tl.int8, bitcast=True).to(tl.float32)
         acc += scale * (dx * dot - 32.0 * s16)
     return d * acc
 
 
 @triton.jit
-def gemv_i8_program(pid, n, xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_yn, b_ptr,
-                    QT: tl.constexpr, G: tl.constexpr, BO: tl.constexpr, ASM: tl.constexpr,
+def _epilogue(out, rows, tok, N, y_ptr, OUT, stride_yn, b_ptr, HAS_BIAS: tl.constexpr, RES: tl.constexpr):
+    """out [NT, BO] -> y[tok, rows] (+ bias; RES: + y's old value, the residual stream, in place)."""
+    m = (tok < N)[:, None] & (rows < OUT)[None, :]
+    if HAS_BIAS:
+        out += tl.load(b_ptr + rows, mask=rows < OUT, other=0.0).to(tl.float32)[None, :]
+    yp = y_ptr + tok[:, None] * stride_yn + rows[None, :]
+    if RES:
+        out += tl.load(yp, mask=m, other=0.0).to(tl.float32)
+    tl.store(yp, out.to(y_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def gemv_i8_program(pid, nb, N, xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_yn, b_ptr,
+                    QT: tl.constexpr, G: tl.constexpr, BO: tl.constexpr, NT: tl.constexpr, ASM: tl.constexpr,
                     HAS_BIAS: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr):
-    """Rows [pid * BO, (pid + 1) * BO) of token n over all of K; QT 12 Q4_K, 14 Q6_K."""
+    """Rows [pid * BO, (pid + 1) * BO) of tokens [nb * NT, (nb + 1) * NT) (< N) over all of K; QT 12
+    Q4_K, 14 Q6_K."""
     rows = pid * BO + tl.arange(0, BO)
-    xq = xq_ptr + n * (K // 4)
-    xs = xs_ptr + n * (K // 8)
+    tok = nb * NT + tl.arange(0, NT)
     if QT == 12:
-        rmask = (rows < OUT)[:, None, None]
-        row16 = rows.to(tl.int64)[:, None, None] * (row_bytes // 2)
-        acc, _ = _q4k_pass(p8, p16, p32, row16, rmask, xq, xs, 0, K, G, ASM, True, PDL)
+        t4 = tok[:, None, None, None]
+        xq, xs, tm = xq_ptr + t4 * (K // 4), xs_ptr + t4 * (K // 8), t4 < N
+        rmask = (rows < OUT)[None, :, None, None]
+        row16 = rows.to(tl.int64)[None, :, None, None] * (row_bytes // 2)
+        acc, _ = _q4k_pass(p8, p16, p32, row16, rmask, xq, xs, tm, 0, K, G, ASM, True, PDL)
         for k0 in range(G * 64, K, G * 64):
-            acc += _q4k_pass(p8, p16, p32, row16, rmask, xq, xs, k0, K, G, ASM, False, PDL)[0]
-        out = tl.sum(tl.sum(acc, axis=2), axis=1)
+            acc += _q4k_pass(p8, p16, p32, row16, rmask, xq, xs, tm, k0, K, G, ASM, False, PDL)[0]
+        out = tl.sum(tl.sum(acc, axis=3), axis=2)
     else:
-        rmask = (rows < OUT)[:, None, None, None]
-        row16 = rows.to(tl.int64)[:, None, None, None] * (row_bytes // 2)
-        acc = _q6k_pass(p8, p16, row16, rmask, xq, xs, 0, K, G, ASM, True, PDL)
+        t5 = tok[:, None, None, None, None]
+        xq, xs, tm = xq_ptr + t5 * (K // 4), xs_ptr + t5 * (K // 8), t5 < N
+        rmask = (rows < OUT)[None, :, None, None, None]
+        row16 = rows.to(tl.int64)[None, :, None, None, None] * (row_bytes // 2)
+        acc = _q6k_pass(p8, p16, row16, rmask, xq, xs, tm, 0, K, G, NT, BO, ASM, True, PDL)
         for k0 in range(G * 128, K, G * 128):
-            acc += _q6k_pass(p8, p16, row16, rmask, xq, xs, k0, K, G, ASM, False, PDL)
-        out = tl.sum(tl.sum(tl.sum(acc, axis=3), axis=2), axis=1)
-    gemv_epilogue(out, rows, n, y_ptr, OUT, stride_yn, b_ptr, HAS_BIAS, RES)
+            acc += _q6k_pass(p8, p16, row16, rmask, xq, xs, tm, k0, K, G, NT, BO, ASM, False, PDL)
+        out = tl.sum(tl.sum(tl.sum(acc, axis=4), axis=3), axis=2)
+    _epilogue(out, rows, tok, N, y_ptr, OUT, stride_yn, b_ptr, HAS_BIAS, RES)
 
 
 @triton.jit
-def _gemv_i8_kernel(xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_yn, b_ptr,
-                    QT: tl.constexpr, G: tl.constexpr, BO: tl.constexpr, ASM: tl.constexpr,
+def _gemv_i8_kernel(xq_ptr, xs_ptr, p8, p16, p32, y_ptr, N, OUT, K, row_bytes, stride_yn, b_ptr,
+                    QT: tl.constexpr, G: tl.constexpr, BO: tl.constexpr, NT: tl.constexpr, ASM: tl.constexpr,
                     HAS_BIAS: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr = 0):
-    gemv_i8_program(tl.program_id(0), tl.program_id(1), xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K,
-                    row_bytes, stride_yn, b_ptr, QT, G, BO, ASM, HAS_BIAS, RES, PDL)
+    gemv_i8_program(tl.program_id(0), tl.program_id(1), N, xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K,
+                    row_bytes, stride_yn, b_ptr, QT, G, BO, NT, ASM, HAS_BIAS, RES, PDL)
 
 
 @triton.jit
-def _glu_i8_kernel(xq_ptr, xs_ptr, g8, g16, g32, u8, u16, u32, y_ptr, yq_ptr, ys_ptr, OUT, K, row_bytes,
-                   stride_yn, G: tl.constexpr, BO: tl.constexpr, ASM: tl.constexpr, QOUT: tl.constexpr,
-                   PDL: tl.constexpr = 0):
-    # program (i, n): y[n, rows] = silu(x @ Wg.T) * (x @ Wu.T) for rows [i * BO, (i + 1) * BO); QOUT
-    # (BO == 32): also those 32 outputs as int8 words + (dy, sums), the down product's input
-    n = tl.program_id(1)
+def _glu_i8_kernel(xq_ptr, xs_ptr, g8, g16, g32, u8, u16, u32, y_ptr, yq_ptr, ys_ptr, N, OUT, K, row_bytes,
+                   stride_yn, G: tl.constexpr, BO: tl.constexpr, NT: tl.constexpr, ASM: tl.constexpr,
+                   QOUT: tl.constexpr, PDL: tl.constexpr = 0):
+    # program (i, j): y[t, rows] = silu(x @ Wg.T) * (x @ Wu.T) for rows [i * BO, (i + 1) * BO) and
+    # tokens t in [j * NT, (j + 1) * NT); QOUT (BO == 32): also those 32 outputs as int8 words + (dy,
+    # sums), the down product's input
+    tok = tl.program_id(1) * NT + tl.arange(0, NT)
     rows = tl.program_id(0) * BO + tl.arange(0, BO)
-    rmask = (rows < OUT)[:, None, None]
-    row16 = rows.to(tl.int64)[:, None, None] * (row_bytes // 2)
-    xq = xq_ptr + n * (K // 4)
-    xs = xs_ptr + n * (K // 8)
-    acc_g, acc_u = _q4k_pass(g8, g16, g32, row16, rmask, xq, xs, 0, K, G, ASM, True, PDL, u8, u16, u32, True)
+    t4 = tok[:, None, None, None]
+    xq, xs, tm = xq_ptr + t4 * (K // 4), xs_ptr + t4 * (K // 8), t4 < N
+    rmask = (rows < OUT)[None, :, None, None]
+    row16 = rows.to(tl.int64)[None, :, None, None] * (row_bytes // 2)
+    acc_g, acc_u = _q4k_pass(g8, g16, g32, row16, rmask, xq, xs, tm, 0, K, G, ASM, True, PDL, u8, u16, u32,
+                             True)
     for k0 in range(G * 64, K, G * 64):
-        a, b = _q4k_pass(g8, g16, g32, row16, rmask, xq, xs, k0, K, G, ASM, False, PDL, u8, u16, u32, True)
+        a, b = _q4k_pass(g8, g16, g32, row16, rmask, xq, xs, tm, k0, K, G, ASM, False, PDL, u8, u16, u32,
+                         True)
         acc_g += a
         acc_u += b
-    a = tl.sum(tl.sum(acc_g, axis=2), axis=1)
-    b = tl.sum(tl.sum(acc_u, axis=2), axis=1)
+    a = tl.sum(tl.sum(acc_g, axis=3), axis=2)  # [NT, BO]
+    b = tl.sum(tl.sum(acc_u, axis=3), axis=2)
     y = (a / (1.0 + tl.exp(-a)) * b).to(y_ptr.dtype.element_ty)
-    tl.store(y_ptr + n * stride_yn + rows, y, mask=rows < OUT)
-    if QOUT:
-        blk = tl.program_id(0) + tl.arange(0, 1)
-        yv = tl.reshape(y.to(tl.float32), (1, 8, 4))
-        store_quant32(yv, yq_ptr + n * (OUT // 4), ys_ptr + n * (OUT // 8), blk, blk >= 0)
+    m = (tok < N)[:, None] & (rows < OUT)[None, :]
+    tl.store(y_ptr + tok[:, None] * stride_yn + rows[None, :], y, mask=m)
+    if QOUT:  # token t's block i is block t * OUT / 32 + i of the contiguous [N, OUT / 32] outputs
+        yv = tl.reshape(y.to(tl.float32), (NT, 8, 4))
+        store_quant32(yv, yq_ptr, ys_ptr, tok * (OUT // 32) + tl.program_id(0), tok < N)
 
 
 def gemv_i8(xq: torch.Tensor, xs: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int,
             qtype: int, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
-            dtype: torch.dtype = torch.bfloat16, launch: tuple[int, int, int] | None = None) -> torch.Tensor:
+            dtype: torch.dtype = torch.bfloat16, launch: tuple | None = None) -> torch.Tensor:
     """y [N, out] = x @ W.T for x from quantize_x (xq [N, K / 4], xs [N, K / 32, 4]) and W raw Q4_K (12)
-    or Q6_K (14) [out, row_bytes]; + bias; residual [N, out]: added into it in place and returned."""
+    or Q6_K (14) [out, row_bytes]; + bias; residual [N, out]: added into it in place and returned.
+    launch: (G, BO, warps[, NT]) instead of I8_LAUNCH's."""
     qt = int(qtype)
     n = xq.shape[0]
     y = residual if residual is not None else torch.empty((n, out_features), dtype=dtype, device=xq.device)
-    g, bo, warps = launch or I8_LAUNCH[qt]
+    g, bo, warps, nt = i8_launch(qt, n, launch)
     g = min(g, triton.next_power_of_2(triton.cdiv(in_features, 64 if qt == 12 else 128)))
     row_bytes = in_features // 256 * (144 if qt == 12 else 210)
-    _gemv_i8_kernel[(triton.cdiv(out_features, bo), n)](
-        xq, xs, *_views(raw, qt), y, out_features, in_features, row_bytes, y.stride(0), bias, QT=qt, G=g,
-        BO=bo, ASM=asm_ok(xq.device), HAS_BIAS=bias is not None, RES=residual is not None, num_warps=warps,
-        **launch_opts(xq.device))
+    _gemv_i8_kernel[(triton.cdiv(out_features, bo), triton.cdiv(n, nt))](
+        xq, xs, *_views(raw, qt), y, n, out_features, in_features, row_bytes, y.stride(0), bias, QT=qt, G=g,
+        BO=bo, NT=nt, ASM=asm_ok(xq.device), HAS_BIAS=bias is not None, RES=residual is not None,
+        num_warps=warps, **launch_opts(xq.device))
     return y
 
 
 def glu_q4k_i8(xq: torch.Tensor, xs: torch.Tensor, raw_gate: torch.Tensor, raw_up: torch.Tensor,
                out_features: int, in_features: int, dtype: torch.dtype = torch.bfloat16,
-               quant_out: bool = True, launch: tuple[int, int, int] | None = None):
+               quant_out: bool = True, launch: tuple | None = None):
     """silu(x @ Wg.T) * (x @ Wu.T) -> (y [N, out] in dtype, and with quant_out y as quantize_x gives it:
     yq, ys, else None, None); out % 32 == 0, both weights raw Q4_K."""
     n = xq.shape[0]
     if out_features % 32:
         raise ValueError("the SwiGLU int8 kernel needs out_features % 32 == 0")
     dev = xq.device
-    g, bo, warps = launch or I8_LAUNCH["glu"]
+    g, bo, warps, nt = i8_launch("glu", n, launch)
     g = min(g, triton.next_power_of_2(triton.cdiv(in_features, 64)))
     qout = quant_out and bo == 32
     y = torch.empty((n, out_features), dtype=dtype, device=dev)
     yq = torch.empty((n, out_features // 4), dtype=torch.int32, device=dev) if qout else None
     ys = torch.empty((n, out_features // 32, 4), dtype=torch.float32, device=dev) if qout else None
-    _glu_i8_kernel[(triton.cdiv(out_features, bo), n)](
-        xq, xs, *_views(raw_gate, 12), *_views(raw_up, 12), y, yq, ys, out_features, in_features,
-        in_features // 256 * 144, y.stride(0), G=g, BO=bo, ASM=asm_ok(dev), QOUT=qout, num_warps=warps,
-        **launch_opts(dev))
+    _glu_i8_kernel[(triton.cdiv(out_features, bo), triton.cdiv(n, nt))](
+        xq, xs, *_views(raw_gate, 12), *_views(raw_up, 12), y, yq, ys, n, out_features, in_features,
+        in_features // 256 * 144, y.stride(0), G=g, BO=bo, NT=nt, ASM=asm_ok(dev), QOUT=qout,
+        num_warps=warps, **launch_opts(dev))
     if quant_out and not qout:
         yq, ys = quantize_x(y)
     return y, yq, ys

@@ -23,8 +23,9 @@ def asm_ok(device: torch.device) -> bool:
 
 @triton.jit
 def dp4a(a, b, ASM: tl.constexpr):
-    """Per element: sum over the 4 bytes of a times the 4 bytes of b (signed int8 each), as int32."""
-    b = tl.broadcast_to(b, a.shape)
+    """Per element: sum over the 4 bytes of a times the 4 bytes of b (signed int8 each), as int32; a and b
+    broadcast against each other (weight words [1, BO, ...] against x words [NT, 1, ...])."""
+    a, b = tl.broadcast(a, b)
     if ASM:
         return tl.inline_asm_elementwise("dp4a.s32.s32 $0, $1, $2, $3;", "=r,r,r,r",
                                          [a, b, tl.zeros_like(a)], dtype=tl.int32, is_pure=True, pack=1)
