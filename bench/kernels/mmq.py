@@ -1,0 +1,137 @@
+"""The batched decode products at the 7B Q4_K_M shapes, M = 5..64 rows, on CUDA: mmq.py's int8 tensor-core
+kernel (and its bf16-weight variant) against today's paths (batched_linear, dequantize + cuBLAS).
+
+usage: python bench/kernels/mmq.py OUT.json [--ms 8,16,32,64] [--sweep-ms 16,64] [--jobs 12]
+
+Each product timed alone from a CUDA graph over >= 200 MB of weight copies (bench/peers/products.py's
+method: time = median replay / launches; floor = weight bytes / measured copy bandwidth). --jobs N first
+runs every candidate once in N processes (to compile the Triton kernels in parallel), then times them
+one at a time in this process. Writes OUT.json (rows) and OUT.md (the best per product and M).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+
+import torch
+from gguf import GGMLQuantizationType as Q
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "bench/peers")]
+from products import LAYOUT, blocks, copies_for, copy_bandwidth, graph_time  # noqa: E402
+
+from orcd.quant.kernels.batched_linear import batched_linear  # noqa: E402
+from orcd.quant.kernels.dequant_kernel import dequantize_raw  # noqa: E402
+from orcd.quant.kernels.fused_linear import fused_linear  # noqa: E402
+from orcd.quant.kernels.mmq import mmq_linear  # noqa: E402
+
+# (name, type, out, in) of one 7B layer's products and the LM head
+P7B = [("q/o 3584x3584", Q.Q4_K, 3584, 3584), ("k/v 512x3584", Q.Q4_K, 512, 3584),
+       ("v 512x3584", Q.Q6_K, 512, 3584), ("gate/up 18944x3584", Q.Q4_K, 18944, 3584),
+       ("down 3584x18944", Q.Q4_K, 3584, 18944), ("down 3584x18944", Q.Q6_K, 3584, 18944),
+       ("lm_head 152064x3584", Q.Q6_K, 152064, 3584)]
+SWEEP = [(32, 4, 2), (64, 4, 3), (64, 8, 2), (128, 4, 2), (128, 8, 2)]  # (BN, warps, stages) of mmq
+
+
+def _cublas(x, r, n, k, qt):
+    return torch.matmul(x, dequantize_raw(r, int(qt), n, k, x.dtype).t())
+
+
+def candidates(qt, m: int, sweep: bool) -> dict:
+    c = {"fused_linear (today)": lambda x, r, n, k: fused_linear(x, r, n, k, int(qt)),
+         "dequant+cuBLAS": lambda x, r, n, k: _cublas(x, r, n, k, qt),
+         "batched_linear": lambda x, r, n, k: batched_linear(x, r, n, k, qt),
+         "mmq int8": lambda x, r, n, k: mmq_linear(x, r, n, k, qt),
+         "mmq bf16-w": lambda x, r, n, k: mmq_linear(x, r, n, k, qt, float_w=True)}
+    for cfg in SWEEP if sweep else []:
+        c[f"mmq int8 BN{cfg[0]} w{cfg[1]} s{cfg[2]}"] = partial(_mmq_launch, qt=qt, cfg=cfg, float_w=False)
+        c[f"mmq bf16-w BN{cfg[0]} w{cfg[1]} s{cfg[2]}"] = partial(_mmq_launch, qt=qt, cfg=cfg, float_w=True)
+    return c
+
+
+def _mmq_launch(x, r, n, k, qt, cfg, float_w):
+    return mmq_linear(x, r, n, k, qt, launch=cfg, float_w=float_w)
+
+
+def cases(ms: list[int], sweep_ms: list[int]) -> list[tuple]:
+    return [(p, m, name) for p in P7B for m in ms for name in candidates(p[1], m, m in sweep_ms)]
+
+
+def warm(ms, sweep_ms, job: int, jobs: int) -> None:
+    """Run this job's share of the cases once (Triton compiles them into its on-disk cache)."""
+    for i, ((_name, qt, n, k), m, kname) in enumerate(cases(ms, sweep_ms)):
+        if i % jobs == job:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            candidates(qt, m, m in sweep_ms)[kname](x, blocks(qt, n, k, 0), n, k)
+    torch.cuda.synchronize()
+
+
+def timed(ms, sweep_ms, bw: float, res: dict, out: Path) -> list[dict]:
+    rows = res.setdefault("rows", [])
+    for name, qt, n, k in P7B:
+        bs, ts, _ = LAYOUT[qt]
+        wbytes = n * k // bs * ts
+        raws = [blocks(qt, n, k, i) for i in range(copies_for(wbytes))]
+        for m in ms:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            for kname, f in candidates(qt, m, m in sweep_ms).items():
+                t = graph_time([partial(f, x, r, n, k) for r in raws])
+                rows.append({"name": name, "type": qt.name, "out": n, "in": k, "m": m, "kernel": kname,
+                             "bytes": wbytes, "floor_us": wbytes / bw * 1e6, "us": t * 1e6,
+                             "TBps": wbytes / t / 1e12})
+                print(f"{name:<20}{qt.name:<5}{m:>3} {kname:<28}{t * 1e6:>9.1f} us", flush=True)
+        del raws
+        out.write_text(json.dumps(res, indent=1))  # after each product: a time limit keeps what finished
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown: per product and M, the floor, today's path, batched_linear, mmq's two variants at their
+    default launch, and the fastest candidate."""
+    by: dict = {}
+    for r in rows:
+        by.setdefault((r["name"], r["type"], r["m"]), {})[r["kernel"]] = r
+    out = ["| product | type | M | floor µs | today µs | batched_linear | mmq int8 | mmq bf16-w "
+           "| best (TB/s) |", "|---|---|---|---|---|---|---|---|---|"]
+    shown = ("fused_linear (today)", "batched_linear", "mmq int8", "mmq bf16-w")
+    for (name, qt, m), v in by.items():
+        best = min(v.values(), key=lambda r: r["us"])
+        cols = [f"{v[k]['us']:.1f}" for k in shown]
+        out.append(f"| {name} | {qt} | {m} | {best['floor_us']:.1f} | {' | '.join(cols)} | "
+                   f"{best['us']:.1f} {best['kernel']} ({best['TBps']:.2f}) |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--ms", default="8,16,32,64")
+    ap.add_argument("--sweep-ms", default="16,64")
+    ap.add_argument("--jobs", type=int, default=0, help="compile first in this many processes")
+    ap.add_argument("--warm-only", action="store_true", help="only compile (with --jobs), time nothing")
+    ap.add_argument("--warm-job", type=int, default=-1, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    ms, sweep_ms = [int(v) for v in a.ms.split(",")], [int(v) for v in a.sweep_ms.split(",") if v]
+    if a.warm_job >= 0:
+        return warm(ms, sweep_ms, a.warm_job, a.jobs)
+    if a.jobs:
+        procs = [subprocess.Popen([sys.executable, __file__, a.out, "--ms", a.ms, "--sweep-ms", a.sweep_ms,
+                                   "--jobs", str(a.jobs), "--warm-job", str(j)]) for j in range(a.jobs)]
+        print("warm-up exit codes", [p.wait() for p in procs], flush=True)
+    if a.warm_only:
+        return None
+    bw = copy_bandwidth()
+    res = {"device": torch.cuda.get_device_name(), "copy_TBps": bw / 1e12}
+    timed(ms, sweep_ms, bw, res, Path(a.out))
+    md = table(res["rows"])
+    Path(a.out).with_suffix(".md").write_text(f"{res['device']}, copy {bw / 1e12:.2f} TB/s\n\n{md}\n")
+    print(md, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Batched decode product with int8 tensor cores over raw Q4_K / Q6_K blocks (llama.cpp's MMQ idea).
+
+y[M, N] = x[M, K] @ W[N, K].T for M = 5..64 decode rows. x is first quantized to int8 per 32 inputs
+(mmq_x.py: xq int8 [M, K], dx = max|x| / 127 and the sum of x per 32). A program owns BN weight rows
+and all M rows (BM = next power of two >= M, 16..64), so each weight block is read from memory once.
+Per 32-input sub-block j it unpacks the weight's quants to int8 in registers and runs one int8 tl.dot
+[BN, 32] x [32, BM] -> int32; the block's scales go on in fp32 into a [BN, BM] accumulator:
+  Q4_K (w = d*sc_j*q - dmin*m_j, q in 0..15): acc += d*sc_j * dx_j * dot(q, xq) - dmin*m_j * sum_j(x)
+  Q6_K (w = d*sc_i*(q - 32) per 16, q in 0..63): the two 16-halves of a 32 chunk are two dots, the other
+  half zeroed (int8 dots need K >= 32): acc += d * dx_j * (sc_a * dot_a + sc_b * dot_b)
+x's sum (not its rounded values) multiplies Q4_K's mins, as in the int8 GEMVs (xquant.py). Where the
+N tiles are too few to fill the GPU, K is split as in batched_linear.py (fp32 partials summed in split
+order by one reduce kernel: deterministic). Not batch-invariant: invariant steps keep invariant_linear.
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+import triton
+import triton.language as tl
+from gguf import GGMLQuantizationType as Q
+
+from orcd.quant.kernels.invariant_linear import _inv_reduce_kernel
+from orcd.quant.kernels.layout import row_bytes
+from orcd.quant.kernels.mmq_x import quantize_x32
+
+BLOCK_BYTES = types.MappingProxyType({Q.Q4_K: 144, Q.Q6_K: 210})  # one 256-input super-block per K step
+# (BN weight rows per program, num_warps, num_stages): H100 sweep, bench/kernels/mmq.py
+MMQ_LAUNCH = (64, 4, 2)
+BM_MAX = 64
+TARGET_PROGRAMS = 264  # 2 per SM on an H100: split K until about this many programs run
+
+
+@triton.jit
+def _x_cols(xq_ptr, xd_ptr, rm, mmask, K, k):
+    """x's 32 inputs k.. of every row as the dot's [32, BM] int8 operand, and their dx [BM]."""
+    ll = tl.arange(0, 32)
+    xt = tl.load(xq_ptr + rm.to(tl.int64)[None, :] * K + k + ll[:, None], mask=mmask[None, :], other=0)
+    dx = tl.load(xd_ptr + rm * (K // 32) + k // 32, mask=mmask, other=0.0)
+    return xt, dx
+
+
+@triton.jit
+def _xf_cols(x_ptr, rm, mmask, K, k):
+    """x's 32 inputs k.. of every row as a [32, BM] float operand (x contiguous [M, K])."""
+    ll = tl.arange(0, 32)
+    return tl.load(x_ptr + rm.to(tl.int64)[None, :] * K + k + ll[:, None], mask=mmask[None, :], other=0.0)
+
+
+@triton.jit
+def _q4k_scale_min(p8, blk, j: tl.constexpr, nmask):
+    """Sub-block j's 6-bit scale and min [BN] (ggml get_scale_min_k4) from the 12 bytes at blk + 4."""
+    s = p8 + blk + 4
+    if j < 4:
+        sc = tl.load(s + j, mask=nmask, other=0).to(tl.int32) & 63
+        mn = tl.load(s + j + 4, mask=nmask, other=0).to(tl.int32) & 63
+    else:
+        a = tl.load(s + j + 4, mask=nmask, other=0).to(tl.int32)
+        b = tl.load(s + j - 4, mask=nmask, other=0).to(tl.int32)
+        c = tl.load(s + j, mask=nmask, other=0).to(tl.int32)
+        sc = (a & 15) | ((b >> 6) << 4)
+        mn = (a >> 4) | ((c >> 6) << 4)
+    return sc.to(tl.float32), mn.to(tl.float32)
+
+
+@triton.jit
+def _q4k_step(acc, p8, p16, blk, nmask, xq_ptr, xd_ptr, xs_ptr, rm, mmask, K, k0, FLOAT: tl.constexpr):
+    """One Q4_K super-block (inputs k0..k0+255) of BN rows (byte offsets blk [BN]) into acc [BN, BM].
+    Chunk c's 32 bytes hold sub-block 2c in their low nibbles and 2c + 1 in their high nibbles."""
+    ll = tl.arange(0, 32)
+    d = tl.load(p16 + blk // 2, mask=nmask, other=0).to(tl.float16, bitcast=True).to(tl.float32)
+    dmin = tl.load(p16 + blk // 2 + 1, mask=nmask, other=0).to(tl.float16, bitcast=True).to(tl.float32)
+    for c in tl.static_range(4):
+        q = tl.load(p8 + blk[:, None] + 16 + 32 * c + ll[None, :], mask=nmask[:, None], other=0)
+        for h in tl.static_range(2):
+            k = k0 + 64 * c + 32 * h
+            sc, mn = _q4k_scale_min(p8, blk, 2 * c + h, nmask)
+            if FLOAT:  # xq_ptr is x itself: W dequantized to x's dtype, one float dot
+                xt = _xf_cols(xq_ptr, rm, mmask, K, k)
+                w = (d * sc)[:, None] * ((q >> (4 * h)) & 15).to(tl.float32) - (dmin * mn)[:, None]
+                acc = tl.dot(w.to(xt.dtype), xt, acc)
+            else:
+                xt, dx = _x_cols(xq_ptr, xd_ptr, rm, mmask, K, k)
+                sx = tl.load(xs_ptr + rm * (K // 32) + k // 32, mask=mmask, other=0.0)
+                dot = tl.dot(((q >> (4 * h)) & 15).to(tl.int8), xt)  # int32 [BN, BM]
+                acc += dot.to(tl.float32) * (d * sc)[:, None] * dx[None, :] \
+                    - (dmin * mn)[:, None] * sx[None, :]
+    return acc
+
+
+@triton.jit
+def _q6k_step(acc, p8, p16, blk, nmask, xq_ptr, xd_ptr, rm, mmask, K, k0, FLOAT: tl.constexpr):
+    """One Q6_K super-block of BN rows into acc [BN, BM]. Half n (128 inputs), quarter t, l < 32: input
+    128n + 32t + l = low/high nibble (t >= 2) of ql[64n + 32(t % 2) + l] | bits 2t.. of qh[32n + l] << 4,
+    scale scales[8n + 2t + l // 16]."""
+    ll = tl.arange(0, 32)
+    first = (ll < 16)[None, :]
+    d = tl.load(p16 + blk // 2 + 104, mask=nmask, other=0).to(tl.float16, bitcast=True).to(tl.float32)
+    for n in tl.static_range(2):
+        qh = tl.load(p8 + blk[:, None] + 128 + 32 * n + ll[None, :], mask=nmask[:, None], other=0)
+        qh = qh.to(tl.int32)
+        for t2 in tl.static_range(2):
+            ql = tl.load(p8 + blk[:, None] + 64 * n + 32 * t2 + ll[None, :], mask=nmask[:, None], other=0)
+            ql = ql.to(tl.int32)
+            for hi in tl.static_range(2):
+                t = t2 + 2 * hi
+                k = k0 + 128 * n + 32 * t
+                w = (((ql >> (4 * hi)) & 15) | (((qh >> (2 * t)) & 3) << 4)) - 32
+                si = p8 + blk + 192 + 8 * n + 2 * t
+                sa = d * tl.load(si, mask=nmask, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+                sb = d * tl.load(si + 1, mask=nmask, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+                if FLOAT:
+                    xt = _xf_cols(xq_ptr, rm, mmask, K, k)
+                    wf = tl.where(first, sa[:, None], sb[:, None]) * w.to(tl.float32)
+                    acc = tl.dot(wf.to(xt.dtype), xt, acc)
+                else:
+                    xt, dx = _x_cols(xq_ptr, xd_ptr, rm, mmask, K, k)
+                    da = tl.dot(tl.where(first, w, 0).to(tl.int8), xt)
+                    db = tl.dot(tl.where(first, 0, w).to(tl.int8), xt)
+                    acc += (da.to(tl.float32) * sa[:, None] + db.to(tl.float32) * sb[:, None]) * dx[None, :]
+    return acc
+
+
+@triton.jit
+def _mmq_kernel(xq_ptr, xd_ptr, xs_ptr, w8, w16, b_ptr, y_ptr, ws_ptr, M, N, K, stride_ym, w_row,
+                steps_per_split, QT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, FLOAT: tl.constexpr):
+    # program (n tile, m tile, split s): weight rows [BN], x rows [BM], super-blocks of split s;
+    # w_row: bytes per weight row; SPLIT: fp32 partials ws [splits, M, N] instead of y
+    pid_n = tl.program_id(0)
+    rm = tl.program_id(1) * BM + tl.arange(0, BM)
+    split = tl.program_id(2)
+    rn = pid_n * BN + tl.arange(0, BN)
+    mmask = rm < M
+    nmask = rn < N
+    row = rn.to(tl.int64) * w_row  # [BN] byte offset of each weight row
+    acc = tl.zeros([BN, BM], dtype=tl.float32)  # y.T tile
+    sb_lo = split * steps_per_split
+    sb_hi = tl.minimum(sb_lo + steps_per_split, K // 256)
+    for sb in range(sb_lo, sb_hi):
+        k0 = sb * 256
+        if QT == 12:
+            blk = row + sb * 144
+            acc = _q4k_step(acc, w8, w16, blk, nmask, xq_ptr, xd_ptr, xs_ptr, rm, mmask, K, k0, FLOAT)
+        else:
+            blk = row + sb * 210
+            acc = _q6k_step(acc, w8, w16, blk, nmask, xq_ptr, xd_ptr, rm, mmask, K, k0, FLOAT)
+    omask = nmask[:, None] & mmask[None, :]
+    if SPLIT:
+        tl.store(ws_ptr + (split * M + rm.to(tl.int64))[None, :] * N + rn[:, None], acc, mask=omask)
+    else:
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + rn, mask=nmask, other=0.0).to(tl.float32)[:, None]
+        tl.store(y_ptr + rm.to(tl.int64)[None, :] * stride_ym + rn[:, None], acc.to(y_ptr.dtype.element_ty),
+                 mask=omask)
+
+
+def mmq_plan(m: int, n: int, k: int, launch: tuple[int, int, int] | None = None,
+             target: int = TARGET_PROGRAMS) -> tuple[int, int, int, int, int]:
+    """(BM, BN, num_warps, num_stages, super-blocks per split) for an [m, k] x [n, k].T product."""
+    bn, warps, stages = launch or MMQ_LAUNCH
+    bm = min(BM_MAX, max(16, triton.next_power_of_2(m)))
+    steps = k // 256
+    tiles = triton.cdiv(n, bn) * triton.cdiv(m, bm)
+    splits = min(steps, max(1, triton.cdiv(target, tiles)))
+    return bm, bn, warps, stages, triton.cdiv(steps, splits)
+
+
+def mmq_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int, qtype: int,
+               bias: torch.Tensor | None = None, launch: tuple[int, int, int] | None = None,
+               target: int = TARGET_PROGRAMS, float_w: bool = False) -> torch.Tensor:
+    """x [M, in] (bf16/fp16/fp32), raw uint8 [out, row_bytes] of Q4_K or Q6_K -> [M, out] in x.dtype
+    (+ bias [out]). launch: (BN, warps, stages) instead of MMQ_LAUNCH; target: programs for split-K;
+    float_w: W dequantized to x's dtype (bf16/fp16 x) and float dots instead of int8 x and int8 dots."""
+    qt = Q(int(qtype))
+    m, k = x.shape
+    w_row = row_bytes(qt, in_features)
+    if qt not in BLOCK_BYTES or k != in_features or k % 256:
+        raise ValueError(f"mmq_linear: Q4_K/Q6_K with in % 256 == 0 and x [M, {in_features}]")
+    if raw.dtype != torch.uint8 or raw.numel() != out_features * w_row:
+        raise ValueError(f"raw must be uint8 [{out_features}, {w_row}]")
+    raw = raw.contiguous()
+    y = torch.empty((m, out_features), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return y
+    if float_w:
+        xq = xd = xs = x.contiguous()
+    else:
+        xq, xd, xs = quantize_x32(x)
+    bm, bn, warps, stages, sps = mmq_plan(m, out_features, k, launch, target)
+    splits = triton.cdiv(k // 256, sps)
+    ws = torch.empty((splits, m, out_features), dtype=torch.float32, device=x.device) if splits > 1 else None
+    grid = (triton.cdiv(out_features, bn), triton.cdiv(m, bm), splits)
+    _mmq_kernel[grid](xq, xd, xs, raw, raw.view(-1).view(torch.int16), bias, y, ws, m, out_features, k,
+                      y.stride(0), w_row, sps, QT=int(qt), BM=bm, BN=bn, SPLIT=splits > 1,
+                      HAS_BIAS=bias is not None, FLOAT=float_w, num_warps=warps, num_stages=stages)
+    if splits > 1:
+        blk = 1024
+        _inv_reduce_kernel[(triton.cdiv(m * out_features, blk),)](
+            ws, bias, y, m, out_features, y.stride(0), SPLITS=splits, BLOCK=blk, HAS_BIAS=bias is not None,
+            num_warps=4)
+    return y
