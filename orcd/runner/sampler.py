@@ -4,10 +4,11 @@ Seeded sampling is batch-invariant: a row's noise for vocabulary index i is a co
 (seed, num_generated, i), so the sampled token never depends on which other rows share the batch.
 Sampling is the Gumbel-max race: argmax(logits / T + Gumbel(u)), u = hash -> (0, 1).
 
-Rows with a grammar (SampleRow.matcher, orcd.structured) are masked first: their matchers fill an
-allowed-token bitmask on the CPU (before anything here waits for the device, so on CUDA it overlaps the
-forward pass still running), one upload, then -inf at forbidden tokens on the device. This runs on the
-logits the decode CUDA graph returns, outside the graph; rows without a grammar are not touched.
+Rows with a grammar (SampleRow.matcher, orcd.structured) are masked first: their matchers take the
+previous step's tokens and fill an allowed-token bitmask on the CPU (before anything here waits for the
+device, so on CUDA it overlaps the forward pass still running), one upload from pinned memory, then
+-inf at forbidden tokens on the device. This runs on the logits the decode CUDA graph returns, outside
+the graph; rows without a grammar are not touched.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def _apply_grammars(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor
     if not constrained:
         return logits
     matchers = [rows[i].matcher for i in constrained]
-    bitmask = matchers[0].backend.fill(matchers)  # [k, W] int32, CPU
+    bitmask = matchers[0].backend.fill(matchers, pin=logits.is_cuda)  # [k, W] int32, CPU
     return apply_mask(logits, constrained, bitmask)
 
 

@@ -41,17 +41,35 @@ def eos_ids(tok) -> list[int]:
 
 
 class Matcher:
-    """One request's grammar state: which tokens may come next; advanced with each generated token."""
+    """One request's grammar state: which tokens may come next; advanced with each generated token.
+
+    consume() only records the token: the next GrammarBackend.fill() advances every matcher of the batch
+    in parallel before computing their masks, on the CPU while the device runs the forward pass (the
+    engine appends sampled tokens between steps, where nothing else overlaps). Reading `m` or `done`
+    applies what is pending first, so callers never see a matcher behind its tokens."""
 
     def __init__(self, backend: GrammarBackend, grammar: str):
         self.backend = backend
-        self.m = llguidance.LLMatcher(backend.lltok, grammar, log_level=0)
+        self._m = llguidance.LLMatcher(backend.lltok, grammar, log_level=0)
+        self.pending: list[int] = []  # tokens consumed but not yet applied, in order
 
     def consume(self, token_id: int) -> None:
-        """Advance past a sampled token. A token the mask forbade puts the matcher in its error state,
-        after which only EOS is allowed (the request ends)."""
-        if not self.m.is_stopped():
-            self.m.consume_token(token_id)
+        """Advance past a sampled token (applied lazily). A token the mask forbade puts the matcher in
+        its error state, after which only EOS is allowed (the request ends)."""
+        self.pending.append(token_id)
+
+    def flush(self) -> None:
+        """Apply the pending tokens one by one; tokens after the grammar stopped are ignored."""
+        for t in self.pending:
+            if not self._m.is_stopped():
+                self._m.consume_token(t)
+        self.pending.clear()
+
+    @property
+    def m(self) -> llguidance.LLMatcher:
+        """The llguidance matcher, up to date with every consumed token."""
+        self.flush()
+        return self._m
 
     @property
     def done(self) -> bool:
@@ -89,15 +107,30 @@ class GrammarBackend:
     def matcher(self, grammar: str) -> Matcher:
         return Matcher(self, grammar)
 
-    def fill(self, matchers: list[Matcher]) -> torch.Tensor:
-        """Allowed-token bitmask [k, ceil(vocab / 32)] int32 on the CPU, row i for matchers[i] (computed
-        in parallel, GIL released). A row with nothing allowed (a matcher in its error state) allows
-        the EOS tokens only, so the request ends instead of sampling from an empty set."""
+    def advance(self, matchers: list[Matcher]) -> None:
+        """Apply the matchers' pending tokens: one token each (the decode step's case) in parallel,
+        GIL released; more than one, or a stopped matcher, one by one (Matcher.flush)."""
+        par = []
+        for m in matchers:
+            if len(m.pending) == 1 and not m._m.is_stopped():
+                par.append((m._m, m.pending.pop()))
+            elif m.pending:
+                m.flush()
+        if par:
+            self._executor.consume_token_par(par)  # a forbidden token: that matcher enters its error state
+
+    def fill(self, matchers: list[Matcher], pin: bool = False) -> torch.Tensor:
+        """Allowed-token bitmask [k, ceil(vocab / 32)] int32 on the CPU (pinned when `pin`, so it uploads
+        without a staging copy), row i for matchers[i], after applying their pending tokens (both in
+        parallel, GIL released). A row with nothing allowed (a matcher in its error state) allows the
+        EOS tokens only, so the request ends instead of sampling from an empty set."""
+        self.advance(matchers)
         k, words = len(matchers), (self.vocab_size + 31) // 32
-        bitmask = torch.zeros((k, words), dtype=torch.int32)  # contiguous: row i at data_ptr + 4 * words * i
+        # contiguous: row i at data_ptr + 4 * words * i
+        bitmask = torch.zeros((k, words), dtype=torch.int32, pin_memory=pin)
         # what llguidance.torch.fill_next_token_bitmask_par does (that module imports torch's compiler: ~2 s)
-        self._executor.unsafe_compute_mask_ptr([(m.m, i) for i, m in enumerate(matchers)], bitmask.data_ptr(),
-                                               words * 4, k)
+        rows = [(m._m, i) for i, m in enumerate(matchers)]
+        self._executor.unsafe_compute_mask_ptr(rows, bitmask.data_ptr(), words * 4, k)
         empty = (bitmask == 0).all(dim=1).nonzero().flatten().tolist()
         for i in empty:
             for t in self.eos_ids:
