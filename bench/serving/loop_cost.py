@@ -36,15 +36,19 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def thread_cpu(pid: int) -> dict[int, float]:
-    """{thread id: user + system CPU seconds} of every thread of `pid`."""
+    """{thread id: user + system CPU seconds} of every thread of `pid` and of its child processes (the
+    engine process of `orcd serve --engine-process`)."""
     tick = os.sysconf("SC_CLK_TCK")
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            children = Path(f"/proc/{pid}/task/{tid}/children").read_text().split()
         except OSError:
             continue  # the thread ended meanwhile
         out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime (fields 14, 15 of stat)
+        for child in children:
+            out.update(thread_cpu(int(child)) if Path(f"/proc/{child}").exists() else {})
     return out
 
 

@@ -204,13 +204,13 @@ class ProcessEngine:
                       len(ids))
         reason = "cancelled" if self._stopping else "error"
         error = None if self._stopping else "the engine process exited"
-        self._publish([(rid, None, "", 0, True, reason, error, 0, 0, None, None) for rid in ids])
+        self._publish([ipc.final_wire(rid, reason, error) for rid in ids])
 
     def _publish(self, wire: list[tuple]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list] = {}
         with self._lock:
             for t in wire:
-                rid, finished = t[0], t[4]
+                rid, finished = t[0], t[ipc.FINISHED]
                 sink = self._sinks.pop(rid, None) if finished else self._sinks.get(rid)
                 if sink is not None:
                     by_loop.setdefault(sink.loop, []).append((sink, ipc.event_from_wire(t)))

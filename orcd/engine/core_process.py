@@ -13,6 +13,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,10 +71,11 @@ def engine_main(conn, build: EngineBuild, idle_wait_s: float = 0.05) -> None:
     except BaseException as err:  # the API process turns this into the load error clients see
         conn.send_bytes(ipc.dumps(("failed", str(err) or type(err).__name__, isinstance(err, OrcdError))))
         return
+    core = EngineCore(llm, conn, idle_wait_s)
     conn.send_bytes(ipc.dumps(("ready", {"device": str(llm.loaded.device),
                                          "kv_capacity_tokens": llm.kv_capacity_tokens,
-                                         "stats": llm.stats()})))
-    EngineCore(llm, conn, idle_wait_s).run()
+                                         "stats": {**llm.stats(), "device_memory": core._memory()}})))
+    core.run()
 
 
 class EngineCore:
@@ -83,6 +85,8 @@ class EngineCore:
         self.llm, self.conn, self.idle_wait_s = llm, conn, idle_wait_s
         self.stopped = False
         self.pending: list[TokenEvent] = []  # events made outside a step (a failed add, abort_all)
+        self.cuda = str(llm.loaded.device).startswith("cuda")
+        self.memory: tuple[float, dict | None] = (0.0, None)  # (when read, device memory) for stats
 
     def run(self) -> None:
         try:
@@ -111,7 +115,20 @@ class EngineCore:
         # Stats go with the events: a client that reacts to an event sees a snapshot at least as new.
         events, self.pending = self.pending + events, []
         wire = [ipc.event_to_wire(e) for e in events]
-        self.conn.send_bytes(ipc.dumps(("step", wire, self.llm.stats())))
+        self.conn.send_bytes(ipc.dumps(("step", wire, {**self.llm.stats(), "device_memory": self._memory()})))
+
+    def _memory(self) -> dict | None:
+        """The device's own memory figures (cudaMemGetInfo), read at most twice a second: /health shows
+        them, and the API process must not open a CUDA context of its own to read them."""
+        now = time.monotonic()
+        if not self.cuda or now - self.memory[0] < 0.5:
+            return self.memory[1]
+        import torch
+
+        free, total = torch.cuda.mem_get_info(self.llm.loaded.device)
+        self.memory = (now, {"free_bytes": int(free), "total_bytes": int(total),
+                             "used_bytes": int(total - free)})
+        return self.memory[1]
 
     def _read(self, timeout: float) -> bool:
         """Handle every command that arrives within `timeout` (then any more already there). False: EOF."""

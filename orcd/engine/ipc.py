@@ -12,6 +12,8 @@ Events travel as tuples, not TokenEvent dataclasses: a tuple of ints and strs pi
 
 from __future__ import annotations
 
+import dataclasses
+import operator
 import pickle
 
 from orcd.engine.io import TokenEvent, TokenLogprobs
@@ -27,13 +29,31 @@ def loads(data: bytes) -> tuple:
     return pickle.loads(data)
 
 
+FIELDS = tuple(f.name for f in dataclasses.fields(TokenEvent))  # the wire order of an event's fields
+LOGPROBS, FINISHED = FIELDS.index("logprobs"), FIELDS.index("finished")
+
+
+_fields_of = operator.attrgetter(*FIELDS)
+
+
 def event_to_wire(e: TokenEvent) -> tuple:
+    values = _fields_of(e)
     lp = e.logprobs
-    return (e.request_id, e.token_id, e.text, e.index, e.finished, e.finish_reason, e.error,
-            e.prompt_tokens, e.generated_tokens, None if lp is None else (lp.logprob, lp.top), e.queue_s)
+    if lp is None:
+        return values
+    return values[:LOGPROBS] + ((lp.logprob, lp.top),) + values[LOGPROBS + 1:]
 
 
 def event_from_wire(t: tuple) -> TokenEvent:
-    rid, token_id, text, index, finished, reason, error, n_prompt, n_gen, lp, queue_s = t
-    return TokenEvent(rid, token_id, text, index, finished, reason, error, n_prompt, n_gen,
-                      None if lp is None else TokenLogprobs(lp[0], lp[1]), queue_s)
+    lp = t[LOGPROBS]
+    if lp is None:
+        return TokenEvent(*t)
+    values = list(t)
+    values[LOGPROBS] = TokenLogprobs(lp[0], lp[1])
+    return TokenEvent(*values)
+
+
+def final_wire(request_id: str, reason: str, error: str | None) -> tuple:
+    """The wire form of a final event with no token (a stream the engine can no longer end itself)."""
+    event = TokenEvent(request_id, None, "", 0, finished=True, finish_reason=reason, error=error)
+    return event_to_wire(event)

@@ -48,6 +48,12 @@ def _device_memory(device) -> dict[str, int] | None:
     return {"free_bytes": int(free), "total_bytes": int(total), "used_bytes": int(total - free)}
 
 
+def _engine_memory(pool: ModelPool) -> dict[str, int] | None:
+    """Device memory as an engine process read it (orcd.engine.core_process): this process then opens no
+    CUDA context of its own to read it. None for in-process engines."""
+    return next((st["device_memory"] for *_, st in pool.model_rows() if st.get("device_memory")), None)
+
+
 def begin_drain(app: FastAPI) -> None:
     """SIGTERM: refuse new requests now; cancel what still runs after the grace period."""
     hub: JobHub = app.state.hub
@@ -126,7 +132,7 @@ def _add_ops_routes(app: FastAPI) -> None:
         body = {"status": status, "model": None if pool.multi else pool.default,
                 "architecture": getattr(engine, "architecture", None),
                 "device": None if device is None else str(device), "active_requests": len(hub.active),
-                "device_memory": _device_memory(device or "") if ready else None}
+                "device_memory": _engine_memory(pool) or _device_memory(device or "") if ready else None}
         for key in ("weights_bytes", "kv_cache_bytes", "kv_capacity_tokens", "kv_blocks_total",
                     "kv_blocks_used", "running", "waiting"):
             body[key] = stats.get(key)

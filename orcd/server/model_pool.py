@@ -1,5 +1,6 @@
 """Several models in one worker: a ModelPool of named slots, each loaded on demand into its own
-AsyncEngine (its own step-loop thread), unloaded when least recently used past `max_loaded_models`,
+engine (an AsyncEngine: its own step-loop thread; or with --engine-process a ProcessEngine: its own
+process), unloaded when least recently used past `max_loaded_models`,
 when idle past `model_idle_timeout_s`, or on request.
 
 All pool state lives on the server's event loop; loading and unloading run in worker threads. A slot
@@ -38,7 +39,7 @@ log = logging.getLogger("orcd.server")
 
 
 class ModelPool:
-    """`build(spec) -> AsyncEngine` (blocking, run in a thread) makes a slot's engine."""
+    """`build(spec) -> AsyncEngine | ProcessEngine` (blocking, run in a thread) makes a slot's engine."""
 
     def __init__(self, specs: list[ModelSpec], build: Callable | None, settings: ServerSettings,
                  engine=None):

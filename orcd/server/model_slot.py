@@ -1,6 +1,6 @@
 """One served model of a ModelPool (orcd/server/model_pool.py): its name and file, its state
-(unloaded, loading, loaded, unloading), and while loaded its AsyncEngine; the warm-up generation each
-engine runs before its first request, and what a failed load tells the client."""
+(unloaded, loading, loaded, unloading), and while loaded its engine (AsyncEngine or ProcessEngine); the
+warm-up generation each engine runs before its first request, and what a failed load tells the client."""
 
 from __future__ import annotations
 
