@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import pickle
 import platform
 import sys
@@ -89,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = [row(int(s), args.n) for s in args.streams.split(",")]
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    machine = f"{platform.processor() or platform.machine()}, Python {platform.python_version()}"
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.machine())
+    machine = f"{cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     (out / "serving_ipc_cost.json").write_text(json.dumps({"machine": machine, "command": " ".join(
         ["python", *sys.argv]), "rows": rows}, indent=1))
     lines = [f"Per engine step ({machine}); `dump+load` includes building the events on the receiving side "

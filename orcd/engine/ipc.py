@@ -6,8 +6,9 @@ Down (API -> engine): ("add", request_id, prompt_token_ids, SamplingParams), ("a
 Up (engine -> API): ("ready", info dict) or ("failed", message, is_orcd_error) once at start, then
 ("step", [event tuples], stats dict) once per engine step that changed anything.
 
-Events travel as tuples, not TokenEvent dataclasses: a tuple of ints and strs pickles ~3x faster
-(bench/serving/ipc_cost.py measures it).
+Events travel as tuples of TokenEvent's fields, not as dataclasses: at 64 events a step, dump + load
+(rebuilding the TokenEvents included) took 2.6-3.7x less CPU in two runs on the shared 2-core dev box
+(bench/serving/ipc_cost.py; bench/results/serving_ipc_cost.md).
 """
 
 from __future__ import annotations
