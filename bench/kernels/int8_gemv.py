@@ -1,11 +1,16 @@
-"""The int8-activation Q4_K GEMVs (gemv_int8.py) against today's fp32 GEMVs at the 7B shapes, M = 1, on CUDA.
+"""The int8-activation GEMVs (gemv_int8.py) at the 7B shapes on CUDA: M = 1, 2, 4, 8, 16 rows.
 
-usage: python bench/kernels/int8_gemv.py OUT.json [--model 7B.gguf]
+usage: python bench/kernels/int8_gemv.py OUT.json [--rows 1,2,4,8,16] [--sweep] [--baseline OLD.py]
+       [--m1-sweep] [--model 7B.gguf]
 
 Each product timed alone from a CUDA graph over >= 200 MB of weight copies (bench/peers/products.py's
-method), plus a launch-shape sweep of the new kernels and their error against the float64 reference.
-With --model: the batch-1 decode graph (FusedDecoder fuse_norm) with int8_x off and on, alternating,
-and one step's logits against the eager forward.
+method). Per M (multi.py): the int8 kernels at their default launch (NT tokens per program, each weight
+read ceil(M / NT) times), the float path FusedDecoder took before for that M (fused_linear / fused_glu:
+fp32 GEMVs up to 4 rows, then batched_linear or dequantize + cuBLAS), with --baseline a gemv_int8.py
+of one token per program (the earlier kernel file, loaded from that path), with --sweep the launch
+shapes of bench/kernels/int8_multi.py's NT_SWEEP; error of the default against float64. Writes
+OUT.json and OUT.md. --m1-sweep: the M = 1 launch sweep against the fp32 GEMVs. --model: the batch-1
+decode graph (FusedDecoder fuse_norm) with int8_x off and on, and one step's logits against eager.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from gguf import GGMLQuantizationType as Q
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "bench/peers"), str(ROOT / "tests/gpu")]
 from gpu_blocks import reference, rel_err  # noqa: E402
+from int8_multi import PRODUCTS, multi_rows, multi_table  # noqa: E402
 from products import blocks, copies_for, copy_bandwidth, graph_time  # noqa: E402
 
 from orcd.quant.kernels.fused_linear import fused_gemv, fused_glu  # noqa: E402
@@ -128,14 +134,26 @@ def step_rows(path: str) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
+    ap.add_argument("--rows", default="1,2,4,8,16", help="M values of the multi-row table ('' for none)")
+    ap.add_argument("--sweep", action="store_true", help="launch shapes per NT in the multi-row table")
+    ap.add_argument("--baseline", default=None, help="a gemv_int8.py of one token per program")
+    ap.add_argument("--m1-sweep", action="store_true", help="the M = 1 sweep against the fp32 GEMVs")
     ap.add_argument("--model", default=None)
     a = ap.parse_args()
     bw = copy_bandwidth()
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     res = {"device": torch.cuda.get_device_name(), "copy_TBps": bw / 1e12, "rows": []}
-    steps = [lambda: glu_rows(bw), lambda: gemv_rows(bw)] + ([lambda: step_rows(a.model)] if a.model else [])
+    ms = [int(m) for m in a.rows.split(",") if m]
+    steps = [partial(multi_rows, bw, p, ms, a.sweep, a.baseline) for p in PRODUCTS] if ms else []
+    steps += [lambda: glu_rows(bw), lambda: gemv_rows(bw)] if a.m1_sweep else []
+    steps += [lambda: step_rows(a.model)] if a.model else []
     for step in steps:
         res["rows"] += step()
         Path(a.out).write_text(json.dumps(res, indent=1))
+    if ms:
+        md = multi_table(res["rows"], res)
+        Path(a.out).with_suffix(".md").write_text(md)
+        print(md, flush=True)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """A decode-only forward over the model's own weights with fused kernels (one token per sequence).
 
 Same function as `model.forward` + `compute_logits` for steps where every sequence has one new token,
-in 7 kernels per layer instead of ~40 (fuse_norm, batches <= 4): one launch for the q, k, v GEMVs
-(RMSNorm and bias fused), RoPE + KV write, split-K attention (2), o GEMV (+ residual), gate/up/SiLU
-GEMV (RMSNorm fused), down GEMV (+ residual). Otherwise 11: add+RMSNorm kernels stand alone.
+in 7 kernels per layer instead of ~40 (fuse_norm, batches <= 4, or <= I8_MAX_ROWS when every product
+runs on the int8 GEMVs): one launch for the q, k, v GEMVs (RMSNorm and bias fused), RoPE + KV write,
+split-K attention (2), o GEMV (+ residual), gate/up/SiLU GEMV (RMSNorm fused), down GEMV (+ residual).
+Otherwise 11: add+RMSNorm kernels stand alone.
 With int8_x on Q4_K/Q6_K weights (the default for bf16/fp16 models) also 11: the GEMVs read x quantized
 to int8 per 32 by a small kernel before q/k/v (with the RMSNorm), o, gate/up (RMSNorm) and down; fewer
 instructions per weight pay for the 4 extra launches (docs/performance.md, 7B).
