@@ -10,12 +10,19 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orcd.errors import RequestError
-from orcd.server.anthropic_tools import has_tool_blocks, history, template_tools, tool_use_block
+from orcd.server.anthropic_tools import (
+    has_tool_blocks,
+    history,
+    new_tool_use_id,
+    template_tools,
+    tool_use_block,
+)
 from orcd.server.errors import MAX_MESSAGE, APIError
 from orcd.server.reasoning import REASONING, Splitter
 from orcd.server.schemas import Bool, Float, Int, Str
 from orcd.server.sse import sse_event
 from orcd.server.text_checks import check_no_surrogates, printable
+from orcd.server.tool_scanners import CALL_ARGS, CALL_BEGIN
 from orcd.tokenizer.harmony import TOOL_CALL
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -136,6 +143,7 @@ class ContentBuilder:
         self.thinking, self.on_event = thinking, on_event
         self.blocks: list[dict] = []
         self._open = False
+        self._call: dict | None = None  # the tool_use block whose input streams (input_json_delta)
 
     def push(self, text: str, final: bool = False) -> None:
         if self.splitter is None:
@@ -143,7 +151,12 @@ class ContentBuilder:
         else:
             pairs = self.splitter.push(text) + (self.splitter.flush() if final else [])
         for kind, piece in pairs:
-            if kind == TOOL_CALL:
+            if kind == CALL_BEGIN:
+                self._begin_tool_use(piece)
+            elif kind == CALL_ARGS and self._call is not None:
+                self._emit("content_block_delta", {"index": len(self.blocks) - 1, "delta": {
+                    "type": "input_json_delta", "partial_json": piece}})
+            elif kind == TOOL_CALL:
                 self._tool_use(piece)
             elif kind != REASONING or self.thinking:
                 self._add("thinking" if kind == REASONING else "text", piece)
@@ -170,8 +183,23 @@ class ContentBuilder:
     def called(self) -> bool:
         return any(b["type"] == "tool_use" for b in self.blocks)
 
+    def _begin_tool_use(self, name: str) -> None:
+        """A call whose input streams: its block opens with the name, input_json_deltas follow (the
+        arguments as the model writes them), its TOOL_CALL closes it."""
+        self._close()
+        self._call = {"type": "tool_use", "id": new_tool_use_id(), "name": name, "input": {}}
+        self.blocks.append(self._call)
+        self._emit("content_block_start", {"index": len(self.blocks) - 1, "content_block": dict(self._call)})
+
     def _tool_use(self, payload: str) -> None:
-        """A whole call: its block opens, carries its input as one input_json_delta, and closes."""
+        """A call's end: a streamed one gets its input; a whole one opens, carries its input as one
+        input_json_delta, and closes."""
+        index = len(self.blocks) - 1
+        if self._call is not None:
+            self._call["input"] = tool_use_block(payload)["input"]
+            self._call = None
+            self._emit("content_block_stop", {"index": index})
+            return
         self._close()
         block = tool_use_block(payload)
         self.blocks.append(block)

@@ -106,6 +106,10 @@ def has_tool_blocks(blocks: Any) -> bool:
     return isinstance(blocks, list) and any(isinstance(b, dict) and b.get("type") in kinds for b in blocks)
 
 
+def new_tool_use_id() -> str:
+    return "toolu_" + uuid.uuid4().hex[:24]
+
+
 def tool_use_block(payload: str) -> dict:
     """A parsed call ({"name", "arguments"} JSON) -> a tool_use block; arguments that are not a JSON
     object are passed as {"arguments": text}, so the block stays valid."""
@@ -114,5 +118,5 @@ def tool_use_block(payload: str) -> dict:
         args = json.loads(call["arguments"])
     except json.JSONDecodeError:
         args = None
-    return {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:24], "name": call["name"],
+    return {"type": "tool_use", "id": new_tool_use_id(), "name": call["name"],
             "input": args if isinstance(args, dict) else {"arguments": call["arguments"]}}

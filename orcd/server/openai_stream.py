@@ -17,7 +17,7 @@ from orcd.server.jobs import Job, JobHub
 from orcd.server.logprobs_format import CompletionLogprobs, TokenNames, chat_content, scored
 from orcd.server.reasoning import Splitter
 from orcd.server.sse import PING, sse_event
-from orcd.server.tools import fields, message_fields
+from orcd.server.tools import ToolDeltas, fields, message_fields
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "cancelled", "error": "error"}
 
@@ -32,7 +32,7 @@ class ChoiceFormat:
     split: Callable[[], Splitter] | None = None  # chat: reasoning models' splitter (orcd.server.reasoning)
     _legacy: dict[int, CompletionLogprobs] = field(default_factory=dict)
     _splitters: dict[int, Splitter] = field(default_factory=dict)
-    _calls: dict[int, int] = field(default_factory=dict)  # tool calls streamed so far, per choice
+    _calls: dict[int, ToolDeltas] = field(default_factory=dict)  # per choice: its tool calls so far
     cached: int = 0  # prompt tokens the prefix cache served to choice 0 (the choice that prefilled)
 
     def saw(self, index: int, events: list[TokenEvent]) -> None:
@@ -50,9 +50,8 @@ class ChoiceFormat:
         A reasoning model's deltas carry `reasoning_content` and/or `content`."""
         if self.chat and self.split is not None:
             splitter = self._splitters.setdefault(index, self.split())
-            calls = self._calls.get(index, 0)
+            calls = self._calls.setdefault(index, ToolDeltas())
             delta = fields(splitter.push(text) + (splitter.flush() if final else []), calls)
-            self._calls[index] = calls + len(delta.get("tool_calls", ()))
             return {"delta": delta} if delta else None
         if not text:
             return None
@@ -66,7 +65,8 @@ class ChoiceFormat:
 
     def finish(self, index: int, reason: str) -> str:
         """`tool_calls` for a choice that ended on its own after calling tools."""
-        return "tool_calls" if reason == "stop" and self._calls.get(index) else reason
+        calls = self._calls.get(index)
+        return "tool_calls" if reason == "stop" and calls is not None and calls.count else reason
 
     def logprobs(self, index: int, events: list[TokenEvent]) -> dict | None:
         if self.names is None:
@@ -84,7 +84,8 @@ class ChoiceFormat:
             "text": self.echo + text}
         if self.chat and self.split is not None:
             body["message"].update(message_fields(self.split(), text))
-            self._calls[index] = len(body["message"].get("tool_calls", ()))
+            self._calls[index] = ToolDeltas()
+            self._calls[index].count = len(body["message"].get("tool_calls", ()))
         return {"index": index, **body, "logprobs": self.logprobs(index, events),
                 "finish_reason": self.finish(index, reason)}
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from orcd.server.reasoning import CONTENT, Splitter
 from orcd.server.sse import sse_event
+from orcd.server.tool_scanners import CALL_ARGS, CALL_BEGIN
 from orcd.tokenizer.harmony import REASONING, TOOL_CALL
 
 # engine finish reason -> (response status, terminal event)
@@ -58,6 +59,7 @@ class OutputBuilder:
         self.items: list[dict] = []
         self.reasoning_tokens = 0  # increments (engine events: one token each) whose text was reasoning
         self._open = False
+        self._streaming: dict | None = None  # the function_call item whose arguments stream ({} : skipped)
 
     def push(self, text: str, final: bool = False) -> None:
         if self.splitter is None:
@@ -66,7 +68,9 @@ class OutputBuilder:
             pairs = self.splitter.push(text) + (self.splitter.flush() if final else [])
         self.reasoning_tokens += any(kind == REASONING for kind, _ in pairs)
         for kind, piece in pairs:
-            if kind == TOOL_CALL:
+            if kind in (CALL_BEGIN, CALL_ARGS) or (kind == TOOL_CALL and self._streaming is not None):
+                self._streamed_call(kind, piece)
+            elif kind == TOOL_CALL:
                 self._call(piece)
             elif piece:
                 self._add("reasoning" if kind == REASONING else "message", piece)
@@ -126,18 +130,42 @@ class OutputBuilder:
 
     def _call(self, payload: str) -> None:
         """A whole call: its item opens, carries its arguments as one delta, and closes."""
-        if self.called and not self.parallel:
-            return
-        self._close("completed")
         call = json.loads(payload)
+        if self._open_call(call["name"]) is None:
+            self._streaming = None
+            return
+        self._streamed_call(CALL_ARGS, call["arguments"])
+        self._streamed_call(TOOL_CALL, payload)
+
+    def _open_call(self, name: str) -> dict | None:
+        """A function_call item opened for a call of `name` (None: a call past the first with
+        parallel_tool_calls=false, skipped)."""
+        if self.called and not self.parallel:
+            self._streaming = {}
+            return None
+        self._close("completed")
         item = {"id": new_id("fc_"), "type": "function_call", "status": "in_progress",
-                "call_id": new_id("call_"), "name": call["name"], "arguments": ""}
+                "call_id": new_id("call_"), "name": name, "arguments": ""}
         self.items.append(item)
+        self._streaming = item
         self._emit("response.output_item.added", {"output_index": len(self.items) - 1, "item": item})
-        self._emit("response.function_call_arguments.delta", {**self._where(), "delta": call["arguments"]})
-        item.update(arguments=call["arguments"], status="completed")
-        self._emit("response.function_call_arguments.done", {**self._where(), "name": call["name"],
-                                                             "arguments": call["arguments"]})
+        return item
+
+    def _streamed_call(self, kind: str, piece: str) -> None:
+        """A call's start (CALL_BEGIN: its name), an arguments piece (CALL_ARGS) or its end (TOOL_CALL)."""
+        if kind == CALL_BEGIN:
+            self._open_call(piece)
+            return
+        item, self._streaming = self._streaming, None if kind == TOOL_CALL else self._streaming
+        if not item:  # skipped
+            return
+        if kind == CALL_ARGS:
+            item["arguments"] += piece
+            self._emit("response.function_call_arguments.delta", {**self._where(), "delta": piece})
+            return
+        item["status"] = "completed"  # the arguments sent are the call's (orcd.server.tool_scanners)
+        self._emit("response.function_call_arguments.done", {**self._where(), "name": item["name"],
+                                                             "arguments": item["arguments"]})
         self._emit("response.output_item.done", {"output_index": len(self.items) - 1, "item": item})
 
     def _emit(self, name: str, data: dict) -> None:

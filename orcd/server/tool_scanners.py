@@ -5,11 +5,14 @@ call anywhere; a possible partial tag is held back until it completes or cannot.
 as a call is returned as content, as the model wrote it.
 
 - Hermes (Qwen2.5, Qwen3, QwQ, Hermes): `<tool_call>{"name": .., "arguments": {..}}</tool_call>` blocks.
+  Their arguments stream as the model writes them: once `{"name": "NAME", "arguments": {` is written
+  the scanner returns (CALL_BEGIN, NAME), then (CALL_ARGS, piece) pairs with the arguments' raw text,
+  then the whole (TOOL_CALL, json) whose arguments are exactly those pieces joined (a call cut by the
+  end of the text ends with the arguments written so far). Whole-text readers look at TOOL_CALL only.
 - Qwen3-Coder XML (Qwen3-Coder, Qwen3.5, Nemotron 3, Step 3.5): `<tool_call><function=NAME>
   <parameter=P>value</parameter></function></tool_call>`; values are typed by the tool's JSON schema.
 - Llama 3.x JSON: the whole answer is `{"name": .., "parameters": {..}}` (several joined by `;`).
-- Mistral: `[TOOL_CALLS][{"name": .., "arguments": {..}}, ..]` (Nemo) or `[TOOL_CALLS]NAME[ARGS]{..}`
-  (Small 3.2, Devstral, Ministral 3; `[CALL_ID]id` may sit before `[ARGS]`).
+- Mistral `[TOOL_CALLS]` calls: orcd.server.mistral_calls.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from orcd.server.reasoning import CONTENT, Splitter, held_prefix
 from orcd.tokenizer.harmony import TOOL_CALL
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
-MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
-_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+CALL_BEGIN, CALL_ARGS = "tool_call_begin", "tool_call_args"  # a streamed call's name, its argument pieces
+# the head of a Hermes JSON call up to its arguments object (whose `{` is left to the arguments' text)
+_CALL_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,'
+                        r'\s*"(?:arguments|parameters)"\s*:\s*(?=\{)')
 _FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)</function>", re.S)
 _PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.S)
 
@@ -100,36 +105,72 @@ class ContentScanner(abc.ABC):
 
 class HermesTools(ContentScanner):
     """Content scanned for <tool_call> blocks; `parse` turns a block's body into a call payload (None:
-    not a call, kept as written). Hermes bodies are JSON; Qwen3-Coder's are XML (coder_parser)."""
+    not a call, kept as written). Hermes bodies are JSON (their arguments stream, see the module doc);
+    Qwen3-Coder's are XML (coder_parser), returned whole."""
 
     def __init__(self, inner: Splitter | None = None, parse: Callable[[str], str | None] | None = None):
-        self.inner, self.parse = inner, parse or (lambda body: json_call(body.strip()))
+        self.inner, self.streams = inner, parse is None
+        self.parse = parse or (lambda body: json_call(body.strip()))
         self._buf, self._in_call = "", False
         self._called = False  # after a call, whitespace between blocks is not content
+        self._name: str | None = None  # the call whose arguments stream (its head has been read)
+        self._args_at = self._sent = 0  # where its arguments start in the body; their chars returned
 
     def _content(self, text: str, out: Pairs) -> None:
         self._buf += text
         while (at := self._buf.find(tag := CALL_CLOSE if self._in_call else CALL_OPEN)) >= 0:
             head, self._buf = self._buf[:at], self._buf[at + len(tag):]
             if self._in_call:
-                call = self.parse(head)
-                out.append((TOOL_CALL, call) if call else (CONTENT, CALL_OPEN + head + CALL_CLOSE))
-                self._called = self._called or call is not None
+                self._close(head, out)
             else:
                 self._text(head, out)
             self._in_call = not self._in_call
-        if not self._in_call:
+        if self._in_call:
+            self._stream(self._buf[: len(self._buf) - held_prefix(self._buf, CALL_CLOSE)], out)
+        else:
             keep = held_prefix(self._buf, CALL_OPEN)
             self._text(self._buf[: len(self._buf) - keep], out)
             self._buf = self._buf[len(self._buf) - keep:]
 
     def _end(self, out: Pairs) -> None:
-        call = self.parse(self._buf) if self._in_call else None  # a whole call, its close tag not written
-        if call:
-            out.append((TOOL_CALL, call))
+        if self._in_call and self._name is not None:  # cut while its arguments streamed
+            self._close(self._buf[: len(self._buf) - held_prefix(self._buf, CALL_CLOSE)], out)
+        elif self._in_call and self.parse(self._buf):
+            self._close(self._buf, out)  # a whole call, its close tag not written
         elif self._buf:  # a cut block or a held partial tag: text, as written
             out.append((CONTENT, (CALL_OPEN if self._in_call else "") + self._buf))
         self._buf, self._in_call = "", False
+
+    def _stream(self, body: str, out: Pairs) -> None:
+        """The part of an open call's `body` (so far, no partial close tag) not returned yet."""
+        if not self.streams:
+            return
+        if self._name is None:
+            m = _CALL_HEAD.match(body)
+            if m is None:
+                return
+            self._name, self._args_at, self._sent = json.loads(m.group(1)), m.end(), 0
+            out.append((CALL_BEGIN, self._name))
+        args = self._args(body)
+        if len(args) > self._sent:
+            out.append((CALL_ARGS, args[self._sent:]))
+            self._sent = len(args)
+
+    def _args(self, body: str) -> str:
+        """The streamed call's arguments text: its JSON object, or all there is while it is open."""
+        end = json_end(body, self._args_at)
+        return body[self._args_at: end if end is not None else len(body)]
+
+    def _close(self, body: str, out: Pairs) -> None:
+        """A call's block ended: a streamed call ends with its last pieces, another is parsed whole."""
+        self._stream(body, out)  # the last pieces (or a whole head written in one piece with its close tag)
+        if self._name is not None:
+            out.append((TOOL_CALL, call_payload(self._name, self._args(body))))
+            self._name, self._called = None, True
+            return
+        call = self.parse(body)
+        out.append((TOOL_CALL, call) if call else (CONTENT, CALL_OPEN + body + CALL_CLOSE))
+        self._called = self._called or call is not None
 
     def _text(self, text: str, out: Pairs) -> None:
         if text and not (self._called and not text.strip()):
@@ -205,83 +246,3 @@ class LlamaJsonTools(ContentScanner):
             else:
                 out.append((CONTENT, self._held))
         self._held, self._plain = "", True
-
-
-class MistralTools(ContentScanner):
-    """Content up to `[TOOL_CALLS]` streams as content; from there on each call is returned as soon as
-    its JSON closes. What does not parse from there on is content, as written."""
-
-    def __init__(self, inner: Splitter | None = None):
-        self.inner = inner
-        self._buf, self._in_calls, self._called = "", False, False
-
-    def _content(self, text: str, out: Pairs) -> None:
-        self._buf += text
-        if not self._in_calls:
-            at = self._buf.find(MISTRAL_CALLS)
-            cut = at if at >= 0 else len(self._buf) - held_prefix(self._buf, MISTRAL_CALLS)
-            self._text(self._buf[:cut], out)
-            self._buf, self._in_calls = self._buf[cut:], at >= 0
-        if self._in_calls:
-            self._calls(out, final=False)
-
-    def _end(self, out: Pairs) -> None:
-        if self._in_calls:
-            self._calls(out, final=True)
-        self._text(self._buf, out)
-        self._buf, self._in_calls = "", False
-
-    def _calls(self, out: Pairs, final: bool) -> None:
-        """Takes every complete call off the front of the held text; stops at an incomplete one (at the
-        end: returns it as text) or at text that is no call (returns the rest as text)."""
-        while True:
-            rest = self._buf.lstrip()
-            while rest.startswith(MISTRAL_CALLS):
-                rest = rest[len(MISTRAL_CALLS):].lstrip()
-            if not rest:
-                return
-            got = self._one(rest)
-            if got is None and not final:
-                return  # may still complete
-            if not got:
-                self._text(self._buf, out, always=True)
-                self._buf, self._in_calls = "", False
-                return
-            calls, self._buf = got
-            out += [(TOOL_CALL, c) for c in calls]
-            self._called = True
-
-    @staticmethod
-    def _one(rest: str) -> tuple[list[str], str] | bool | None:
-        """The call(s) at the front of `rest` and the text after them; None: not complete yet; False:
-        not a call."""
-        if rest[0] in "[{":  # Nemo: a JSON list of {"name", "arguments"}
-            end = json_end(rest, 0)
-            if end is None:
-                return None
-            try:
-                items = json.loads(rest[:end])
-            except json.JSONDecodeError:
-                return False
-            calls = [json_call(json.dumps(c)) for c in (items if isinstance(items, list) else [items])]
-            return ([c for c in calls if c], rest[end:]) if calls and all(calls) else False
-        at = rest.find(MISTRAL_ARGS)
-        if at < 0:  # NAME[CALL_ID]id[ARGS]: plausible while what came is a name (+ a partial tag)
-            keep = max(held_prefix(rest, MISTRAL_ARGS), held_prefix(rest, MISTRAL_ID))
-            name = rest[: len(rest) - keep].split(MISTRAL_ID)[0].strip()
-            return None if len(rest) < 256 and (not name or _NAME.fullmatch(name)) else False
-        name = rest[:at].split(MISTRAL_ID)[0].strip()
-        args = rest[at + len(MISTRAL_ARGS):].lstrip()
-        if not _NAME.fullmatch(name) or args[:1] not in ("", "{", "["):
-            return False
-        end = json_end(args, 0) if args else None
-        if end is None:
-            return None
-        try:
-            return [call_payload(name, json.loads(args[:end]))], args[end:]
-        except json.JSONDecodeError:
-            return False
-
-    def _text(self, text: str, out: Pairs, always: bool = False) -> None:
-        if text and (always or not (self._called and not text.strip())):
-            out.append((CONTENT, text))

@@ -4,8 +4,10 @@ transformers passes them), tool-call history rendered, and tool calls parsed bac
 Parsing works as a splitter (orcd.server.reasoning's protocol) that yields (TOOL_CALL, json) pairs, the
 json being {"name", "arguments"} with arguments a JSON string, as OpenAI returns them. The format is the
 one the chat template teaches (tool_style): Hermes / Qwen3-Coder `<tool_call>` blocks, Llama 3.x JSON and
-Mistral `[TOOL_CALLS]` are scanned by orcd.server.tool_scanners; gpt-oss Harmony's calls are `commentary`
-messages addressed `to=functions.NAME`, their body the arguments.
+Mistral `[TOOL_CALLS]` are scanned by orcd.server.tool_scanners and .mistral_calls; gpt-oss Harmony's calls
+are `commentary` messages addressed `to=functions.NAME`, their body the arguments. Hermes calls also stream
+their arguments ((CALL_BEGIN, name), (CALL_ARGS, piece)... before the call's TOOL_CALL): ToolDeltas turns
+them into OpenAI's tool-call deltas.
 """
 
 from __future__ import annotations
@@ -18,20 +20,21 @@ from collections.abc import Callable
 from typing import Any
 
 from orcd.errors import RequestError
+from orcd.server.mistral_calls import MISTRAL_CALLS, MistralTools
 from orcd.server.reasoning import CONTENT, Splitter, is_harmony, splitter_for
 from orcd.server.tool_scanners import (
+    CALL_ARGS,
+    CALL_BEGIN,
     CALL_OPEN,
-    MISTRAL_CALLS,
     HermesTools,
     LlamaJsonTools,
-    MistralTools,
     coder_parser,
 )
 from orcd.tokenizer.harmony import TOOL_CALL, HarmonyParser
 
-__all__ = ["HarmonyTools", "HermesTools", "LlamaJsonTools", "MistralTools", "check_tools", "fields",
-           "history_message", "message_fields", "openai_calls", "template_call_ids", "tool_splitter",
-           "tool_style", "with_tools"]
+__all__ = ["HarmonyTools", "HermesTools", "LlamaJsonTools", "MistralTools", "ToolDeltas", "check_tools",
+           "fields", "history_message", "message_fields", "openai_calls", "template_call_ids",
+           "tool_splitter", "tool_style", "with_tools"]
 _MISTRAL_ID = re.compile(r"[A-Za-z0-9]{9}")
 
 
@@ -128,34 +131,64 @@ def tool_style(template: str | None) -> str:
     return "llama" if "<|start_header_id|>" in t and '"parameters"' in t and CALL_OPEN not in t else "hermes"
 
 
-def openai_calls(payloads: list[str], first_index: int = 0, stream: bool = False) -> list[dict]:
-    """(TOOL_CALL, json) payloads -> OpenAI tool_calls entries (streamed deltas carry `index`)."""
+def _call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+def openai_calls(payloads: list[str]) -> list[dict]:
+    """(TOOL_CALL, json) payloads -> a message's OpenAI tool_calls entries."""
     out = []
-    for k, payload in enumerate(payloads):
+    for payload in payloads:
         call = json.loads(payload)
-        entry = {"id": "call_" + uuid.uuid4().hex[:24], "type": "function",
-                 "function": {"name": call["name"], "arguments": call["arguments"]}}
-        out.append({"index": first_index + k, **entry} if stream else entry)
+        out.append({"id": _call_id(), "type": "function",
+                    "function": {"name": call["name"], "arguments": call["arguments"]}})
     return out
 
 
-def fields(pairs: list[tuple[str, str]], first_call: int = 0, stream: bool = True) -> dict:
-    """[(kind, text)] -> the delta's (or message's) reasoning_content / content / tool_calls, only the kinds
-    present."""
+class ToolDeltas:
+    """One streamed choice's OpenAI tool_calls deltas: a streamed call's entry (id, name, arguments "")
+    when it begins, then `{"index", "function": {"arguments": piece}}` as its arguments come; a call
+    returned whole is one entry. Entries of one index in one delta are merged."""
+
+    def __init__(self) -> None:
+        self.count = 0  # calls begun so far (the next one's index)
+        self._open = False  # a streamed call's TOOL_CALL is still to come
+
+    def entries(self, pairs: list[tuple[str, str]]) -> list[dict]:
+        by_index: dict[int, dict] = {}
+        for kind, text in pairs:
+            if kind == CALL_BEGIN or (kind == TOOL_CALL and not self._open):
+                call = {"name": text, "arguments": ""} if kind == CALL_BEGIN else json.loads(text)
+                by_index[self.count] = {"index": self.count, "id": _call_id(), "type": "function",
+                                        "function": {"name": call["name"], "arguments": call["arguments"]}}
+                self.count += 1
+                self._open = kind == CALL_BEGIN
+            elif kind == CALL_ARGS:
+                entry = by_index.setdefault(self.count - 1, {"index": self.count - 1, "function": {}})
+                entry["function"]["arguments"] = entry["function"].get("arguments", "") + text
+            elif kind == TOOL_CALL:  # the streamed call's end: its arguments were all sent
+                self._open = False
+        return list(by_index.values())
+
+
+def fields(pairs: list[tuple[str, str]], deltas: ToolDeltas | None = None) -> dict:
+    """[(kind, text)] -> a streamed delta's (with `deltas`, the choice's call state) or a whole message's
+    reasoning_content / content / tool_calls, only the kinds present."""
     out: dict = {}
-    calls = [text for kind, text in pairs if kind == TOOL_CALL]
     for kind, text in pairs:
-        if kind != TOOL_CALL:
+        if kind not in (TOOL_CALL, CALL_BEGIN, CALL_ARGS):
             out[kind] = out.get(kind, "") + text
+    calls = deltas.entries(pairs) if deltas is not None else \
+        openai_calls([text for kind, text in pairs if kind == TOOL_CALL])
     if calls:
-        out["tool_calls"] = openai_calls(calls, first_call, stream)
+        out["tool_calls"] = calls
     return out
 
 
 def message_fields(splitter: Splitter, text: str) -> dict:
     """A whole completion -> the message's content (None beside tool calls when empty),
     reasoning_content (None when there was none) and tool_calls (when there are any)."""
-    out = fields(splitter.push(text) + splitter.flush(), stream=False)
+    out = fields(splitter.push(text) + splitter.flush())
     msg = {"content": out.get(CONTENT, ""), "reasoning_content": out.get("reasoning_content")}
     if "tool_calls" in out:
         msg["tool_calls"] = out["tool_calls"]

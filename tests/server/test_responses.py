@@ -83,12 +83,15 @@ def test_forced_call_then_its_result(oai):
     assert set(json.loads(call.arguments)) == {"city"} and call.call_id.startswith("call_")
     with oai.responses.stream(model=MODEL, input=first, tools=[WEATHER], max_output_tokens=120,
                               tool_choice={"type": "function", "name": "get_weather"}, temperature=0) as s:
-        names = [e.type for e in s]
+        events = list(s)
         final = s.get_final_response()
     assert final.output[0].parsed_arguments == json.loads(call.arguments)  # the SDK parsed the strict call
-    assert names[2:] == ["response.output_item.added", "response.function_call_arguments.delta",
+    names, deltas = [e.type for e in events], [e.delta for e in events if e.type.endswith("arguments.delta")]
+    assert names[2:] == ["response.output_item.added",
+                         *["response.function_call_arguments.delta"] * len(deltas),
                          "response.function_call_arguments.done", "response.output_item.done",
                          "response.completed"]
+    assert len(deltas) > 2 and "".join(deltas) == final.output[0].arguments  # streamed as written
     # the next turn: the call and its output go back as input items, rendered as the chat route does
     turn = [*first, *[o.model_dump(exclude_none=True) for o in r.output],
             {"type": "function_call_output", "call_id": call.call_id, "output": "12 C, rain"}]
@@ -192,6 +195,23 @@ def test_scripted_stream_parses_in_the_sdk():
     assert [o.parsed_arguments for o in final.output[2:]] == [{"city": "Oslo"}, {"city": "Rome"}]
     assert names.count("response.reasoning_text.delta") == 2 and names[-1] == "response.completed"
     assert final.usage.output_tokens_details.reasoning_tokens == 2
+
+
+def test_streamed_calls_past_the_first_are_dropped_without_parallel_calls():
+    """parallel_tool_calls=false: the first call streams its arguments; the second sends nothing."""
+    events: list[tuple[str, dict]] = []
+    builder = OutputBuilder(with_tools(None, harmony=False), False,
+                            lambda name, data: events.append((name, json.loads(json.dumps(data)))))
+    for text in ['<tool_call>{"name": "get_weather", "arguments": {"ci', 'ty": "Oslo"}}</tool_call>\n',
+                 '<tool_call>{"name": "get_weather", "arguments": {"city"', ': "Rome"}}</tool_call>']:
+        builder.push(text)
+    builder.push("", final=True)
+    builder.finish("completed")
+    assert [(i["type"], i["arguments"], i["status"]) for i in builder.items] == [
+        ("function_call", '{"city": "Oslo"}', "completed")]
+    assert [d["delta"] for e, d in events if e == "response.function_call_arguments.delta"] == [
+        '{"ci', 'ty": "Oslo"}']
+    assert [e for e, _ in events].count("response.output_item.done") == 1
 
 
 KEYS = ["type", "role", "content", "call_id", "name", "arguments", "output", "id", "status", "summary",

@@ -20,6 +20,7 @@ from orcd.server.reasoning import ThinkSplitter
 from orcd.server.tools import (
     HermesTools,
     MistralTools,
+    ToolDeltas,
     message_fields,
     openai_calls,
     template_call_ids,
@@ -125,8 +126,12 @@ def test_message_fields_and_openai_calls():
     msg = message_fields(MistralTools(), SMALL)
     assert msg["content"] is None and [c["function"]["name"] for c in msg["tool_calls"]] == ["get_weather",
                                                                                           "get_time"]
-    (entry,) = openai_calls([json.dumps({"name": "f", "arguments": "{}"})], 2, stream=True)
-    assert entry["index"] == 2 and entry["id"].startswith("call_")
+    (entry,) = openai_calls([json.dumps({"name": "f", "arguments": "{}"})])
+    assert entry["id"].startswith("call_") and entry["function"] == {"name": "f", "arguments": "{}"}
+    deltas = ToolDeltas()
+    deltas.count = 2  # two calls streamed before: a whole call is index 2
+    (entry,) = deltas.entries([("tool_call", json.dumps({"name": "f", "arguments": "{}"}))])
+    assert entry["index"] == 2 and entry["id"].startswith("call_") and deltas.count == 3
 
 
 def _templates() -> dict[str, str]:

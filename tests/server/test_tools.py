@@ -77,25 +77,63 @@ def test_harmony_calls(seed):
     assert [json.loads(t)["name"] for k, t in out + s.flush() if k == "tool_call"] == ["get_weather"]
 
 
-def test_stream_tool_call_deltas_and_finish_reason():
-    texts = ["Sure.", "<tool_", 'call>{"name": "get_weather", ', '"arguments": {"city": "Oslo"}}</tool_call>',
-             ""]
-    fmt = ChoiceFormat(chat=True, split=with_tools(None, harmony=False))
+def _chat_stream(texts: list[str], split) -> list[dict]:
+    """The choices of the chunks stream_choices writes for a job whose events carry `texts`."""
+    fmt = ChoiceFormat(chat=True, split=split)
     job = types.SimpleNamespace(finish_reason=None, prompt_ids=[1], tokens_out=len(texts))
 
     async def run() -> list[bytes]:
         return [b async for b in stream_choices(_Hub(texts), [job], fmt, lambda c: {"choices": c}, False)]
 
     frames = b"".join(asyncio.run(run())).decode().split("\n\n")
-    chunks = [json.loads(f[len("data: "):])["choices"][0] for f in frames if f.startswith("data: {")]
+    return [json.loads(f[len("data: "):])["choices"][0] for f in frames if f.startswith("data: {")]
+
+
+def test_stream_tool_call_deltas_and_finish_reason():
+    texts = ["Sure.", "<tool_", 'call>{"name": "get_weather", ', '"arguments": {"ci', 'ty": "Os', 'lo"}}',
+             "</tool_call>", ""]
+    chunks = _chat_stream(texts, with_tools(None, harmony=False))
     assert "".join(c["delta"].get("content") or "" for c in chunks) == "Sure."
-    (call,) = [tc for c in chunks for tc in c["delta"].get("tool_calls", [])]
-    assert call["index"] == 0 and call["id"].startswith("call_") and call["type"] == "function"
-    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
+    first, *more = [tc for c in chunks for tc in c["delta"].get("tool_calls", [])]
+    assert first["index"] == 0 and first["id"].startswith("call_") and first["type"] == "function"
+    assert first["function"] == {"name": "get_weather", "arguments": '{"ci'}  # as the model wrote it
+    assert [m["function"]["arguments"] for m in more] == ['ty": "Os', 'lo"}']
+    assert all(m.keys() == {"index", "function"} and m["index"] == 0 for m in more)
     assert chunks[-1]["finish_reason"] == "tool_calls"
     full = ChoiceFormat(chat=True, split=with_tools(None, harmony=False)).full(0, [
-        types.SimpleNamespace(text=t) for t in texts], "stop")
+        types.SimpleNamespace(text=t, cached_tokens=0) for t in texts], "stop")
     assert full["finish_reason"] == "tool_calls" and full["message"]["content"] == "Sure."
+    assert full["message"]["tool_calls"][0]["function"]["arguments"] == '{"city": "Oslo"}'
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_streamed_arguments_join_to_the_final_ones(seed):
+    """In any pieces: one entry per call with its id and name, then argument pieces whose concatenation is
+    the call's arguments in the whole message (the model's text, not re-serialized)."""
+    text = HERMES.replace('{"city": "Bergen"}', '{"city": "Bergen", "days": [1, {"a": "}"}]}')
+    split = with_tools(ThinkSplitter, harmony=False)
+    chunks = _chat_stream([*pieces(text, random.Random(seed)), ""], split)
+    joined: dict[int, dict] = {}
+    for tc in (tc for c in chunks for tc in c["delta"].get("tool_calls", [])):
+        if "id" in tc:
+            assert tc["index"] not in joined
+            joined[tc["index"]] = {"name": tc["function"]["name"], "arguments": ""}
+        joined[tc["index"]]["arguments"] += tc["function"].get("arguments", "")
+    whole = message_fields(split(), text)["tool_calls"]
+    assert [joined[i] for i in sorted(joined)] == [c["function"] for c in whole]
+    assert whole[1]["function"]["arguments"] == '{"city": "Bergen", "days": [1, {"a": "}"}]}'
+
+
+def test_a_call_cut_while_its_arguments_stream_ends_with_them():
+    """max_tokens cut the arguments (here inside the close tag): the call, begun in the stream, carries
+    what was written of them."""
+    cut = 'Ok <tool_call>\n{"name": "get_weather", "arguments": {"city": "Os'
+    msg = message_fields(HermesTools(), cut + "</tool_")
+    assert msg["content"] == "Ok " and msg["tool_calls"][0]["function"] == {
+        "name": "get_weather", "arguments": '{"city": "Os'}
+    chunks = _chat_stream([cut[:30], cut[30:], "</tool_", ""], with_tools(None, harmony=False))
+    out = [tc["function"].get("arguments", "") for c in chunks for tc in c["delta"].get("tool_calls", [])]
+    assert "".join(out) == '{"city": "Os'
 
 
 def test_real_template_renders_tools_and_history():
