@@ -1,9 +1,10 @@
 """ProcessEngine: AsyncEngine's interface over an engine process (orcd.engine.core_process).
 
 The API process keeps the GGUF's config and tokenizer (read from the file's header, no weights) and
-validates requests itself; the engine process holds the model. One reader thread here receives each
-engine step's events (one message per step) and hands them to the callers' event loops, exactly as
-AsyncEngine's engine thread does; commands go down from whichever thread sends them.
+validates requests itself; the engine process holds the model. The event loop that start() runs on
+reads the engine's socket itself (loop.add_reader): each engine step's events (one message per step)
+go to their streams with no thread hop and no wait for the GIL; commands go down from whichever thread
+sends them.
 If the engine process dies, every open stream ends with an error event and new requests get
 EngineStoppedError (HTTP 503): nothing hangs.
 """
@@ -80,7 +81,8 @@ class ProcessEngine:
         self._send_lock = threading.Lock()
         self._accepting = False
         self._stopping = False
-        self._reader: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop reading the socket, once started
+        self._closed = threading.Event()  # set once the socket is read to its end (the process is gone)
 
     def _await_ready(self, timeout_s: float) -> dict:
         deadline = time.monotonic() + timeout_s
@@ -102,29 +104,30 @@ class ProcessEngine:
 
     # ---- lifecycle ----
     def start(self) -> None:
-        if self._reader is not None:
+        """Call on the event loop that serves the streams: from now on it reads the engine's socket."""
+        if self._loop is not None:
             return
+        self._loop = asyncio.get_running_loop()
         self._accepting = True
-        self._reader = threading.Thread(target=self._read_loop, name="orcd-engine-reader", daemon=True)
-        self._reader.start()
+        self._loop.add_reader(self._conn.fileno(), self._on_readable)
 
     def shutdown(self, grace_s: float = 0.0) -> None:
-        """Stop accepting; let running requests finish for up to grace_s; end the rest as cancelled."""
+        """Stop accepting; let running requests finish for up to grace_s; end the rest as cancelled.
+        Blocking: call it off the loop that reads the socket (asyncio.to_thread), which must keep running."""
         self._accepting, self._stopping = False, True
         deadline = time.monotonic() + grace_s
         while grace_s > 0 and self.num_active() and time.monotonic() < deadline:
             time.sleep(0.01)
         self._post(("stop",))  # the process sends the last events (cancelled), then exits: EOF
-        if self._reader is not None:
-            self._reader.join(timeout=30)
-            self._reader = None
         self.process.join(timeout=30)
         self._kill()
+        if self._loop is not None and not self._loop.is_closed():
+            self._closed.wait(timeout=10)  # the loop reads the last events, then the EOF
         self._conn.close()
 
     @property
     def running(self) -> bool:
-        return self._reader is not None and self._reader.is_alive() and self._accepting
+        return self._loop is not None and not self._closed.is_set() and self._accepting
 
     def num_active(self) -> int:
         with self._lock:
@@ -179,32 +182,37 @@ class ProcessEngine:
             finally:
                 self._send_lock.release()
 
-    # ---- the reader thread ----
-    def _read_loop(self) -> None:
+    # ---- the socket's reader, on the loop ----
+    def _on_readable(self) -> None:
+        """Every message already here, in order; EOF: the process is gone."""
         try:
-            while True:
+            while self._conn.poll(0):
                 msg = ipc.loads(self._conn.recv_bytes())
                 if msg[0] == "step":
                     self._stats = msg[2]  # first: see AsyncEngine._publish
                     if msg[1]:
                         self._publish(msg[1])
         except (EOFError, OSError):
-            pass
+            self._on_exit()
         except Exception:
-            log.exception("engine process reader failed")
-        self._on_exit()
+            log.exception("reading the engine process's events failed")
+            self._on_exit()
 
     def _on_exit(self) -> None:
         """The engine process is gone: every stream still open ends now (an error unless shutting down)."""
+        if self._closed.is_set():
+            return
+        self._loop.remove_reader(self._conn.fileno())
         with self._lock:
             self._accepting = False
             ids = list(self._sinks)
         if not self._stopping:
-            log.error("the engine process exited (exit code %s); %d stream(s) ended", self._exit_code(),
+            log.error("the engine process exited (exit code %s); %d stream(s) ended", self.process.exitcode,
                       len(ids))
         reason = "cancelled" if self._stopping else "error"
         error = None if self._stopping else "the engine process exited"
         self._publish([ipc.final_wire(rid, reason, error) for rid in ids])
+        self._closed.set()
 
     def _publish(self, wire: list[tuple]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list] = {}
@@ -215,6 +223,9 @@ class ProcessEngine:
                 if sink is not None:
                     by_loop.setdefault(sink.loop, []).append((sink, ipc.event_from_wire(t)))
         for loop, items in by_loop.items():
+            if loop is self._loop:
+                _deliver(items)  # this is the loop: no hop
+                continue
             try:
                 loop.call_soon_threadsafe(_deliver, items)
             except RuntimeError:  # the caller's loop is closed: nobody is listening

@@ -43,29 +43,31 @@ async def _collect(engine) -> list[list[TokenEvent]]:
 
 def test_same_events_as_in_process():
     pe = ProcessEngine(BUILD)
-    pe.start()
-    try:
-        assert pe.process.is_alive() and pe.device == "cpu"
-        assert pe.stats()["kv_blocks_total"] == 256
-        got = asyncio.run(_collect(pe))
 
-        async def refused():
+    async def main():
+        pe.start()  # on this loop: it reads the engine's socket
+        try:
+            assert pe.process.is_alive() and pe.device == "cpu" and pe.running
+            assert pe.stats()["kv_blocks_total"] == 256
+            events = await _collect(pe)
             with pytest.raises(ContextLengthExceededError):  # checked here, not in the engine process
                 pe.generate(EngineRequest("long", [1] * 10, SamplingParams(max_tokens=10**6)))
             with pytest.raises(RequestError):
                 pe.generate(EngineRequest("bad", [10**7], SamplingParams()))
+            assert pe.stats()["requests_finished"] == 3
+            return events
+        finally:
+            await asyncio.to_thread(pe.shutdown)
 
-        asyncio.run(refused())
-        assert pe.stats()["requests_finished"] == 3
-    finally:
-        pe.shutdown()
-    assert not pe.process.is_alive() and pe.process.exitcode == 0
+    got = asyncio.run(main())
+    assert not pe.process.is_alive() and pe.process.exitcode == 0 and not pe.running
     ae = AsyncEngine(BUILD.build())
     ae.start()
     try:
         want = asyncio.run(_collect(ae))
     finally:
         ae.shutdown()
+
     def same(events):  # queue_s is a time: the rest must match field for field
         return [[dataclasses.replace(e, queue_s=None) for e in evs] for evs in events]
 
@@ -74,20 +76,21 @@ def test_same_events_as_in_process():
 
 def test_killed_engine_ends_streams_and_refuses():
     pe = ProcessEngine(BUILD)
-    pe.start()
 
     async def main():
-        stream = pe.generate(EngineRequest("long", [1, 2], SamplingParams(max_tokens=2000, ignore_eos=True)))
-        first = await anext(stream)
-        pe.process.kill()
-        rest = [ev async for ev in stream]
-        with pytest.raises(EngineStoppedError):
-            pe.generate(EngineRequest("after", [1], SamplingParams(max_tokens=1)))
-        return first, rest
+        pe.start()
+        try:
+            long = SamplingParams(max_tokens=2000, ignore_eos=True)
+            stream = pe.generate(EngineRequest("long", [1, 2], long))
+            first = await anext(stream)
+            pe.process.kill()
+            rest = [ev async for ev in stream]
+            with pytest.raises(EngineStoppedError):
+                pe.generate(EngineRequest("after", [1], SamplingParams(max_tokens=1)))
+            return first, rest
+        finally:
+            await asyncio.to_thread(pe.shutdown)
 
-    try:
-        first, rest = asyncio.run(asyncio.wait_for(main(), 30))
-    finally:
-        pe.shutdown()
+    first, rest = asyncio.run(asyncio.wait_for(main(), 60))
     assert first.token_id is not None
     assert rest[-1].finished and rest[-1].finish_reason == "error" and "exited" in rest[-1].error
