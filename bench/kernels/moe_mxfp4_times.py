@@ -1,9 +1,11 @@
-"""The gpt-oss MoE kernels (orcd/quant/kernels/moe_mxfp4.py) at gpt-oss-20b's shapes (hidden 2880, expert
-width 2880, 32 experts, top-4; random MXFP4 blocks), each timed from a CUDA graph of 24 layers' worth of
-calls (24 copies of the weights, more than L2), per path (per-pair GEMV, expert-grouped), launch
-(BN, KB, num_warps: the default and a few others) and token count.
-Effective bandwidth counts the routed experts' weight bytes once per layer.
-Usage: python bench/kernels/moe_mxfp4_times.py [--out DIR] [--tokens 1,2,4,8,16,32,64] (writes moe_mxfp4.json)
+"""The gpt-oss MoE kernels (orcd/quant/kernels/moe_gemv.py, moe_mxfp4.py) at gpt-oss-20b's shapes (hidden
+2880, expert width 2880, 32 experts, top-4; random MXFP4 blocks), each timed from a CUDA graph of 24
+layers' worth of calls (24 copies of the weights, more than L2); gate+up and down timed apart (each its own
+graph), per path (GEMV: gate+up per pair, down with the k-slot sum per token, as MoE.forward_fused runs
+it; expert-grouped: both per pair, the sum not counted), launch (BN, KB, num_warps: the default and a
+few others) and token count. Effective bandwidth counts the routed experts' weight bytes once per layer.
+Usage: python bench/kernels/moe_mxfp4_times.py [--out DIR] [--tokens 1,2,4,8,16,32,64] [--gemv-max 8]
+(writes moe_mxfp4.json; prints a table of the best launch per path and token count last)
 """
 
 from __future__ import annotations
@@ -18,13 +20,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "gpu"))
 from moe_cases import random_mxfp4  # noqa: E402
 
-from orcd.quant.kernels.moe_mxfp4 import GEMV_LAUNCH, GROUPED_LAUNCH, moe_mxfp4  # noqa: E402
+from orcd.quant.kernels.moe_gemv import GEMV_LAUNCH, moe_gemv  # noqa: E402
+from orcd.quant.kernels.moe_mxfp4 import GROUPED_LAUNCH, moe_mxfp4  # noqa: E402
 from orcd.quant.mxfp4 import split_blocks_  # noqa: E402
 
 HIDDEN, FFN, EXPERTS, TOP_K, LAYERS = 2880, 2880, 32, 4, 24
 # (BN, KB, num_warps) tried per path besides the default; GEMV only up to 8 tokens
-SWEEP = {"gemv": [(16, 8, 4), (64, 8, 4), (32, 4, 4), (32, 16, 8)],
-         "grouped": [(64, 4, 4), (128, 2, 8), (128, 4, 8), (32, 4, 4)]}
+# (a tile should hold >= 32 * num_warps (row, block) pairs: BN * KB >= 32 * warps, else threads duplicate)
+SWEEP = {"gemv": [(32, 8, 4), (8, 8, 2), (16, 4, 2), (8, 16, 4), (16, 16, 8), (32, 4, 4)],
+         "grouped": [(64, 4, 4), (128, 4, 8), (32, 8, 4)]}
 
 
 def graph_ms(fn, reps: int = 10) -> float:
@@ -45,10 +49,31 @@ def graph_ms(fn, reps: int = 10) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def make_steps(grouped: bool, launch, layers, x, ids, rw, bias):
+    """-> (glu, down): fns running one token batch through 24 layers' gate+up kernel, or down kernel."""
+    h = torch.randn(ids.numel(), FFN, device=x.device, dtype=x.dtype) * 0.1
+
+    def glu():
+        for wg, wu, _ in layers:
+            if grouped:
+                moe_mxfp4(x, ids, wg, wu, bias, bias, None, TOP_K, grouped=True, launch=launch)
+            else:
+                moe_gemv(x, ids, wg, wu, bias, bias, None, TOP_K, launch=launch)
+
+    def down():
+        for _, _, wd in layers:
+            if grouped:
+                moe_mxfp4(h, ids, wd, None, bias, None, rw, TOP_K, grouped=True, launch=launch)
+            else:
+                moe_gemv(h, ids, wd, None, bias, None, rw, TOP_K, slots=TOP_K, launch=launch)
+    return glu, down
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=".")
     ap.add_argument("--tokens", default="1,2,4,8,16,32,64")
+    ap.add_argument("--gemv-max", type=int, default=8, help="largest token count timed on the GEMV path")
     a = ap.parse_args()
     gen = torch.Generator().manual_seed(0)
     dev = "cuda"
@@ -63,17 +88,16 @@ def main() -> None:
         rw = torch.full((t * TOP_K,), 0.25, device=dev)
         read = ids.unique().numel() * expert_bytes * LAYERS
         for path, default in (("gemv", GEMV_LAUNCH), ("grouped", GROUPED_LAUNCH)):
-            if path == "gemv" and t > 8:
+            if path == "gemv" and t > a.gemv_max:
                 continue
             for launch in (default, *SWEEP[path]):
-                def step(grouped=path == "grouped", launch=launch, x=x, ids=ids, rw=rw):
-                    for wg, wu, wd in layers:
-                        h = moe_mxfp4(x, ids, wg, wu, bias, bias, None, TOP_K, grouped=grouped, launch=launch)
-                        moe_mxfp4(h, ids, wd, None, bias, None, rw, TOP_K, grouped=grouped, launch=launch)
+                glu, down = make_steps(path == "grouped", launch, layers, x, ids, rw, bias)
                 row = {"tokens": t, "path": path, "launch": launch, "default": launch == default}
                 try:
-                    ms = graph_ms(step)
-                    row |= {"ms_24_layers": round(ms, 4), "GB_s": round(read / ms / 1e6, 1)}
+                    ms_glu, ms_down = graph_ms(glu), graph_ms(down)
+                    ms = ms_glu + ms_down
+                    row |= {"ms_24_layers": round(ms, 4), "ms_glu": round(ms_glu, 4),
+                            "ms_down": round(ms_down, 4), "GB_s": round(read / ms / 1e6, 1)}
                 except Exception as err:  # noqa: BLE001 - a launch that does not compile is a row too
                     row["error"] = str(err).splitlines()[0][:200]
                 print(json.dumps(row), flush=True)
@@ -82,6 +106,15 @@ def main() -> None:
                                                                    top_k=TOP_K, layers=LAYERS), "rows": rows}
     Path(a.out).mkdir(parents=True, exist_ok=True)
     (Path(a.out) / "moe_mxfp4.json").write_text(json.dumps(out, indent=1))
+    print("tokens path     default ms (glu+down)  best glu launch / ms  best down launch / ms")
+    for t in sorted({r["tokens"] for r in rows}):
+        for path in ("gemv", "grouped"):
+            ok = [r for r in rows if r["tokens"] == t and r["path"] == path and "ms_glu" in r]
+            if ok:
+                d = next((r for r in ok if r["default"]), ok[0])
+                g, dn = min(ok, key=lambda r: r["ms_glu"]), min(ok, key=lambda r: r["ms_down"])
+                print(f"{t:>6} {path:8} {d['ms_24_layers']:8.3f} ({d['ms_glu']:.3f}+{d['ms_down']:.3f})  "
+                      f"{g['launch']} {g['ms_glu']:.3f}  {dn['launch']} {dn['ms_down']:.3f}")
 
 
 if __name__ == "__main__":

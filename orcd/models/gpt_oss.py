@@ -27,7 +27,7 @@ from orcd.models.kv_cache import KVCache
 from orcd.models.layers.attention import Attention, AttnMetadata
 from orcd.models.layers.linear import dense, embedding, linear
 from orcd.models.layers.norm import RMSNorm
-from orcd.models.moe import ExpertLinear, MoE
+from orcd.models.moe import ExpertLinear, MoE, kernels_apply
 from orcd.models.registry import register
 
 Shape = tuple[int, ...]
@@ -86,6 +86,16 @@ class GptOssBlock(nn.Module):
         cos, sin = rope[self.local]
         x = x + self.attn(self.attn_norm(x), cos, sin, meta, k_cache, v_cache)
         return x + self.moe(self.ffn_norm(x))
+
+    def forward_add_norm(self, x, h, next_norm: RMSNorm, rope, meta, k_cache, v_cache):
+        """CUDA: the residual adds fused with the next norms (decode_ops.add_rmsnorm, one program per
+        row). x [T, H] the residual, updated in place; h = attn_norm(x) -> next_norm(x after the block)."""
+        from orcd.quant.kernels.decode_ops import add_rmsnorm
+
+        cos, sin = rope[self.local]
+        a = self.attn(h, cos, sin, meta, k_cache, v_cache)
+        h = add_rmsnorm(a, x, self.ffn_norm.weight, self.ffn_norm.eps)  # x += a
+        return add_rmsnorm(self.moe(h), x, next_norm.weight, next_norm.eps)  # x += moe
 
 
 @register("gpt-oss")
@@ -166,6 +176,16 @@ class GptOssModel(nn.Module):
         full = self.rotary[False].cos_sin(positions, x.dtype)
         local = self.rotary[True]
         rope = {False: full, True: full if local is self.rotary[False] else local.cos_sin(positions, x.dtype)}
+        if kernels_apply(x.device):  # the adds fused into the norms: 2 launches a layer, not ~18
+            from orcd.quant.kernels.decode_ops import add_rmsnorm
+
+            x = x.contiguous()  # the residual, updated in place from here
+            first = self.blocks[0].attn_norm
+            h = add_rmsnorm(None, x, first.weight, first.eps)
+            nexts = [b.attn_norm for b in self.blocks[1:]] + [self.norm]
+            for i, (block, nxt) in enumerate(zip(self.blocks, nexts, strict=True)):
+                h = block.forward_add_norm(x, h, nxt, rope, attn, kv.k[i], kv.v[i])
+            return h
         for i, block in enumerate(self.blocks):
             x = block(x, rope, attn, kv.k[i], kv.v[i])
         return self.norm(x)

@@ -6,8 +6,10 @@ only (llama.cpp's SOFTMAX_WEIGHT gating, HF's GptOssTopKRouter). Expert e: gpt-o
     y = (g * sigmoid(alpha * g) * (u + 1)) @ Wd_e.T + bd_e
 and a token's output is the routing-weighted sum of its k experts' y.
 
-On CUDA with raw MXFP4 experts, `forward_fused` runs the Triton kernels of orcd/quant/kernels/moe_mxfp4.py
-(per-pair GEMV for a few tokens, expert-grouped tl.dot above), with no host sync; elsewhere the loop.
+On CUDA with raw MXFP4 experts, `forward_fused` runs the Triton kernels (orcd/quant/kernels/moe_gemv.py
+for a few tokens: gate+up per pair, down with the k-slot sum per token; moe_mxfp4.py's expert-grouped
+tl.dot above), with no host sync; elsewhere the loop. With `batch_invariant` set (orcd.numerics) the
+GEMV runs at every batch size: a token's output then depends on that token alone.
 
 Expert weights are llama.cpp's 3-D tensors ffn_{gate,up,down}_exps [E, out, in] (torch order). Quantized
 experts (MXFP4 in gpt-oss files) always stay raw, [E, out, row_bytes] on the device, and only the routed
@@ -96,9 +98,16 @@ class MoE(nn.Module):
                  top_k: int):
         super().__init__()
         self.router, self.gate, self.up, self.down, self.top_k = router, gate, up, down, top_k
+        self.batch_invariant = False  # set per step by orcd.numerics: one kernel for every batch size
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x [T, H] -> (expert ids [T, k] int64, weights [T, k]): softmax over each token's top-k logits."""
+        """x [T, H] -> (expert ids [T, k] int64, weights [T, k]): softmax over each token's top-k logits.
+        Where the kernels apply and the router is dense: one launch (orcd/quant/kernels/moe_router.py)."""
+        w = getattr(self.router, "weight", None)
+        if isinstance(w, torch.Tensor) and kernels_apply(x.device):
+            from orcd.quant.kernels.moe_router import route_topk
+
+            return route_topk(x, w, getattr(self.router, "bias", None), self.top_k)
         logits = self.router(x)  # [T, E]
         top, ids = torch.topk(logits, self.top_k, dim=-1)
         return ids, torch.softmax(top, dim=-1)
@@ -115,19 +124,23 @@ class MoE(nn.Module):
         return self.forward_loop(x, ids, weights)
 
     def forward_fused(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """Two kernel launches (gate+up with the SwiGLU, then down times the routing weight) plus the sum
-        over the k slots; no host sync, so decode steps can be captured in CUDA graphs."""
+        """Two kernel launches (gate+up with the SwiGLU, then down times the routing weights, summed over
+        the k slots in the GEMV, after it in the grouped path); no host sync, so decode steps can be
+        captured in CUDA graphs."""
+        from orcd.quant.kernels.moe_gemv import moe_gemv
         from orcd.quant.kernels.moe_mxfp4 import GEMV_MAX_PAIRS, align_by_expert, moe_mxfp4
 
         t, k = ids.shape
         flat = ids.reshape(-1)  # [T * k] pairs, token-major
-        grouped = flat.numel() > GEMV_MAX_PAIRS
-        align = align_by_expert(flat, self.gate.n_experts) if grouped else None  # shared by both calls
+        rw = weights.reshape(-1).float()
         g, u, d = self.gate, self.up, self.down
+        if self.batch_invariant or flat.numel() <= GEMV_MAX_PAIRS:
+            h = moe_gemv(x, flat, (g.scales, g.codes), (u.scales, u.codes), g.bias, u.bias, None, k)  # [P, F]
+            return moe_gemv(h, flat, (d.scales, d.codes), None, d.bias, None, rw, k, slots=k)  # [T, H]
+        align = align_by_expert(flat, self.gate.n_experts)  # shared by both calls
         h = moe_mxfp4(x, flat, (g.scales, g.codes), (u.scales, u.codes), g.bias, u.bias, None, k,
-                      grouped=grouped, align=align)  # [P, F]
-        y = moe_mxfp4(h, flat, (d.scales, d.codes), None, d.bias, None, weights.reshape(-1).float(), k,
-                      grouped=grouped, align=align)
+                      grouped=True, align=align)  # [P, F]
+        y = moe_mxfp4(h, flat, (d.scales, d.codes), None, d.bias, None, rw, k, grouped=True, align=align)
         return y.view(t, k, -1).sum(1, dtype=torch.float32).to(x.dtype)
 
     def forward_loop(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,7 @@
-"""MoE MXFP4 kernels (orcd/quant/kernels/moe_mxfp4.py) against the torch reference: each case prints
-`name rel_err tol`. Run on CUDA by test_moe_kernels.py, and on the CPU under TRITON_INTERPRET=1."""
+"""MoE MXFP4 kernels (orcd/quant/kernels/moe_mxfp4.py, moe_gemv.py) against the torch reference: each case
+prints `name rel_err tol`. GEMV cases also check the down projection with the k-slot sum fused (per token)
+and that a token's fused output is bitwise the same alone as in the batch (`invariant-...`, tol 1e-30).
+Run on CUDA by test_moe_kernels.py, and on the CPU under TRITON_INTERPRET=1."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from gguf import GGMLQuantizationType as Q
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from orcd.models.moe import clamped_swiglu  # noqa: E402
 from orcd.quant import dequantize_to  # noqa: E402
+from orcd.quant.kernels.moe_gemv import moe_gemv  # noqa: E402
 from orcd.quant.kernels.moe_mxfp4 import moe_mxfp4  # noqa: E402
 from orcd.quant.mxfp4 import split_blocks_  # noqa: E402
 
@@ -71,6 +74,23 @@ def run_case(device: str, dtype: torch.dtype, tokens: int, grouped: bool, gen: t
                       grouped=grouped, launch=launch)
         name = f"{'grouped' if grouped else 'gemv'}{launch or ''}-T{tokens}-{str(dtype)[6:]}"
         report(name, h, y, h_ref, y_ref, dtype)
+        if not grouped:
+            check_sum(name, dev, h_ref, ids, sd, bd, rw, y_ref, tokens, top_k, dtype, launch)
+
+
+def check_sum(name, dev, h_ref, ids, sd, bd, rw, y_ref, tokens, top_k, dtype, launch):
+    """The down GEMV with the k slots summed per token (slots = top_k), and token 1 alone vs in the batch."""
+    def down(rows):
+        return moe_gemv(dev(h_ref[rows]).to(dtype), dev(ids[rows]), sd, None, dev(bd).to(dtype), None,
+                        dev(rw[rows]), top_k, slots=top_k, launch=launch)
+
+    ysum = down(slice(None))  # [T, N]
+    ref = y_ref.view(tokens, top_k, -1).sum(1)
+    err = ((ysum.float().cpu() - ref).norm() / ref.norm()).item()
+    print(f"sum-{name.replace(' ', '')} {err:.3e} {1e-5 if dtype == torch.float32 else 2e-2}")
+    if tokens > 1:
+        diff = (down(slice(top_k, 2 * top_k)).float() - ysum[1:2].float()).abs().max().item()
+        print(f"invariant-{name.replace(' ', '')} {diff:.3e} 1e-30")
 
 
 def report(name, h, y, h_ref, y_ref, dtype):
@@ -80,6 +100,25 @@ def report(name, h, y, h_ref, y_ref, dtype):
         print(f"{what}-{name.replace(' ', '')} {err:.3e} {tol}")
 
 
+def router_case(device: str, gen: torch.Generator) -> None:
+    """route_topk (one launch) against torch in fp32: linear + bias, topk, softmax over the k; experts 5 and
+    9 tie at the top on every token (the kernel takes the lower index first; torch's order is unspecified)."""
+    from orcd.quant.kernels.moe_router import route_topk
+
+    t, h, e, k = 7, 200, 12, 4
+    x, w = torch.randn(t, h, generator=gen), torch.randn(e, h, generator=gen) * 0.1
+    b = torch.randn(e, generator=gen)
+    w[5], b[5], b[9] = w[9], 9.0, 9.0  # experts 5 and 9: the two largest logits on every token, equal
+    ids, rw = (r.cpu() for r in route_topk(x.to(device), w.to(device), b.to(device), k))
+    logits = x @ w.T + b
+    top, want = torch.topk(logits, k, dim=-1)
+    ok = torch.equal(ids.sort(1).values, want.sort(1).values)  # the same experts
+    ok &= torch.allclose(logits.gather(1, ids), top, rtol=0, atol=1e-5)  # in descending order
+    ok &= bool((ids[:, 0] == 5).all() and (ids[:, 1] == 9).all())
+    err = (rw - torch.softmax(top, -1)).abs().max().item() if ok else 1.0
+    print(f"router-fp32 {err:.3e} 1e-6")
+
+
 def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtypes = (torch.float32, torch.bfloat16) if device == "cuda" else (torch.float32,)
@@ -87,6 +126,7 @@ def main() -> None:
     for dtype in dtypes:
         for tokens, grouped in CASES[device]:
             run_case(device, dtype, tokens, grouped, gen)
+    router_case(device, gen)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,11 @@ sinks on the paged torch path vs HF's eager formula, and the clamped SwiGLU / to
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -81,3 +86,22 @@ def test_missing_expert_keys_are_named(tmp_path) -> None:
     path = write_gpt_oss_gguf(tmp_path / "n.gguf", extra_metadata={"gpt-oss.expert_used_count": 5}, **dims)
     with pytest.raises(GGUFError, match="5 of 4 experts"):
         load_model(path, device="cpu", tokenizer=False)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the compiled kernels run (test_gpt_oss_gpu)")
+def test_kernel_paths_under_interpreter() -> None:
+    """gpt_oss_interp_cases.py under TRITON_INTERPRET=1: the MoE kernels and the fused add+norm path equal
+    HF's logits; with batch_invariant set, a token's MoE output is bitwise the same alone and in a batch."""
+    pytest.importorskip("transformers")
+    from orcd.quant.kernels import triton_available
+
+    if not triton_available():
+        pytest.skip("needs triton")
+    script = Path(__file__).with_name("gpt_oss_interp_cases.py")
+    proc = subprocess.run([sys.executable, str(script)], env=dict(os.environ, TRITON_INTERPRET="1"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [ln.split() for ln in proc.stdout.splitlines() if ln.strip()]
+    assert [r[0] for r in rows] == ["logits-prompt1", "moe-invariant-on", "moe-invariant-off"]
+    for name, value, tol in rows:
+        assert float(value) < float(tol), name

@@ -8,8 +8,9 @@ blocks: a [BN, KB * 16] tile of code bytes -- contiguous per row, so read in 16-
 two weight tiles, the low nibbles and the high ones, each multiplied with the activation columns it
 belongs to. "Pairs" are (token, expert slot): pair p = token p // top_k, slot p % k.
 
-Two kernels, same arithmetic and epilogue:
-- `_moe_gemv_kernel`: one program per (pair, output tile); for a few pairs (decode at small batch).
+Two paths:
+- the GEMV of orcd/quant/kernels/moe_gemv.py: one program per (pair or token, output tile); for a few
+  pairs (decode at small batch). Its E2M1 / E8M0 decode (bit operations through fp16) is shared here.
 - `_moe_grouped_kernel`: pairs sorted by expert into blocks of BM rows (each block one expert, padded with
   the sentinel P); one program per (block, output tile), tl.dot on [BM, K] x [K, BN]; every block reads
   its expert's tile once. The block count is the bound cdiv(P, BM) + min(E, P), fixed by shapes: empty
@@ -24,24 +25,10 @@ import torch
 import triton
 import triton.language as tl
 
+from orcd.quant.kernels.moe_gemv import Split, _e2m1_hi, _e2m1_lo, _e8m0_scale, moe_gemv
+
 GEMV_MAX_PAIRS = 8  # pairs (tokens * top_k) up to which the per-pair GEMV runs; above, the grouped path
 BM = 16  # grouped path: rows (pairs of one expert) per block; tl.dot needs >= 16
-
-
-@triton.jit
-def _e2m1x2(code):
-    """int32 4-bit E2M1 codes -> float32 values * 2 (ggml's kvalues: 0 1 2 3 4 6 8 12, bit 3 = sign)."""
-    m = code & 7
-    mag = tl.where(m < 2, m, (2 + (m & 1)) << tl.maximum((m >> 1) - 1, 0))
-    v = mag.to(tl.float32)
-    return tl.where(code >= 8, -v, v)
-
-
-@triton.jit
-def _e8m0_half(e):
-    """int32 exponents 0..255 -> float32 2 ** (e - 128), as ggml_e8m0_to_fp32_half (e < 2: subnormal)."""
-    bits = tl.where(e < 2, 0x00200000 << e, (e - 1) << 23)
-    return bits.to(tl.int32).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -55,10 +42,9 @@ def _w_tiles(s_ptr, q_ptr, rows, nmask, blk0, n_blocks, BN: tl.constexpr, KB: tl
     q = tl.load(q_ptr + rows[:, None] * (n_blocks * 16) + (blk0 * 16 + j)[None, :], mask=qm, other=0)
     sm = nmask[:, None] & ((blk0 + b) < n_blocks)[None, :]
     s = tl.load(s_ptr + rows[:, None] * n_blocks + (blk0 + b)[None, :], mask=sm, other=0)
-    s = _e8m0_half(s.to(tl.int32))
+    s = _e8m0_scale(s)
     s = tl.reshape(tl.broadcast_to(s[:, :, None], (BN, KB, 16)), (BN, KB * 16))  # each block's scale x16
-    q = q.to(tl.int32)
-    return (_e2m1x2(q & 15) * s).to(DT), (_e2m1x2(q >> 4) * s).to(DT)
+    return (_e2m1_lo(q).to(tl.float32) * s).to(DT), (_e2m1_hi(q).to(tl.float32) * s).to(DT)
 
 
 @triton.jit
@@ -77,35 +63,6 @@ def _epilogue(acc_g, acc_u, pairs, pmask, n, nmask, e, bg_ptr, bu_ptr, rw_ptr, o
         y = acc_g * tl.load(rw_ptr + pairs, mask=pmask, other=0.0).to(tl.float32)[:, None]
     optrs = out_ptr + pairs.to(tl.int64)[:, None] * N + n[None, :]
     tl.store(optrs, y.to(out_ptr.dtype.element_ty), mask=pmask[:, None] & nmask[None, :])
-
-
-@triton.jit
-def _moe_gemv_kernel(x_ptr, ids_ptr, sg_ptr, qg_ptr, su_ptr, qu_ptr, bg_ptr, bu_ptr, rw_ptr, out_ptr, N, K,
-                     alpha, limit, A_DIV: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr,
-                     BN: tl.constexpr, KB: tl.constexpr):
-    p = tl.program_id(0)
-    n = tl.program_id(1) * BN + tl.arange(0, BN)
-    nmask = n < N
-    e = tl.load(ids_ptr + p).to(tl.int64)
-    rows = e * N + n.to(tl.int64)
-    j = tl.arange(0, KB * 16)
-    xrow = x_ptr + (p // A_DIV).to(tl.int64) * K
-    acc_g = tl.zeros([BN], dtype=tl.float32)
-    acc_u = tl.zeros([BN], dtype=tl.float32)
-    n_blocks = K // 32
-    for blk0 in range(0, n_blocks, KB):
-        kcol = (blk0 + j // 16) * 32 + j % 16
-        kmask = kcol < K
-        x_lo = tl.load(xrow + kcol, mask=kmask, other=0.0).to(tl.float32)
-        x_hi = tl.load(xrow + kcol + 16, mask=kmask, other=0.0).to(tl.float32)
-        lo, hi = _w_tiles(sg_ptr, qg_ptr, rows, nmask, blk0, n_blocks, BN, KB, tl.float32)
-        acc_g += tl.sum(lo * x_lo[None, :] + hi * x_hi[None, :], axis=1)
-        if GLU:
-            lo, hi = _w_tiles(su_ptr, qu_ptr, rows, nmask, blk0, n_blocks, BN, KB, tl.float32)
-            acc_u += tl.sum(lo * x_lo[None, :] + hi * x_hi[None, :], axis=1)
-    pairs = p + tl.zeros([1], dtype=tl.int32)
-    _epilogue(acc_g[None, :], acc_u[None, :], pairs, pairs >= 0, n, nmask, e, bg_ptr, bu_ptr, rw_ptr,
-              out_ptr, N, GLU, HAS_BIAS, alpha, limit)
 
 
 @triton.jit
@@ -171,10 +128,8 @@ def align_by_expert(ids: torch.Tensor, n_experts: int, bm: int = BM) -> tuple[to
     return rows, torch.where(bexp < n_experts, bexp, -1).to(torch.int32)
 
 
-Split = tuple[torch.Tensor, torch.Tensor]  # (scales [E, N, K / 32], codes [E, N, K / 2]) uint8
-# (BN, KB, num_warps) per kernel (grouped: BM = 16 rows), from the H100 sweep in
+# (BN, KB, num_warps) of the grouped kernel (BM = 16 rows), from the H100 sweep in
 # bench/results/moe_mxfp4_kernels_split.json
-GEMV_LAUNCH = (32, 8, 4)
 GROUPED_LAUNCH = (32, 4, 4)
 
 
@@ -187,25 +142,22 @@ def moe_mxfp4(x: torch.Tensor, ids: torch.Tensor, w_gate: Split, w_up: Split | N
     (down: per pair, top_k ignored); ids [P] int expert per pair; w_* split MXFP4 (scales, codes) of
     [E, N, K]; b_* [E, N] or None; route_w [P] (down only). -> [P, N] in x.dtype: GLU (w_up given) the
     clamped SwiGLU of gate and up, else the routed-weighted projection. grouped None: by GEMV_MAX_PAIRS;
-    launch: (BN, KB, num_warps), default GEMV_LAUNCH / GROUPED_LAUNCH; align: align_by_expert(ids)
+    launch: (BN, KB, num_warps), default moe_gemv's GEMV_LAUNCH / GROUPED_LAUNCH; align: align_by_expert(ids)
     already made (the gate/up and down calls of a layer share it)."""
+    p = ids.numel()
+    if grouped is None:
+        grouped = p > GEMV_MAX_PAIRS
+    if not grouped:
+        return moe_gemv(x, ids, w_gate, w_up, b_gate, b_up, route_w, top_k, 1, alpha, limit, launch)
     glu = w_up is not None
     n_exp, n_out = w_gate[0].shape[0], w_gate[0].shape[1]
     k = x.shape[1]
-    p = ids.numel()
     x = x.contiguous()
     out = torch.empty((p, n_out), dtype=x.dtype, device=x.device)
     dummy = w_gate[0]  # never read when the matching constexpr is off
     args = (*w_gate, *(w_up if glu else (dummy, dummy)), b_gate if b_gate is not None else dummy,
             b_up if b_up is not None else dummy, route_w if route_w is not None else dummy, out)
     flags = dict(A_DIV=top_k if glu else 1, GLU=glu, HAS_BIAS=b_gate is not None)
-    if grouped is None:
-        grouped = p > GEMV_MAX_PAIRS
-    if not grouped:
-        bn, kb, warps = launch or GEMV_LAUNCH
-        _moe_gemv_kernel[(p, triton.cdiv(n_out, bn))](
-            x, ids, *args, n_out, k, alpha, limit, BN=bn, KB=kb, num_warps=warps, **flags)
-        return out
     rows, bexp = align if align is not None else align_by_expert(ids.long(), n_exp)
     bn, kb, warps = launch or GROUPED_LAUNCH
     _moe_grouped_kernel[(bexp.numel(), triton.cdiv(n_out, bn))](
