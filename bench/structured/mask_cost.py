@@ -34,6 +34,13 @@ PERSON = {"type": "object", "properties": {
     "required": ["name", "age", "email", "role", "tags"], "additionalProperties": False}
 SCHEMA = {"type": "object", "properties": {"people": {"type": "array", "items": PERSON, "minItems": 400}},
           "required": ["people"], "additionalProperties": False}
+# the same without length or range bounds (OpenAI's strict mode takes none): llguidance's slicer then
+# masks string contents wholesale; inside a string with maxLength each token walks the whole vocabulary
+PLAIN_PERSON = {**PERSON, "properties": {
+    **PERSON["properties"], "name": {"type": "string"}, "age": {"type": "integer"},
+    "tags": {"type": "array", "items": {"type": "string"}}}}
+SCHEMAS = {"bounded": SCHEMA, "plain": {**SCHEMA, "properties": {"people": {
+    "type": "array", "items": PLAIN_PERSON, "minItems": 400}}}}
 RESULT = "mask_cost"
 
 
@@ -84,12 +91,12 @@ class Probe:
 
 
 def one_round(engine, probe: Probe, c: int, n_constrained: int, steps: int, prompt_len: int,
-              seed: int) -> dict:
+              seed: int, schema: str) -> dict:
     from orcd.engine.io import EngineRequest
     from orcd.engine.sampling_params import SamplingParams
     from orcd.structured.grammars import json_schema_grammar
 
-    grammar = json_schema_grammar(SCHEMA, "schema")
+    grammar = json_schema_grammar(SCHEMAS[schema], "schema")
     rng = random.Random(seed)
     free = SamplingParams(max_tokens=steps, temperature=0.0, ignore_eos=True)
     held = SamplingParams(max_tokens=steps, temperature=0.0, grammar=grammar)
@@ -115,7 +122,7 @@ def one_round(engine, probe: Probe, c: int, n_constrained: int, steps: int, prom
     t1 = time.perf_counter()
     per = {k: v / max(1, n_steps) for k, v in probe.totals_ms().items()}
     valid = all(_valid(engine, grammar, out[f"s{seed}-{i}"]) for i in range(n_constrained))
-    row = {"streams": c, "constrained": n_constrained, "decode_tok_s": n_dec / (t1 - t_dec),
+    row = {"schema": schema, "streams": c, "constrained": n_constrained, "decode_tok_s": n_dec / (t1 - t_dec),
            "ms_per_step": 1e3 * (t1 - t_dec) / max(1, n_steps), "steps": n_steps,
            "first_fill_ms": probe.first_fill_ms, "outputs_valid": valid}
     row |= {f"{k}_per_step": v for k, v in per.items()}
@@ -146,19 +153,19 @@ def run(args) -> dict:
            "vocab": engine.tokenizer.vocab_size, "graphs": engine.runner.graph is not None,
            "command": " ".join(["python", *sys.argv]), "rounds": []}
     for c in cs:  # warm-up: each batch shape and both paths once (Triton compiles, first masks)
-        one_round(engine, probe, c, c, 4, args.prompt_len, seed=1000 + c)
-        one_round(engine, probe, c, 0, 4, args.prompt_len, seed=1000 + c)
-    for c in cs:
+        one_round(engine, probe, c, c, 4, args.prompt_len, 1000 + c, "plain")
+        one_round(engine, probe, c, 0, 4, args.prompt_len, 1000 + c, "plain")
+    for schema, c in [(s, c) for s in args.schemas.split(",") for c in cs]:
         ref = None
-        for n in sorted({0, c // 2, c}, reverse=False):
-            r = one_round(engine, probe, c, n, args.steps, args.prompt_len, seed=c)
+        for n in sorted({0, c // 2, c}):
+            r = one_round(engine, probe, c, n, args.steps, args.prompt_len, c, schema)
             toks = r.pop("_tokens")
             if n == 0:
                 ref = toks
             elif args.check_free and 0 < n < c:
                 r["free_rows_unchanged"] = toks[n:] == ref[n:]
             res["rounds"].append(r)
-            print(f"{args.tag} C={c:3d} constrained={n:3d}: {r['ms_per_step']:.3f} ms/step "
+            print(f"{args.tag} {schema} C={c:3d} constrained={n:3d}: {r['ms_per_step']:.3f} ms/step "
                   f"{r['decode_tok_s']:9,.0f} tok/s  fill {r['fill_ms_per_step']:.3f}  consume "
                   f"{r['consume_ms_per_step']:.3f}  apply {r['apply_gpu_ms_per_step']:.3f} ms  "
                   f"first fill {r['first_fill_ms']:.1f} ms  valid {r['outputs_valid']}", flush=True)
@@ -167,9 +174,13 @@ def run(args) -> dict:
 
 def shares(res: dict) -> list[dict]:
     """Per (C, constrained > 0): the mask's share of the step against the free step at the same C."""
-    free = {r["streams"]: r["ms_per_step"] for r in res["rounds"] if r["constrained"] == 0}
-    return [r | {"share": (r["ms_per_step"] - free[r["streams"]]) / r["ms_per_step"]}
+    free = {(_schema(r), r["streams"]): r["ms_per_step"] for r in res["rounds"] if r["constrained"] == 0}
+    return [r | {"share": (r["ms_per_step"] - free[_schema(r), r["streams"]]) / r["ms_per_step"]}
             for r in res["rounds"] if r["constrained"] > 0]
+
+
+def _schema(row: dict) -> str:
+    return row.get("schema", "bounded")  # runs before --schemas existed used SCHEMA
 
 
 def report(paths: list[str], out: Path) -> None:
@@ -179,19 +190,21 @@ def report(paths: list[str], out: Path) -> None:
              f"`{first['command']}`; model {Path(first['model']).name}, vocabulary {first['vocab']:,} "
              f"tokens, {first['steps']} greedy tokens per stream, prompts of {first['prompt_len']} tokens, "
              f"CUDA graphs {'on' if first['graphs'] else 'off'}. Schema: an object holding an array of "
-             ">= 400 objects of 5 fields (bounded strings, integer range, enum, array)."
+             ">= 400 objects of 5 fields (string, integer, email string, enum, array of strings); bounded: "
+             "maxLength 40 / 12 on the strings, an age range, maxItems 5; plain: no such bounds."
              " share = (ms/step - free ms/step) / ms/step; fill, consume (CPU wall) and apply (device) are "
              "per decode step.", "",
-             "| code | streams | constrained | ms/step | tok/s | share | fill ms | consume ms | apply ms | "
-             "first fill ms | valid |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| code | schema | streams | constrained | ms/step | tok/s | share | fill ms | consume ms | "
+             "apply ms | first fill ms | valid |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for res in results:
         free = [r for r in res["rounds"] if r["constrained"] == 0]
-        for r in sorted(free + shares(res), key=lambda r: (r["streams"], r["constrained"])):
+        for r in sorted(free + shares(res), key=lambda r: (_schema(r), r["streams"], r["constrained"])):
             share = f"{100 * r['share']:.1f} %" if "share" in r else "-"
-            lines.append(f"| {res['tag']} | {r['streams']} | {r['constrained']} | {r['ms_per_step']:.3f} | "
-                         f"{r['decode_tok_s']:,.0f} | {share} | {r['fill_ms_per_step']:.3f} | "
-                         f"{r['consume_ms_per_step']:.3f} | {r['apply_gpu_ms_per_step']:.3f} | "
-                         f"{r['first_fill_ms']:.1f} | {r['outputs_valid']} |")
+            lines.append(f"| {res['tag']} | {_schema(r)} | {r['streams']} | {r['constrained']} | "
+                         f"{r['ms_per_step']:.3f} | {r['decode_tok_s']:,.0f} | {share} | "
+                         f"{r['fill_ms_per_step']:.3f} | {r['consume_ms_per_step']:.3f} | "
+                         f"{r['apply_gpu_ms_per_step']:.3f} | {r['first_fill_ms']:.1f} | "
+                         f"{r['outputs_valid']} |")
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{RESULT}.md").write_text("\n".join(lines) + "\n")
     (out / f"{RESULT}.json").write_text(json.dumps(results, indent=1))
@@ -208,10 +221,12 @@ def _plot(results: list[dict], path: Path) -> None:
         return
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for res in results:
-        for n_of, style in (("all", "-"), ("half", "--")):
-            rows = [r for r in shares(res) if (r["constrained"] == r["streams"]) == (n_of == "all")]
-            ax.plot([r["streams"] for r in rows], [100 * r["share"] for r in rows], style, marker="o",
-                    label=f"{res['tag']}: {n_of} constrained")
+        lines: dict[tuple[str, bool], list[dict]] = {}
+        for r in shares(res):
+            lines.setdefault((_schema(r), r["constrained"] == r["streams"]), []).append(r)
+        for (schema, every), rows in sorted(lines.items()):
+            ax.plot([r["streams"] for r in rows], [100 * r["share"] for r in rows], "-" if every else "--",
+                    marker="o", label=f"{res['tag']}, {schema}: {'all' if every else 'half'} constrained")
     ax.axhline(10, color="tab:red", linestyle=":", label="10 % limit")
     ax.set(xlabel="streams", ylabel="mask share of step time (%)", xscale="log", title=results[0]["device"])
     ax.legend(fontsize=7)
@@ -225,6 +240,7 @@ def main() -> int:
     ap.add_argument("--tag", default="orcd")
     ap.add_argument("--concurrency", default="1,8,32,64")
     ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--schemas", default="plain,bounded", help="of " + ",".join(SCHEMAS))
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--eager", action="store_true", help="no CUDA graphs")
