@@ -24,7 +24,7 @@ from orcd.errors import GGUFError
 from orcd.gguf.config import K_ROPE_BASE_SWA, ModelConfig
 from orcd.gguf.reader import GGUFFile
 from orcd.models.kv_cache import KVCache
-from orcd.models.layers.attention import Attention, AttnMetadata
+from orcd.models.layers.attention import Attention, AttnMetadata, paged_attention
 from orcd.models.layers.linear import dense, embedding, linear
 from orcd.models.layers.norm import RMSNorm
 from orcd.models.moe import ExpertLinear, MoE, kernels_apply
@@ -87,15 +87,32 @@ class GptOssBlock(nn.Module):
         x = x + self.attn(self.attn_norm(x), cos, sin, meta, k_cache, v_cache)
         return x + self.moe(self.ffn_norm(x))
 
-    def forward_add_norm(self, x, h, next_norm: RMSNorm, rope, meta, k_cache, v_cache):
-        """CUDA: the residual adds fused with the next norms (decode_ops.add_rmsnorm, one program per
-        row). x [T, H] the residual, updated in place; h = attn_norm(x) -> next_norm(x after the block)."""
+    def forward_fused(self, x, h, next_norm: RMSNorm, positions, rot: YarnRotary, meta, k_cache, v_cache):
+        """Where the kernels apply: the residual adds fused with the next norms (decode_ops.add_rmsnorm, one
+        program per row), RoPE with the KV write (fused_attention). x [T, H] the residual, updated in
+        place; h = attn_norm(x) -> next_norm(x after the block)."""
         from orcd.quant.kernels.decode_ops import add_rmsnorm
 
-        cos, sin = rope[self.local]
-        a = self.attn(h, cos, sin, meta, k_cache, v_cache)
+        a = fused_attention(self.attn, h, positions, rot, meta, k_cache, v_cache)
         h = add_rmsnorm(a, x, self.ffn_norm.weight, self.ffn_norm.eps)  # x += a
         return add_rmsnorm(self.moe(h), x, next_norm.weight, next_norm.eps)  # x += moe
+
+
+def fused_attention(attn: Attention, x: torch.Tensor, positions: torch.Tensor, rot: YarnRotary,
+                    meta: AttnMetadata, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+    """Attention.forward with RoPE and the KV write in one kernel (decode_ops.rope_and_write_kv: cos/sin
+    of positions * inv_freq, rounded to the model dtype). YaRN's cos/sin magnitude (mscale) is folded
+    into the softmax scale instead: q and k both carry it, so the scores carry mscale ** 2."""
+    from orcd.quant.kernels.decode_ops import rope_and_write_kv
+
+    t = x.shape[0]
+    q = attn.q_proj(x).view(t, attn.n_heads, attn.head_dim)  # rotated in place
+    k = attn.k_proj(x).view(t, attn.n_kv_heads, attn.head_dim)
+    v = attn.v_proj(x).view(t, attn.n_kv_heads, attn.head_dim)
+    rope_and_write_kv(q, k, v, positions, rot.inv_freq, k_cache, v_cache, meta.slot_mapping)
+    scale = attn.scale * rot.mscale**2
+    o = paged_attention(q, k_cache, v_cache, meta, scale, attn.window, attn.batch_invariant, attn.sinks)
+    return attn.o_proj(o.reshape(t, attn.n_heads * attn.head_dim))
 
 
 @register("gpt-oss")
@@ -173,22 +190,28 @@ class GptOssModel(nn.Module):
                 kv: KVCache) -> torch.Tensor:
         """input_ids, positions [T] int64 (all sequences flattened) -> final-normed hidden [T, H]."""
         x = self.embed(input_ids)
+        if kernels_apply(x.device) and self.cfg.rope_dim == self.cfg.head_dim:
+            return self.forward_fused(x, positions, attn, kv)
         full = self.rotary[False].cos_sin(positions, x.dtype)
         local = self.rotary[True]
         rope = {False: full, True: full if local is self.rotary[False] else local.cos_sin(positions, x.dtype)}
-        if kernels_apply(x.device):  # the adds fused into the norms: 2 launches a layer, not ~18
-            from orcd.quant.kernels.decode_ops import add_rmsnorm
-
-            x = x.contiguous()  # the residual, updated in place from here
-            first = self.blocks[0].attn_norm
-            h = add_rmsnorm(None, x, first.weight, first.eps)
-            nexts = [b.attn_norm for b in self.blocks[1:]] + [self.norm]
-            for i, (block, nxt) in enumerate(zip(self.blocks, nexts, strict=True)):
-                h = block.forward_add_norm(x, h, nxt, rope, attn, kv.k[i], kv.v[i])
-            return h
         for i, block in enumerate(self.blocks):
             x = block(x, rope, attn, kv.k[i], kv.v[i])
         return self.norm(x)
+
+    def forward_fused(self, x: torch.Tensor, positions: torch.Tensor, meta: AttnMetadata,
+                      kv: KVCache) -> torch.Tensor:
+        """forward() where the kernels apply: per layer 2 norm launches (the residual adds inside) instead
+        of ~18, one RoPE + KV-write launch instead of ~9 (GptOssBlock.forward_fused)."""
+        from orcd.quant.kernels.decode_ops import add_rmsnorm
+
+        x = x.contiguous()  # the residual, updated in place from here
+        first = self.blocks[0].attn_norm
+        h = add_rmsnorm(None, x, first.weight, first.eps)
+        nexts = [b.attn_norm for b in self.blocks[1:]] + [self.norm]
+        for i, (block, nxt) in enumerate(zip(self.blocks, nexts, strict=True)):
+            h = block.forward_fused(x, h, nxt, positions, self.rotary[block.local], meta, kv.k[i], kv.v[i])
+        return h
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, H] (already normed) -> logits [N, V] float32."""
