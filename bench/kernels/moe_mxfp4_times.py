@@ -27,8 +27,8 @@ from orcd.quant.mxfp4 import split_blocks_  # noqa: E402
 HIDDEN, FFN, EXPERTS, TOP_K, LAYERS = 2880, 2880, 32, 4, 24
 # (BN, KB, num_warps) tried per path besides the default; GEMV only up to 8 tokens
 # (a tile should hold >= 32 * num_warps (row, block) pairs: BN * KB >= 32 * warps, else threads duplicate)
-SWEEP = {"gemv": [(32, 8, 4), (8, 8, 2), (16, 4, 2), (8, 16, 4), (16, 16, 8), (32, 4, 4)],
-         "grouped": [(64, 4, 4), (128, 4, 8), (32, 8, 4)]}
+SWEEP = {"gemv": [(32, 8, 4), (8, 8, 2), (8, 16, 4), (16, 16, 8)],
+         "grouped": [(64, 4, 4), (32, 8, 4)]}
 
 
 def graph_ms(fn, reps: int = 10) -> float:
