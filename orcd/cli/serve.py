@@ -19,6 +19,7 @@ from pathlib import Path
 from orcd import env
 from orcd.cli.options import add_engine_options
 from orcd.distributed.runtime import launch, rank_args_for
+from orcd.engine.core_process import freeze_heap
 from orcd.errors import OrcdError
 from orcd.hub import resolve_model_path
 from orcd.server.settings import ServerSettings
@@ -175,6 +176,7 @@ def run(args: argparse.Namespace, build=None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: None)
     if args.gil_switch_interval is not None:
         sys.setswitchinterval(args.gil_switch_interval)
+    freeze_heap()  # the loaded model and tokenizer: out of the cyclic GC's walks while serving
     served = settings.served_model_name or "models"
     print(f"orcd serve: {served} ready to bind http://{args.host}:{args.port} "
           f"(startup {time.perf_counter() - t0:.1f} s, API key {'on' if api_key else 'off'})",

@@ -9,6 +9,7 @@ never outlives the API process.
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import sys
@@ -71,11 +72,20 @@ def engine_main(conn, build: EngineBuild, idle_wait_s: float = 0.05) -> None:
     except BaseException as err:  # the API process turns this into the load error clients see
         conn.send_bytes(ipc.dumps(("failed", str(err) or type(err).__name__, isinstance(err, OrcdError))))
         return
+    freeze_heap()
     core = EngineCore(llm, conn, idle_wait_s)
     conn.send_bytes(ipc.dumps(("ready", {"device": str(llm.loaded.device),
                                          "kv_capacity_tokens": llm.kv_capacity_tokens,
                                          "stats": {**llm.stats(), "device_memory": core._memory()}})))
     core.run()
+
+
+def freeze_heap() -> None:
+    """Move everything alive now (the model, the vocabulary: hundreds of thousands of objects that are
+    never garbage) out of the cyclic GC's reach, so a full collection while serving does not walk them
+    (~0.1 s a pass with a 150k vocabulary: one long gap between two tokens of every stream)."""
+    gc.collect()
+    gc.freeze()
 
 
 class EngineCore:
