@@ -29,7 +29,7 @@ from orcd.server.anthropic_format import (
     template_messages,
     wants_thinking,
 )
-from orcd.server.anthropic_tools import forced_choice
+from orcd.server.anthropic_tools import forced_choice, parallel_forced
 from orcd.server.errors import APIError, _validation_message, api_error_from
 from orcd.server.fork import admit_choices
 from orcd.server.jobs import Job, JobHub
@@ -130,8 +130,8 @@ async def _run(hub: JobHub, slot: ModelSlot, body: MessagesRequest, chat: tuple,
     max_tokens = hub.resolve_max_tokens(slot, body.max_tokens, len(ids), None, "messages")
     sampling = build_sampling(_sampling_fields(body), max_tokens)
     choice, style = forced_choice(body.tool_choice), call_style(slot.engine)
-    if choice is not None:  # `any` / `tool`: one call, in the template's format, by grammar
-        grammar = forced_tool_grammar(chat[2], choice, style)
+    if choice is not None:  # `any` / `tool`: one call (more if asked), in the template's format, by grammar
+        grammar = forced_tool_grammar(chat[2], choice, style, parallel_forced(body.tool_choice))
         sampling = await grammar_ready(slot.engine, dataclasses.replace(sampling, grammar=grammar))
     (job,) = admit_choices(hub, slot, "messages", ids, sampling, 1, "msg_")
     head = {"id": job.request_id, "type": "message", "role": "assistant", "model": slot.name}

@@ -23,6 +23,9 @@ def template_tools(tools: list[Any] | None, tool_choice: dict[str, Any] | None) 
             "type", "name", "disable_parallel_tool_use"}:
         raise RequestError("tool_choice: must be {\"type\": \"auto\" | \"none\" | \"any\"} or {\"type\": "
                            "\"tool\", \"name\": ...}", param="tool_choice")
+    if not isinstance((tool_choice or {}).get("disable_parallel_tool_use", False), bool):
+        raise RequestError("tool_choice.disable_parallel_tool_use: must be a boolean",
+                           param="tool_choice.disable_parallel_tool_use")
     if kind in ("any", "tool") and not tools:
         raise RequestError(f"tool_choice: {kind!r} needs tools", param="tool_choice")
     if kind == "tool" and not any(isinstance(t, dict) and t.get("name") == tool_choice.get("name")
@@ -53,6 +56,12 @@ def forced_choice(tool_choice: dict[str, Any] | None) -> Any:
     if kind == "tool":
         return {"type": "function", "function": {"name": tool_choice["name"]}}
     return None
+
+
+def parallel_forced(tool_choice: dict[str, Any] | None) -> bool:
+    """A forced choice allows several calls only when `disable_parallel_tool_use: false` is given (as the
+    OpenAI routes need `parallel_tool_calls: true`): unset, a forced call is one call."""
+    return (tool_choice or {}).get("disable_parallel_tool_use") is False
 
 
 def _result_text(content: Any, at: str) -> str:

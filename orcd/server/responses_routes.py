@@ -75,11 +75,13 @@ async def stored_response(response_id: str):
 
 
 def _grammar(body: ResponsesRequest, tools: list[dict] | None, engine) -> str | None:
-    """With tool_choice "required" / a named function: one call in the chat template's tool-call format
+    """With tool_choice "required" / a named function: one call (with parallel_tool_calls=true given: one
+    or more) in the chat template's tool-call format
     (text.format shapes text output, which a forced call has none of: agents send both); else
     text.format's grammar (orcd.structured); None: free text."""
-    if body.tool_choice == "required" or isinstance(body.tool_choice, dict):
-        return forced_tool_grammar(tools or [], chat_tool_choice(body.tool_choice), call_style(engine))
+    if body.tool_choice == "required" or isinstance(body.tool_choice, dict):  # parallel: one or more
+        return forced_tool_grammar(tools or [], chat_tool_choice(body.tool_choice), call_style(engine),
+                                   body.parallel_tool_calls is True)
     return format_grammar(body.text)
 
 

@@ -238,11 +238,21 @@ class LlamaJsonTools(ContentScanner):
 
     def _end(self, out: Pairs) -> None:
         if self._held:
-            found = [json_call(self._held.strip())]
-            if not found[0]:  # several calls, `;`-separated (Llama 3.2)
-                found = [json_call(part.strip()) for part in self._held.split(";") if part.strip()]
-            if found and all(found):
-                out += [(TOOL_CALL, c) for c in found if c]
-            else:
-                out.append((CONTENT, self._held))
+            found = json_calls(self._held)
+            out += [(TOOL_CALL, c) for c in found] if found else [(CONTENT, self._held)]
         self._held, self._plain = "", True
+
+
+def json_calls(text: str) -> list[str] | None:
+    """Text that is one or more JSON call objects, apart by `;` and/or whitespace (Llama 3.2 writes
+    several joined by `; `) -> their payloads; None when any of it is not a call."""
+    calls, rest = [], text.strip()
+    while rest:
+        end = json_end(rest, 0) if rest[0] == "{" else None
+        call = json_call(rest[:end]) if end is not None else None
+        if call is None:
+            return None
+        calls.append(call)
+        rest = rest[end:].lstrip()
+        rest = rest[1:].lstrip() if rest.startswith(";") else rest
+    return calls or None

@@ -4,7 +4,7 @@ against the function's `parameters` schema.
 
 Formats (the `style` orcd.server.tools.tool_style picks from the template):
 - hermes (Qwen2.5/Qwen3/Hermes/QwQ): `<tool_call>\\n{"name":"NAME","arguments":{...}}\\n</tool_call>`
-- llama (Llama 3.x JSON calls): `{"name":"NAME","parameters":{...}}`
+- llama (Llama 3.x JSON calls): `{"name":"NAME","parameters":{...}}` (several: joined by `; `)
 - mistral (templates with `[TOOL_CALLS]`): `[TOOL_CALLS][{"name":"NAME","arguments":{...}}]` (orcd's
   vocabulary loader keeps `[TOOL_CALLS]` a text token, so the literal matches the model's own token)
 - coder (Qwen3-Coder XML in `<tool_call>`) and harmony (gpt-oss `commentary to=functions.NAME`): the rules
@@ -61,8 +61,8 @@ def chosen_tools(tools: list[dict], choice: Any) -> list[tuple[int, dict]]:
 def forced_tool_grammar(tools: list[dict], choice: Any, style: str = "hermes", parallel: bool = False) -> str:
     """tools: OpenAI tools ({"type": "function", "function": {"name", "parameters"}}), already checked;
     choice: "required" or a named function. -> the grammar of one call in `style`'s format, or with
-    `parallel` one or more where the format writes several in one answer (hermes, coder, mistral; Llama 3.x
-    JSON and Harmony, whose <|call|> ends generation, stay at one)."""
+    `parallel` one or more where the format writes several in one answer (hermes, coder, mistral, Llama
+    3.x JSON joined by `; `; Harmony stays at one: its <|call|> ends the generation after each call)."""
     if style in STYLES:
         lark = _json_lark(tools, choice, style, parallel)
     elif style in ("coder", "harmony"):
@@ -95,7 +95,7 @@ def _json_lark(tools: list[dict], choice: Any, style: str, parallel: bool) -> st
     if style == "mistral":  # several: one JSON list
         calls = _calls("call", ", " if parallel else None)
         return f"start: {json.dumps(head)} {calls} {json.dumps(tail)}\n{call}"
-    return f"start: call\n{call}"
+    return f"start: {_calls('call', '; ' if parallel else None)}\n{call}"  # llama
 
 
 def _rules_lark(tools: list[dict], choice: Any, style: str, parallel: bool) -> str:
