@@ -61,7 +61,7 @@ def _tokens(srv: ServerProc, **body) -> list[int]:
 
 
 def test_same_tokens_as_in_process(proc_server, server):
-    assert len(engine_pids(proc_server.pid)) == 1 and engine_pids(server.pid) == []
+    assert len(engine_pids(proc_server.pid)) == 1  # `server` is in-process unless ORCD_ENGINE_PROCESS=1
     assert _tokens(proc_server) == _tokens(server)
     assert len(_tokens(proc_server, max_tokens=5, temperature=0)) == 5
 
