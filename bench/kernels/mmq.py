@@ -2,11 +2,15 @@
 kernel (and its bf16-weight variant) against today's paths (batched_linear, dequantize + cuBLAS).
 
 usage: python bench/kernels/mmq.py OUT.json [--ms 8,16,32,64] [--sweep-ms 16,64] [--jobs 12]
+                                   [--engine 7B.gguf --streams 16,32,64 --gen 64]
 
 Each product timed alone from a CUDA graph over >= 200 MB of weight copies (bench/peers/products.py's
 method: time = median replay / launches; floor = weight bytes / measured copy bandwidth). --jobs N first
 runs every candidate once in N processes (to compile the Triton kernels in parallel), then times them
 one at a time in this process. Writes OUT.json (rows) and OUT.md (the best per product and M).
+--engine: then the engine's decode tok/s (bench/peers/orcd_side.py's measure) twice, with fused_linear
+sending Q4_K/Q6_K decode batches to mmq (at each type's fastest bf16-w launch of the sweep, set in
+mmq.MMQ_LAUNCH for the run) and with that route switched off (batched_linear / dequantize + cuBLAS).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "bench/peers")]
 from products import LAYOUT, blocks, copies_for, copy_bandwidth, graph_time  # noqa: E402
 
+import orcd.quant.kernels.fused_linear as fused_mod  # noqa: E402
+import orcd.quant.kernels.mmq as mmq_mod  # noqa: E402
 from orcd.quant.kernels.batched_linear import batched_linear  # noqa: E402
 from orcd.quant.kernels.dequant_kernel import dequantize_raw  # noqa: E402
 from orcd.quant.kernels.fused_linear import fused_linear  # noqa: E402
@@ -35,7 +41,10 @@ P7B = [("q/o 3584x3584", Q.Q4_K, 3584, 3584), ("k/v 512x3584", Q.Q4_K, 512, 3584
        ("v 512x3584", Q.Q6_K, 512, 3584), ("gate/up 18944x3584", Q.Q4_K, 18944, 3584),
        ("down 3584x18944", Q.Q4_K, 3584, 18944), ("down 3584x18944", Q.Q6_K, 3584, 18944),
        ("lm_head 152064x3584", Q.Q6_K, 152064, 3584)]
-SWEEP = [(32, 4, 2), (64, 4, 3), (64, 8, 2), (128, 4, 2), (128, 8, 2)]  # (BN, warps, stages) of mmq
+# (BN, warps, stages) of mmq's bf16-w path per type, and of its int8 path
+SWEEP = {Q.Q4_K: [(32, 4, 3), (64, 4, 3), (64, 4, 2), (64, 4, 4), (128, 4, 3), (128, 8, 3), (64, 8, 3)],
+         Q.Q6_K: [(32, 4, 2), (32, 4, 3), (32, 8, 2), (64, 8, 3), (128, 8, 2), (64, 8, 2)]}
+SWEEP_I8 = [(64, 8, 3), (32, 4, 3)]
 
 
 def _cublas(x, r, n, k, qt):
@@ -44,12 +53,14 @@ def _cublas(x, r, n, k, qt):
 
 def candidates(qt, m: int, sweep: bool) -> dict:
     c = {"fused_linear (today)": lambda x, r, n, k: fused_linear(x, r, n, k, int(qt)),
-         "dequant+cuBLAS": lambda x, r, n, k: _cublas(x, r, n, k, qt),
          "batched_linear": lambda x, r, n, k: batched_linear(x, r, n, k, qt),
          "mmq int8": lambda x, r, n, k: mmq_linear(x, r, n, k, qt),
          "mmq bf16-w": lambda x, r, n, k: mmq_linear(x, r, n, k, qt, float_w=True)}
-    for cfg in SWEEP if sweep else []:
+    if m <= 8:
+        c["dequant+cuBLAS"] = lambda x, r, n, k: _cublas(x, r, n, k, qt)
+    for cfg in SWEEP_I8 if sweep else []:
         c[f"mmq int8 BN{cfg[0]} w{cfg[1]} s{cfg[2]}"] = partial(_mmq_launch, qt=qt, cfg=cfg, float_w=False)
+    for cfg in SWEEP[qt] if sweep else []:
         c[f"mmq bf16-w BN{cfg[0]} w{cfg[1]} s{cfg[2]}"] = partial(_mmq_launch, qt=qt, cfg=cfg, float_w=True)
     return c
 
@@ -107,6 +118,32 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def best_launch(rows: list[dict], qt: Q) -> tuple[int, int, int]:
+    """The bf16-w launch (the default's included) with the least time summed over qt's products at the
+    swept M."""
+    tot: dict = {}
+    for r in rows:
+        if r["type"] == qt.name and r["kernel"].startswith("mmq bf16-w BN"):
+            tot[r["kernel"]] = tot.get(r["kernel"], 0.0) + r["us"]
+    bn, w, s = min(tot, key=tot.get).split()[-3:]
+    return int(bn[2:]), int(w[1:]), int(s[1:])
+
+
+def engine(res: dict, model: str, streams: list[int], gen: int, out: Path) -> None:
+    """Engine decode tok/s with the mmq route (at the sweep's launches) and without it."""
+    from orcd_side import measure
+
+    launch = {qt: best_launch(res["rows"], qt) for qt in (Q.Q4_K, Q.Q6_K)}
+    res["engine_launch"] = {qt.name: v for qt, v in launch.items()}
+    routed = fused_mod.mmq_routed
+    mmq_mod.MMQ_LAUNCH = launch  # mmq_plan reads it per call
+    for label, route in (("mmq", routed), ("without mmq", lambda *a: False)):
+        fused_mod.mmq_routed = route
+        res.setdefault("engine", {})[label] = measure(model, streams, 128, gen)
+        out.write_text(json.dumps(res, indent=1))
+    fused_mod.mmq_routed = routed
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
@@ -114,6 +151,9 @@ def main() -> None:
     ap.add_argument("--sweep-ms", default="16,64")
     ap.add_argument("--jobs", type=int, default=0, help="compile first in this many processes")
     ap.add_argument("--warm-only", action="store_true", help="only compile (with --jobs), time nothing")
+    ap.add_argument("--engine", help="a GGUF file: the engine A/B after the products")
+    ap.add_argument("--streams", default="16,32,64")
+    ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--warm-job", type=int, default=-1, help=argparse.SUPPRESS)
     a = ap.parse_args()
     ms, sweep_ms = [int(v) for v in a.ms.split(",")], [int(v) for v in a.sweep_ms.split(",") if v]
@@ -131,6 +171,11 @@ def main() -> None:
     md = table(res["rows"])
     Path(a.out).with_suffix(".md").write_text(f"{res['device']}, copy {bw / 1e12:.2f} TB/s\n\n{md}\n")
     print(md, flush=True)
+    if a.engine:
+        engine(res, a.engine, [int(v) for v in a.streams.split(",")], a.gen, Path(a.out))
+        for label, r in res["engine"].items():
+            tps = ", ".join(f"{c}: {v['decode_tok_s']:,.0f}" for c, v in r["decode"].items())
+            print(f"engine {label} (launch {res['engine_launch']}): decode tok/s {tps}", flush=True)
 
 
 if __name__ == "__main__":

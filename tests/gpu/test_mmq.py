@@ -58,7 +58,7 @@ def test_mmq_quantized_x_and_repeatable_split_k():
     x = torch.randn(16, 3584, device="cuda", dtype=torch.bfloat16) * 3
     assert check_quantized_x(x) < 1e-3
     raw = random_blocks(T.Q4_K, 512, 3584, seed=3).cuda()
-    assert mmq_plan(16, 512, 3584)[4] < 14  # K is split
+    assert mmq_plan(T.Q4_K, 16, 512, 3584)[4] < 14  # K is split
     assert torch.equal(mmq_linear(x, raw, 512, 3584, T.Q4_K), mmq_linear(x, raw, 512, 3584, T.Q4_K))
 
 

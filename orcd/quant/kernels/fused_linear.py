@@ -6,8 +6,9 @@ contiguous). The weights are read once per call and never written back dequantiz
     SPLIT_LAUNCH), fp32 multiply-reduce on the CUDA cores (+ bias / residual, RMSNorm of x on the fly);
     `_gemv_glu_kernel` fuses SwiGLU's gate, up and product. On Hopper they are launched with
     programmatic dependent launch (PDL_MODE): weight loads start before the previous kernel ends.
-  - GEMV_MAX_N < N <= MM_MAX_N (batched decode) where batched_linear.routed(): raw tiles
-    dequantized in registers into tensor-core products, each weight read once for all rows.
+  - GEMV_MAX_N < N <= MM_MAX_N (batched decode): Q4_K / Q6_K with 16-bit x in mmq.py, else where
+    batched_linear.routed(): raw tiles dequantized in registers into tensor-core products, each weight
+    read once for all rows.
   - larger N (prefill) and the other types: Triton dequantize to x.dtype, then one cuBLAS GEMM.
 """
 
@@ -27,6 +28,7 @@ from orcd.quant.kernels.batched_linear import batched_linear, routed
 from orcd.quant.kernels.dequant_kernel import dequantize_raw
 from orcd.quant.kernels.gemv_tiles import gemv_tile
 from orcd.quant.kernels.layout import BLOCK_SIZE, TYPE_SIZE
+from orcd.quant.kernels.mmq import mmq_linear, mmq_routed
 
 # Tables are read-only and keyed by GGMLQuantizationType (an IntEnum: t[12] finds t[Q.Q4_K] too).
 # GEMV: type -> (inputs per group EPG, load units per group U); see gemv_tiles.py
@@ -278,7 +280,9 @@ def fused_gemv(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feature
         launch_gemv(x, raw, y, qt, out_features, in_features, g, bo, warps, splits, bias, norm,
                     residual is not None)
         return y
-    if n <= MM_MAX_N and routed(qt, out_features, in_features):  # decode batches: raw tiles, tensor cores
+    if n <= MM_MAX_N and mmq_routed(qt, in_features, x.dtype):  # decode batches: raw tiles, tensor cores
+        return mmq_linear(x, raw, out_features, in_features, qt, bias, float_w=True)
+    if n <= MM_MAX_N and routed(qt, out_features, in_features):
         return batched_linear(x, raw, out_features, in_features, qt, bias)
     # more tokens: dequantize to x.dtype (Triton), then one cuBLAS GEMM
     w = dequantize_raw(raw, qt, out_features, in_features, x.dtype)

@@ -27,8 +27,8 @@ from orcd.quant.kernels.layout import row_bytes
 from orcd.quant.kernels.mmq_x import quantize_x32
 
 BLOCK_BYTES = types.MappingProxyType({Q.Q4_K: 144, Q.Q6_K: 210})  # one 256-input super-block per K step
-# (BN weight rows per program, num_warps, num_stages): H100 sweep, bench/kernels/mmq.py
-MMQ_LAUNCH = (64, 4, 2)
+# type -> (BN weight rows per program, num_warps, num_stages): H100 sweep, bench/kernels/mmq.py
+MMQ_LAUNCH = types.MappingProxyType({Q.Q4_K: (64, 4, 3), Q.Q6_K: (64, 8, 2)})
 BM_MAX = 64
 TARGET_PROGRAMS = 264  # 2 per SM on an H100: split K until about this many programs run
 
@@ -50,81 +50,112 @@ def _xf_cols(x_ptr, rm, mmask, K, k):
 
 
 @triton.jit
-def _q4k_scale_min(p8, blk, j: tl.constexpr, nmask):
-    """Sub-block j's 6-bit scale and min [BN] (ggml get_scale_min_k4) from the 12 bytes at blk + 4."""
-    s = p8 + blk + 4
-    if j < 4:
-        sc = tl.load(s + j, mask=nmask, other=0).to(tl.int32) & 63
-        mn = tl.load(s + j + 4, mask=nmask, other=0).to(tl.int32) & 63
-    else:
-        a = tl.load(s + j + 4, mask=nmask, other=0).to(tl.int32)
-        b = tl.load(s + j - 4, mask=nmask, other=0).to(tl.int32)
-        c = tl.load(s + j, mask=nmask, other=0).to(tl.int32)
-        sc = (a & 15) | ((b >> 6) << 4)
-        mn = (a >> 4) | ((c >> 6) << 4)
-    return sc.to(tl.float32), mn.to(tl.float32)
+def _word(hdr, i: tl.constexpr):
+    """Column i [BN] of an int32 [BN, 4] tile (each row in one thread: no shuffles)."""
+    return tl.sum(tl.where(tl.arange(0, 4)[None, :] == i, hdr, 0), axis=1)
 
 
 @triton.jit
-def _q4k_step(acc, p8, p16, blk, nmask, xq_ptr, xd_ptr, xs_ptr, rm, mmask, K, k0, FLOAT: tl.constexpr):
-    """One Q4_K super-block (inputs k0..k0+255) of BN rows (byte offsets blk [BN]) into acc [BN, BM].
-    Chunk c's 32 bytes hold sub-block 2c in their low nibbles and 2c + 1 in their high nibbles."""
+def _q4k_head(hdr, j):
+    """d, dmin and sub-block j's 6-bit scale and min (ggml get_scale_min_k4), all float32 [BN], from
+    the block's first 16 bytes as int32 words hdr [BN, 4]: d | dmin << 16, then the 12 scale bytes."""
+    w0 = _word(hdr, 0)
+    w1 = _word(hdr, 1)
+    w2 = _word(hdr, 2)
+    w3 = _word(hdr, 3)
+    d = (w0 & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    dmin = ((w0 >> 16) & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    lo = j < 4
+    sh = 8 * (j % 4)
+    sj = (tl.where(lo, w1, w2) >> sh) & 255  # scale byte j
+    sj4 = (tl.where(lo, w2, w3) >> sh) & 255  # byte j + 4
+    sjm4 = (w1 >> sh) & 255  # byte j - 4 (j >= 4)
+    sc = tl.where(lo, sj & 63, (sj4 & 15) | ((sjm4 >> 6) << 4))
+    mn = tl.where(lo, sj4 & 63, (sj4 >> 4) | ((sj >> 6) << 4))
+    return d * sc.to(tl.float32), dmin * mn.to(tl.float32)
+
+
+@triton.jit
+def _q4k_iter(acc, p8, p32, row, nmask, xq_ptr, xd_ptr, xs_ptr, rm, mmask, K, it, FLOAT: tl.constexpr):
+    """Inputs 64 * it.. of BN rows (byte offsets row [BN]) into acc [BN, BM]: chunk c = it % 4 of
+    super-block it // 4, whose 32 bytes hold sub-block 2c in their low nibbles, 2c + 1 in their high.
+    All weight loads are 16-byte rows (the header, the chunk): Triton pipelines them (cp.async)."""
     ll = tl.arange(0, 32)
-    d = tl.load(p16 + blk // 2, mask=nmask, other=0).to(tl.float16, bitcast=True).to(tl.float32)
-    dmin = tl.load(p16 + blk // 2 + 1, mask=nmask, other=0).to(tl.float16, bitcast=True).to(tl.float32)
-    for c in tl.static_range(4):
-        q = tl.load(p8 + blk[:, None] + 16 + 32 * c + ll[None, :], mask=nmask[:, None], other=0)
-        for h in tl.static_range(2):
-            k = k0 + 64 * c + 32 * h
-            sc, mn = _q4k_scale_min(p8, blk, 2 * c + h, nmask)
-            if FLOAT:  # xq_ptr is x itself: W dequantized to x's dtype, one float dot
-                xt = _xf_cols(xq_ptr, rm, mmask, K, k)
-                w = (d * sc)[:, None] * ((q >> (4 * h)) & 15).to(tl.float32) - (dmin * mn)[:, None]
-                acc = tl.dot(w.to(xt.dtype), xt, acc)
-            else:
-                xt, dx = _x_cols(xq_ptr, xd_ptr, rm, mmask, K, k)
-                sx = tl.load(xs_ptr + rm * (K // 32) + k // 32, mask=mmask, other=0.0)
-                dot = tl.dot(((q >> (4 * h)) & 15).to(tl.int8), xt)  # int32 [BN, BM]
-                acc += dot.to(tl.float32) * (d * sc)[:, None] * dx[None, :] \
-                    - (dmin * mn)[:, None] * sx[None, :]
+    blk = row + (it // 4) * 144
+    c = it % 4
+    hdr = tl.load(p32 + (blk // 4)[:, None] + tl.arange(0, 4)[None, :], mask=nmask[:, None], other=0)
+    q = tl.load(p8 + blk[:, None] + 16 + 32 * c + ll[None, :], mask=nmask[:, None], other=0)
+    for h in tl.static_range(2):
+        k = 64 * it + 32 * h
+        a, b = _q4k_head(hdr, 2 * c + h)  # d * sc_j, dmin * m_j
+        if FLOAT:  # xq_ptr is x itself: W dequantized to x's dtype, one float dot
+            xt = _xf_cols(xq_ptr, rm, mmask, K, k)
+            w = a[:, None] * ((q >> (4 * h)) & 15).to(tl.float32) - b[:, None]
+            acc = tl.dot(w.to(xt.dtype), xt, acc)
+        else:
+            xt, dx = _x_cols(xq_ptr, xd_ptr, rm, mmask, K, k)
+            sx = tl.load(xs_ptr + rm * (K // 32) + k // 32, mask=mmask, other=0.0)
+            dot = tl.dot(((q >> (4 * h)) & 15).to(tl.int8), xt)  # int32 [BN, BM]
+            acc += dot.to(tl.float32) * a[:, None] * dx[None, :] - b[:, None] * sx[None, :]
     return acc
 
 
 @triton.jit
-def _q6k_step(acc, p8, p16, blk, nmask, xq_ptr, xd_ptr, rm, mmask, K, k0, FLOAT: tl.constexpr):
-    """One Q6_K super-block of BN rows into acc [BN, BM]. Half n (128 inputs), quarter t, l < 32: input
-    128n + 32t + l = low/high nibble (t >= 2) of ql[64n + 32(t % 2) + l] | bits 2t.. of qh[32n + l] << 4,
-    scale scales[8n + 2t + l // 16]."""
-    ll = tl.arange(0, 32)
-    first = (ll < 16)[None, :]
-    d = tl.load(p16 + blk // 2 + 104, mask=nmask, other=0).to(tl.float16, bitcast=True).to(tl.float32)
-    for n in tl.static_range(2):
-        qh = tl.load(p8 + blk[:, None] + 128 + 32 * n + ll[None, :], mask=nmask[:, None], other=0)
-        qh = qh.to(tl.int32)
-        for t2 in tl.static_range(2):
-            ql = tl.load(p8 + blk[:, None] + 64 * n + 32 * t2 + ll[None, :], mask=nmask[:, None], other=0)
-            ql = ql.to(tl.int32)
-            for hi in tl.static_range(2):
-                t = t2 + 2 * hi
-                k = k0 + 128 * n + 32 * t
-                w = (((ql >> (4 * hi)) & 15) | (((qh >> (2 * t)) & 3) << 4)) - 32
-                si = p8 + blk + 192 + 8 * n + 2 * t
-                sa = d * tl.load(si, mask=nmask, other=0).to(tl.int8, bitcast=True).to(tl.float32)
-                sb = d * tl.load(si + 1, mask=nmask, other=0).to(tl.int8, bitcast=True).to(tl.float32)
-                if FLOAT:
-                    xt = _xf_cols(xq_ptr, rm, mmask, K, k)
-                    wf = tl.where(first, sa[:, None], sb[:, None]) * w.to(tl.float32)
-                    acc = tl.dot(wf.to(xt.dtype), xt, acc)
-                else:
-                    xt, dx = _x_cols(xq_ptr, xd_ptr, rm, mmask, K, k)
-                    da = tl.dot(tl.where(first, w, 0).to(tl.int8), xt)
-                    db = tl.dot(tl.where(first, 0, w).to(tl.int8), xt)
-                    acc += (da.to(tl.float32) * sa[:, None] + db.to(tl.float32) * sb[:, None]) * dx[None, :]
+def _bytes_at(p32, base, lo, off, nmask):
+    """Bytes at byte offsets 4 * base + lo + off (base int64 [BN, 1], lo = 0..3 int32 [BN, 1], off int32
+    [1, X]; any alignment: Q6_K blocks are 210 bytes) as int32 0..255, each from the int32 word that
+    holds it (4-byte loads, so Triton can pipeline them with cp.async)."""
+    b = lo + off
+    wd = tl.load(p32 + base + b // 4, mask=nmask[:, None], other=0)
+    return (wd >> (8 * (b % 4))) & 255
+
+
+@triton.jit
+def _q6k_iter(acc, p32, row, nmask, xq_ptr, xd_ptr, rm, mmask, K, it, FLOAT: tl.constexpr):
+    """Q6_K quarter g = it % 4 = (n, t2) of super-block it // 4 into acc [BN, BM]: for half n (128
+    inputs), quarter t, l < 32, input 128n + 32t + l = the low (t < 2) or high nibble of
+    ql[64n + 32(t % 2) + l] | bits 2t.. of qh[32n + l] << 4, minus 32, scale scales[8n + 2t + l // 16];
+    this iteration does t = t2 and t2 + 2 (the same ql bytes). d: the fp16 at byte 208."""
+    ll = tl.arange(0, 32)[None, :]
+    first = ll < 16
+    n = (it % 4) // 2
+    t2 = it % 2
+    blk = (row + (it // 4) * 210)[:, None]  # [BN, 1] byte offsets of the blocks
+    base = blk // 4
+    lo = (blk % 4).to(tl.int32)
+    ql = _bytes_at(p32, base, lo, 64 * n + 32 * t2 + ll, nmask)
+    qh = _bytes_at(p32, base, lo, 128 + 32 * n + ll, nmask)
+    col = tl.arange(0, 8)[None, :]  # 0..3: scales (t2, a), (t2, b), (t2 + 2, a), (t2 + 2, b); 4..7: d
+    hw = _bytes_at(p32, base, lo, tl.where(col < 4, 192 + 8 * n + 2 * t2 + col % 2 + 4 * (col // 2), 208),
+                   nmask)  # d's low byte; its high byte: below
+    dw = _bytes_at(p32, base, lo, 209 + 0 * col, nmask)
+    d = _col8(hw | (dw << 8), 4).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    for hi in tl.static_range(2):
+        t = t2 + 2 * hi
+        k = 256 * (it // 4) + 128 * n + 32 * t
+        w = (((ql >> (4 * hi)) & 15) | (((qh >> (2 * t)) & 3) << 4)) - 32
+        sa = d * _col8(hw, 2 * hi).to(tl.int8).to(tl.float32)
+        sb_ = d * _col8(hw, 2 * hi + 1).to(tl.int8).to(tl.float32)
+        if FLOAT:
+            xt = _xf_cols(xq_ptr, rm, mmask, K, k)
+            wf = tl.where(first, sa[:, None], sb_[:, None]) * w.to(tl.float32)
+            acc = tl.dot(wf.to(xt.dtype), xt, acc)
+        else:
+            xt, dx = _x_cols(xq_ptr, xd_ptr, rm, mmask, K, k)
+            da = tl.dot(tl.where(first, w, 0).to(tl.int8), xt)
+            db = tl.dot(tl.where(first, 0, w).to(tl.int8), xt)
+            acc += (da.to(tl.float32) * sa[:, None] + db.to(tl.float32) * sb_[:, None]) * dx[None, :]
     return acc
 
 
 @triton.jit
-def _mmq_kernel(xq_ptr, xd_ptr, xs_ptr, w8, w16, b_ptr, y_ptr, ws_ptr, M, N, K, stride_ym, w_row,
+def _col8(t, i: tl.constexpr):
+    """Column i [BN] of an int32 [BN, 8] tile."""
+    return tl.sum(tl.where(tl.arange(0, 8)[None, :] == i, t, 0), axis=1)
+
+
+@triton.jit
+def _mmq_kernel(xq_ptr, xd_ptr, xs_ptr, w8, w32, b_ptr, y_ptr, ws_ptr, M, N, K, stride_ym, w_row,
                 steps_per_split, QT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                 SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, FLOAT: tl.constexpr):
     # program (n tile, m tile, split s): weight rows [BN], x rows [BM], super-blocks of split s;
@@ -137,16 +168,13 @@ def _mmq_kernel(xq_ptr, xd_ptr, xs_ptr, w8, w16, b_ptr, y_ptr, ws_ptr, M, N, K, 
     nmask = rn < N
     row = rn.to(tl.int64) * w_row  # [BN] byte offset of each weight row
     acc = tl.zeros([BN, BM], dtype=tl.float32)  # y.T tile
-    sb_lo = split * steps_per_split
-    sb_hi = tl.minimum(sb_lo + steps_per_split, K // 256)
-    for sb in range(sb_lo, sb_hi):
-        k0 = sb * 256
+    it_lo = split * steps_per_split * 4  # 4 iterations per super-block
+    it_hi = tl.minimum(it_lo + steps_per_split * 4, K // 64)
+    for it in range(it_lo, it_hi):
         if QT == 12:
-            blk = row + sb * 144
-            acc = _q4k_step(acc, w8, w16, blk, nmask, xq_ptr, xd_ptr, xs_ptr, rm, mmask, K, k0, FLOAT)
+            acc = _q4k_iter(acc, w8, w32, row, nmask, xq_ptr, xd_ptr, xs_ptr, rm, mmask, K, it, FLOAT)
         else:
-            blk = row + sb * 210
-            acc = _q6k_step(acc, w8, w16, blk, nmask, xq_ptr, xd_ptr, rm, mmask, K, k0, FLOAT)
+            acc = _q6k_iter(acc, w32, row, nmask, xq_ptr, xd_ptr, rm, mmask, K, it, FLOAT)
     omask = nmask[:, None] & mmask[None, :]
     if SPLIT:
         tl.store(ws_ptr + (split * M + rm.to(tl.int64))[None, :] * N + rn[:, None], acc, mask=omask)
@@ -157,10 +185,25 @@ def _mmq_kernel(xq_ptr, xd_ptr, xs_ptr, w8, w16, b_ptr, y_ptr, ws_ptr, M, N, K, 
                  mask=omask)
 
 
-def mmq_plan(m: int, n: int, k: int, launch: tuple[int, int, int] | None = None,
+def _words(raw: torch.Tensor) -> torch.Tensor:
+    """raw's bytes as int32 words (the tensor padded to a multiple of 4 bytes where it is not: a Q6_K
+    matrix of an odd number of rows and blocks); no copy when the size allows."""
+    flat = raw.view(-1)
+    if flat.numel() % 4:
+        flat = torch.cat([flat, flat.new_zeros(4 - flat.numel() % 4)])
+    return flat.view(torch.int32)
+
+
+def mmq_routed(qtype: Q | int, in_features: int, dtype: torch.dtype) -> bool:
+    """Whether fused_linear sends a decode batch (GEMV_MAX_N < N <= MM_MAX_N rows) of this product here:
+    Q4_K / Q6_K weights, 16-bit x (the float_w path; fp32 x keeps batched_linear's exact fp32 dots)."""
+    return int(qtype) in MMQ_LAUNCH and in_features % 256 == 0 and dtype in (torch.bfloat16, torch.float16)
+
+
+def mmq_plan(qt: Q, m: int, n: int, k: int, launch: tuple[int, int, int] | None = None,
              target: int = TARGET_PROGRAMS) -> tuple[int, int, int, int, int]:
     """(BM, BN, num_warps, num_stages, super-blocks per split) for an [m, k] x [n, k].T product."""
-    bn, warps, stages = launch or MMQ_LAUNCH
+    bn, warps, stages = launch or MMQ_LAUNCH[qt]
     bm = min(BM_MAX, max(16, triton.next_power_of_2(m)))
     steps = k // 256
     tiles = triton.cdiv(n, bn) * triton.cdiv(m, bm)
@@ -189,11 +232,12 @@ def mmq_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feature
         xq = xd = xs = x.contiguous()
     else:
         xq, xd, xs = quantize_x32(x)
-    bm, bn, warps, stages, sps = mmq_plan(m, out_features, k, launch, target)
+    bm, bn, warps, stages, sps = mmq_plan(qt, m, out_features, k, launch, target)
     splits = triton.cdiv(k // 256, sps)
     ws = torch.empty((splits, m, out_features), dtype=torch.float32, device=x.device) if splits > 1 else None
     grid = (triton.cdiv(out_features, bn), triton.cdiv(m, bm), splits)
-    _mmq_kernel[grid](xq, xd, xs, raw, raw.view(-1).view(torch.int16), bias, y, ws, m, out_features, k,
+    w32 = _words(raw)
+    _mmq_kernel[grid](xq, xd, xs, raw, w32, bias, y, ws, m, out_features, k,
                       y.stride(0), w_row, sps, QT=int(qt), BM=bm, BN=bn, SPLIT=splits > 1,
                       HAS_BIAS=bias is not None, FLOAT=float_w, num_warps=warps, num_stages=stages)
     if splits > 1:
