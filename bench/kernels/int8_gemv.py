@@ -11,6 +11,7 @@ of one token per program (the earlier kernel file, loaded from that path), with 
 shapes of bench/kernels/int8_multi.py's NT_SWEEP; error of the default against float64. Writes
 OUT.json and OUT.md. --m1-sweep: the M = 1 launch sweep against the fp32 GEMVs. --model: the batch-1
 decode graph (FusedDecoder fuse_norm) with int8_x off and on, and one step's logits against eager.
+Also OUT.png: one step's product time against M.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from gguf import GGMLQuantizationType as Q
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "bench/peers"), str(ROOT / "tests/gpu")]
 from gpu_blocks import reference, rel_err  # noqa: E402
-from int8_multi import PRODUCTS, multi_rows, multi_table  # noqa: E402
+from int8_multi import PRODUCTS, multi_rows, multi_table, write_plot  # noqa: E402
 from products import blocks, copies_for, copy_bandwidth, graph_time  # noqa: E402
 
 from orcd.quant.kernels.fused_linear import fused_gemv, fused_glu  # noqa: E402
@@ -153,6 +154,7 @@ def main() -> None:
     if ms:
         md = multi_table(res["rows"], res)
         Path(a.out).with_suffix(".md").write_text(md)
+        write_plot(res["rows"], res["device"], Path(a.out).with_suffix(".png"))
         print(md, flush=True)
 
 

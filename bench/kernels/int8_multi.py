@@ -9,6 +9,7 @@ per program, loaded from a path) and with sweep the NT_SWEEP launch shapes at NT
 from __future__ import annotations
 
 import importlib.util
+import re
 from functools import partial
 
 import torch
@@ -119,7 +120,6 @@ def multi_table(rows: list[dict], res: dict) -> str:
     head = f"Device: {res['device']}, copy {res['copy_TBps']:.2f} TB/s. µs per call (TB/s of weight bytes)."
     out = [head, "", "| product | M | floor µs | int8 NT (default) | int8 1 tok/prog | float path "
            "| best swept | err |", "|---|---|---|---|---|---|---|---|"]
-    step = {}
     for (name, m), ks in by.items():
         new, old, flt = ks.get("int8 NT"), ks.get("int8 1 tok/prog"), ks.get("float path")
         swept = [r for lbl, r in ks.items() if lbl.startswith("int8 G")]
@@ -130,14 +130,74 @@ def multi_table(rows: list[dict], res: dict) -> str:
         swept = f"{cell(best)} {best['kernel'][5:]}" if best else "—"
         out.append(f"| {name} | {m} | {new['floor_us']:.1f} | {cell(new)} NT{new['launch'][3]} | {cell(old)} "
                    f"| {cell(flt)} | {swept} | {new['rel_err']:.1e} |")
-        for lbl in ("int8 NT", "int8 1 tok/prog", "float path"):
-            if lbl in ks:
-                step.setdefault((m, lbl), 0.0)
-                step[(m, lbl)] += ks[lbl]["us"] * ks[lbl]["count"] / 1e3
-    out += ["", "Sum over one 7B token's products (count x µs), ms:", "",
-            "| M | int8 NT | int8 1 tok/prog | float path |", "|---|---|---|---|"]
-    for m in sorted({m for m, _ in step}):
-        vals = [f"{step[(m, lbl)]:.2f}" if (m, lbl) in step else "—"
-                for lbl in ("int8 NT", "int8 1 tok/prog", "float path")]
-        out.append(f"| {m} | " + " | ".join(vals) + " |")
+    labels = ("int8 NT", "int8 now", "int8 best", "int8 1 tok/prog", "float path")
+    out += ["", "One 7B step's products (sum of calls per token x µs), ms; int8 NT: the run's launch shapes,",
+            "int8 now: today's I8_LAUNCH (where timed), int8 best: the fastest int8 launch of each product:",
+            "", "| M | " + " | ".join(labels) + " |",
+            "|---|---|---|---|---|---|"]
+    for m, sums in sorted(step_sums(rows).items()):
+        cells = [f"{sums[lbl]:.2f}" if lbl in sums else "—" for lbl in labels]
+        out.append(f"| {m} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
+
+
+def _launch_of(r: dict) -> tuple:
+    if r["launch"]:
+        return tuple(r["launch"])
+    g, bo, w, nt = (int(v) for v in re.findall(r"G(\d+) BO(\d+) w(\d+) NT(\d+)", r["kernel"])[0])
+    return g, bo, w, nt
+
+
+def step_sums(rows: list[dict]) -> dict:
+    """M -> {"int8 NT", "int8 now", "int8 best", "int8 1 tok/prog", "float path": ms of one 7B token's
+    products}; "int8 now": each product at the launch i8_launch gives today (where it was timed), "int8
+    best": the fastest int8 launch timed."""
+    by: dict = {}
+    for r in rows:
+        if "count" in r:
+            by.setdefault((r["name"], r["m"]), {})[r["kernel"]] = r
+    out: dict = {}
+    missing = set()
+    for (name, m), ks in by.items():
+        count = ks["int8 NT"]["count"]
+        i8 = [r for lbl, r in ks.items() if lbl.startswith("int8") and "tok/prog" not in lbl]
+        key = "glu" if name.startswith("gate") else Q[name.split()[-1]]
+        now = [r["us"] for r in i8 if _launch_of(r) == i8_launch(key, m)]
+        picks = {lbl: r["us"] for lbl, r in ks.items() if not lbl.startswith("int8 G")}
+        picks["int8 best"] = min(r["us"] for r in i8)
+        if now:
+            picks["int8 now"] = now[0]
+        else:
+            missing.add(m)
+        for lbl, us in picks.items():
+            out.setdefault(m, {}).setdefault(lbl, 0.0)
+            out[m][lbl] += us * count / 1e3
+    for m in missing:
+        out[m].pop("int8 now", None)
+    return out
+
+
+def write_plot(rows: list[dict], device: str, path) -> None:
+    """PNG: one 7B step's product time (ms) against M for each kernel family."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    sums = step_sums(rows)
+    ms = sorted(sums)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for lbl in ("int8 NT", "int8 now", "int8 1 tok/prog", "float path"):
+        pts = [(m, sums[m][lbl]) for m in ms if lbl in sums[m]]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=lbl)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ms, [str(m) for m in ms])
+    ax.set_xlabel("rows M (decode streams)")
+    ax.set_ylabel("ms per step, sum of 7B products")
+    ax.set_title(f"int8 GEMVs, Qwen2.5-7B Q4_K_M shapes, {device}", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

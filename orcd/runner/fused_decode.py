@@ -29,9 +29,11 @@ from orcd.quant.kernels.xquant import quantize_x
 
 Q4_K, Q6_K = 12, 14  # GGMLQuantizationType
 # Batches of up to this many rows take the norm-fused path when every product runs on the int8 GEMVs
-# (each program dp4a's a weight tile against up to NT_MAX = 8 tokens: one weight read for 2..8 rows);
-# other models keep GEMV_MAX_N. H100 7B measurement: docs/performance.md.
-I8_MAX_ROWS = 8
+# (fused_rows). H100, 7B Q4_K_M, sum of one step's products (bench/results/int8_gemv_7b_multi.md):
+# the NT-token int8 kernels take 3.20 / 4.05 / 7.80 / 12.94 ms at 1 / 2 / 4 / 8 rows, the path above
+# GEMV_MAX_N (batched_linear / dequantize + cuBLAS) 8.22 ms at 8: so 4, not more, until the int8
+# kernels stop being instruction-bound at 8 rows.
+I8_MAX_ROWS = 4
 
 
 def _linear(m, x: torch.Tensor) -> torch.Tensor:

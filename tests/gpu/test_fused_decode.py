@@ -1,5 +1,5 @@
-"""FusedDecoder (fused kernels, decode only) == model forward + compute_logits, on CUDA, bf16; 2 rows and
-6 (Q4_K_M: above GEMV_MAX_N, the int8 GEMVs' multi-token programs)."""
+"""FusedDecoder (fused kernels, decode only) == model forward + compute_logits, on CUDA, bf16; 2 rows
+(Q4_K_M with fuse_norm: the int8 GEMVs' 2-token programs) and 6 (above GEMV_MAX_N)."""
 
 from __future__ import annotations
 

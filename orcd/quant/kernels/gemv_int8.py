@@ -31,13 +31,15 @@ from orcd.quant.kernels.xquant import asm_ok, dp4a, quantize_x, store_quant32
 # shapes: Q4_K G 64 / BO 4 / 4 warps, Q6_K G 8 / BO 8 / 4 warps (LM head 287 us, down 52 us). "glu":
 # the SwiGLU kernel, G 32 / BO 4 (its output then quantized by quantize_x: 46.7 us together) beat BO 32
 # with the quantization in its epilogue (62.6 us), which stays available (launch=(8, 32, 4)).
+# NT 2, 4, 8: the best of an H100 sweep at M = NT on the 7B shapes (bench/results/int8_gemv_7b_multi.md),
+# weighted by calls per token; the largest G tried won nearly everywhere (smaller G: more passes).
 I8_LAUNCH = MappingProxyType({
     1: MappingProxyType({12: (64, 4, 4), 14: (8, 8, 4), "glu": (32, 4, 4)}),
-    2: MappingProxyType({12: (32, 4, 4), 14: (4, 8, 4), "glu": (16, 4, 4)}),
-    4: MappingProxyType({12: (16, 4, 4), 14: (2, 8, 4), "glu": (8, 4, 4)}),
-    8: MappingProxyType({12: (8, 4, 4), 14: (1, 8, 4), "glu": (4, 4, 4)}),
+    2: MappingProxyType({12: (32, 4, 4), 14: (8, 8, 4), "glu": (32, 4, 4)}),
+    4: MappingProxyType({12: (32, 4, 4), 14: (4, 8, 4), "glu": (16, 4, 4)}),
+    8: MappingProxyType({12: (16, 4, 4), 14: (1, 8, 4), "glu": (8, 4, 4)}),
 })
-NT_MAX = 8  # tokens per program at most; more rows take ceil(N / 8) programs per row block
+NT_MAX = 8  # tokens per program at most (NT 16 lost to 2 x NT 8 at M = 16); more rows: ceil(N / 8) programs
 
 
 def tokens_per_program(n: int) -> int:
