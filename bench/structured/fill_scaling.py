@@ -1,12 +1,12 @@
-"""The CPU side of the structured-output mask alone: GrammarBackend.fill at k rows, each row walking its own
-valid JSON text (the tokens a model that knows JSON would write), by llguidance executor threads.
-No model runs; the vocabulary is the model file's. Not a test.
+"""The CPU side of the structured-output mask alone: the bitmask of k rows, each row walking its own valid
+JSON text (the tokens a model that knows JSON would write). No model runs; the vocabulary is the model
+file's. Not a test.
 
-    python bench/structured/fill_scaling.py --model F.gguf [--rows 1,8,64] [--threads 0,1,4,16] [--tokens 96]
+    python bench/structured/fill_scaling.py --model F.gguf [--rows 1,8,64] [--threads=-1,0,16] [--tokens 96]
 
-threads 0: llguidance's default (80 % of the CPUs, at most 32); -1: no executor, one matcher after another
-from Python (LLMatcher.unsafe_compute_mask_ptr, the same rows). Prints ms per fill (all rows) per schema
-and writes OUT/fill_scaling.json.
+threads -1: GrammarBackend.fill (one matcher after another on the caller's thread); 0 and up: the same
+rows through llguidance's parallel executor (LLExecutor(threads); 0: its default, 80 % of the CPUs).
+Prints ms per fill (all rows) per schema and writes OUT/fill_scaling.json.
 """
 
 from __future__ import annotations
@@ -36,17 +36,17 @@ def answer(rng: random.Random) -> str:
     return json.dumps({"people": [person() for _ in range(40)]}, separators=(",", ":"))
 
 
-def one_by_one(backend, matchers: list) -> None:
-    """The rows' masks one matcher after another, no executor (the -1 row of the table)."""
+def executor_fill(backend, executor, matchers: list) -> None:
+    """The rows' masks through llguidance's parallel executor (what fill did before 2026-11-26)."""
     import torch
 
     words = (backend.vocab_size + 31) // 32
     bitmask = torch.zeros((len(matchers), words), dtype=torch.int32)
-    for i, m in enumerate(matchers):
-        m.m.unsafe_compute_mask_ptr(bitmask[i].data_ptr(), words * 4)
+    rows = [(m.m, i) for i, m in enumerate(matchers)]  # .m applies the pending tokens
+    executor.unsafe_compute_mask_ptr(rows, bitmask.data_ptr(), words * 4, len(matchers))
 
 
-def walk(backend, grammar: str, rows: int, tokens: int, seed: int, threads: int) -> list[float]:
+def walk(backend, grammar: str, rows: int, tokens: int, seed: int, executor) -> list[float]:
     """Seconds of each fill while `rows` matchers walk `tokens` tokens of their own texts."""
     rng = random.Random(seed)
     texts = [backend.tokenizer.encode(answer(rng))[:tokens] for _ in range(rows)]
@@ -54,7 +54,7 @@ def walk(backend, grammar: str, rows: int, tokens: int, seed: int, threads: int)
     times = []
     for step in range(tokens):
         t0 = time.perf_counter()
-        backend.fill(matchers) if threads >= 0 else one_by_one(backend, matchers)
+        backend.fill(matchers) if executor is None else executor_fill(backend, executor, matchers)
         times.append(time.perf_counter() - t0)
         for m, text in zip(matchers, texts, strict=True):
             m.consume(text[step])
@@ -66,7 +66,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--rows", default="1,8,64")
-    ap.add_argument("--threads", default="0,-1,1,4,16")
+    ap.add_argument("--threads", default="-1,0,16")
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--out", default=".")
     args = ap.parse_args()
@@ -82,10 +82,10 @@ def main() -> int:
     res = {"cpus": os.cpu_count(), "model": args.model, "tokens": args.tokens,
            "command": " ".join(["python", *sys.argv]), "rows": []}
     for schema, threads in [(s, t) for s in SCHEMAS for t in map(int, args.threads.split(","))]:
-        backend._executor = llguidance.LLExecutor(threads if threads > 0 else None)
+        executor = llguidance.LLExecutor(threads or None) if threads >= 0 else None
         grammar = json_schema_grammar(SCHEMAS[schema], "schema")
         for rows in map(int, args.rows.split(",")):
-            times = walk(backend, grammar, rows, args.tokens, rows, threads)[8:]  # past the first fills
+            times = walk(backend, grammar, rows, args.tokens, rows, executor)[8:]  # past the first fills
             r = {"schema": schema, "threads": threads, "rows": rows, "mean_ms": 1e3 * statistics.fmean(times),
                  "median_ms": 1e3 * statistics.median(times), "max_ms": 1e3 * max(times)}
             res["rows"].append(r)
