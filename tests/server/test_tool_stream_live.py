@@ -62,3 +62,25 @@ def test_anthropic_stream_helper_assembles_input_json_deltas(claude):
     assert json.loads("".join(pieces)) == use.input == whole.content[-1].input
     assert set(use.input) == {"city", "days"} and use.id.startswith("toolu_")
     assert final.stop_reason == whole.stop_reason == "tool_use"
+
+
+def test_langchain_and_litellm_assemble_streamed_calls(oai, server, monkeypatch):
+    """Frameworks that merge tool-call chunks by index get the same call as the non-streamed request."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    litellm = pytest.importorskip("litellm")
+    monkeypatch.setenv("LANGSMITH_TRACING", "false")  # offline
+    kw = dict(messages=ASK, tools=[WEATHER], tool_choice="required", max_tokens=200, temperature=0)
+    whole = oai.chat.completions.create(model=MODEL, **kw).choices[0].message.tool_calls[0].function
+    llm = langchain_openai.ChatOpenAI(base_url=server.url + "/v1", api_key=server.api_key, model=MODEL,
+                                      max_retries=0, timeout=60, max_tokens=200, temperature=0)
+    chunks = list(llm.bind_tools([WEATHER], tool_choice="required").stream(ASK[0]["content"]))
+    merged = chunks[0]
+    for chunk in chunks[1:]:
+        merged += chunk
+    assert sum(bool(c.tool_call_chunks) for c in chunks) > 2
+    assert [(c["name"], c["args"]) for c in merged.tool_calls] == [("get_weather",
+                                                                     json.loads(whole.arguments))]
+    parts = list(litellm.completion(model="openai/" + MODEL, api_base=server.url + "/v1",
+                                    api_key=server.api_key, stream=True, **kw))
+    (call,) = litellm.stream_chunk_builder(parts).choices[0].message.tool_calls
+    assert (call.function.name, call.function.arguments) == ("get_weather", whole.arguments)
