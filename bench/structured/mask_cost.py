@@ -187,13 +187,14 @@ def report(paths: list[str], out: Path) -> None:
     results = [json.loads(Path(p).read_text()) for p in paths]
     first = results[0]
     lines = [f"# Structured-output mask cost in the decode step ({first['device']})", "",
-             f"`{first['command']}`; model {Path(first['model']).name}, vocabulary {first['vocab']:,} "
+             f"Model {Path(first['model']).name}, vocabulary {first['vocab']:,} "
              f"tokens, {first['steps']} greedy tokens per stream, prompts of {first['prompt_len']} tokens, "
              f"CUDA graphs {'on' if first['graphs'] else 'off'}. Schema: an object holding an array of "
              ">= 400 objects of 5 fields (string, integer, email string, enum, array of strings); bounded: "
              "maxLength 40 / 12 on the strings, an age range, maxItems 5; plain: no such bounds."
              " share = (ms/step - free ms/step) / ms/step; fill, consume (CPU wall) and apply (device) are "
-             "per decode step.", "",
+             "per decode step. Runs (code = the orcd commit's tag):", "",
+             *[f"- {r['tag']}: `{r['command']}`" for r in results], "",
              "| code | schema | streams | constrained | ms/step | tok/s | share | fill ms | consume ms | "
              "apply ms | first fill ms | valid |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for res in results:
