@@ -5,7 +5,7 @@ graph), per path (GEMV: gate+up per pair, down with the k-slot sum per token, as
 it; expert-grouped: both per pair, the sum not counted), launch (BN, KB, num_warps: the default and a
 few others) and token count. Effective bandwidth counts the routed experts' weight bytes once per layer.
 Usage: python bench/kernels/moe_mxfp4_times.py [--out DIR] [--tokens 1,2,4,8,16,32,64] [--gemv-max 8]
-(writes moe_mxfp4.json; prints a table of the best launch per path and token count last)
+[--no-sweep] (writes moe_mxfp4.json; prints a table of the best launch per path and token count last)
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ def main() -> None:
     ap.add_argument("--out", default=".")
     ap.add_argument("--tokens", default="1,2,4,8,16,32,64")
     ap.add_argument("--gemv-max", type=int, default=8, help="largest token count timed on the GEMV path")
+    ap.add_argument("--no-sweep", action="store_true", help="the default launches only")
     a = ap.parse_args()
     gen = torch.Generator().manual_seed(0)
     dev = "cuda"
@@ -90,7 +91,7 @@ def main() -> None:
         for path, default in (("gemv", GEMV_LAUNCH), ("grouped", GROUPED_LAUNCH)):
             if path == "gemv" and t > a.gemv_max:
                 continue
-            for launch in (default, *SWEEP[path]):
+            for launch in (default, *([] if a.no_sweep else SWEEP[path])):
                 glu, down = make_steps(path == "grouped", launch, layers, x, ids, rw, bias)
                 row = {"tokens": t, "path": path, "launch": launch, "default": launch == default}
                 try:

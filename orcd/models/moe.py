@@ -102,13 +102,12 @@ class MoE(nn.Module):
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [T, H] -> (expert ids [T, k] int64, weights [T, k]): softmax over each token's top-k logits.
-        Where the kernels apply and the router is dense: one launch (orcd/quant/kernels/moe_router.py)."""
-        w = getattr(self.router, "weight", None)
-        if isinstance(w, torch.Tensor) and kernels_apply(x.device):
-            from orcd.quant.kernels.moe_router import route_topk
-
-            return route_topk(x, w, getattr(self.router, "bias", None), self.top_k)
+        Where the kernels apply, top-k and softmax in one launch (orcd/quant/kernels/moe_router.py)."""
         logits = self.router(x)  # [T, E]
+        if kernels_apply(x.device):
+            from orcd.quant.kernels.moe_router import topk_softmax
+
+            return topk_softmax(logits, self.top_k)
         top, ids = torch.topk(logits, self.top_k, dim=-1)
         return ids, torch.softmax(top, dim=-1)
 

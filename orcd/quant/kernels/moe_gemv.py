@@ -23,8 +23,9 @@ import triton
 import triton.language as tl
 
 Split = tuple[torch.Tensor, torch.Tensor]  # (scales [E, N, K / 32], codes [E, N, K / 2]) uint8
-# (BN, KB, num_warps); a guess before the H100 sweep of bench/kernels/moe_mxfp4_times.py
-GEMV_LAUNCH = (16, 8, 4)
+# (BN, KB, num_warps): the best of the H100 sweep for gate+up and down at 1 and 4 tokens, within 10 % of
+# the best at 2 and 8 (bench/kernels/moe_mxfp4_times.py, bench/results/moe_mxfp4_gemv.json)
+GEMV_LAUNCH = (8, 16, 4)
 
 
 @triton.jit

@@ -27,7 +27,9 @@ import triton.language as tl
 
 from orcd.quant.kernels.moe_gemv import Split, _e2m1_hi, _e2m1_lo, _e8m0_scale, moe_gemv
 
-GEMV_MAX_PAIRS = 8  # pairs (tokens * top_k) up to which the per-pair GEMV runs; above, the grouped path
+# pairs (tokens * top_k) up to which the GEMV runs; above, the grouped path. H100, 24 layers of gate+up
+# and down at 8 tokens (32 pairs): GEMV 7.4 ms, grouped 8.5 ms (bench/results/moe_mxfp4_gemv.json)
+GEMV_MAX_PAIRS = 32
 BM = 16  # grouped path: rows (pairs of one expert) per block; tl.dot needs >= 16
 
 
@@ -113,24 +115,24 @@ def align_by_expert(ids: torch.Tensor, n_experts: int, bm: int = BM) -> tuple[to
     past the end). NB = cdiv(P, bm) + min(E, P), a bound fixed by shapes; device ops only (no host sync)."""
     p = ids.numel()
     nb = triton.cdiv(p, bm) + min(n_experts, p)
-    counts = torch.zeros(n_experts, dtype=torch.int64, device=ids.device)
-    counts.scatter_add_(0, ids, torch.ones_like(ids))
+    # rank of each pair among its expert's pairs (stable), from a running count: no sort (a sort was
+    # ~27 us a layer at 256 pairs on an H100, more than the other ops together)
+    seen = torch.zeros((p, n_experts), dtype=torch.int32, device=ids.device)
+    seen.scatter_(1, ids[:, None], 1).cumsum_(0)  # [P, E]: how many pairs of expert e up to and at p
+    rank = seen.gather(1, ids[:, None]).squeeze(1).long() - 1
+    counts = seen[-1].long()
     padded = (counts + bm - 1) // bm * bm
     pend = torch.cumsum(padded, 0)  # end of each expert's padded run
-    order = torch.sort(ids, stable=True).indices  # pairs by expert, ascending within each
-    e_sorted = ids[order]
-    first = torch.cumsum(counts, 0) - counts  # index in `order` of each expert's first pair
-    dest = (pend - padded)[e_sorted] + torch.arange(p, device=ids.device) - first[e_sorted]
     rows = torch.full((nb * bm,), p, dtype=torch.int32, device=ids.device)
-    rows.scatter_(0, dest, order.to(torch.int32))
+    rows.scatter_(0, (pend - padded)[ids] + rank, torch.arange(p, dtype=torch.int32, device=ids.device))
     starts = torch.arange(nb, device=ids.device, dtype=torch.int64) * bm
     bexp = torch.searchsorted(pend, starts, right=True)  # n_experts past the last run
     return rows, torch.where(bexp < n_experts, bexp, -1).to(torch.int32)
 
 
-# (BN, KB, num_warps) of the grouped kernel (BM = 16 rows), from the H100 sweep in
-# bench/results/moe_mxfp4_kernels_split.json
-GROUPED_LAUNCH = (32, 4, 4)
+# (BN, KB, num_warps) of the grouped kernel (BM = 16 rows): the best of the H100 sweep at 16 and 64
+# tokens for gate+up and down (bench/results/moe_mxfp4_gemv.json)
+GROUPED_LAUNCH = (64, 4, 4)
 
 
 def moe_mxfp4(x: torch.Tensor, ids: torch.Tensor, w_gate: Split, w_up: Split | None,
