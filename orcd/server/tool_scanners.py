@@ -11,7 +11,7 @@ as a call is returned as content, as the model wrote it.
   end of the text ends with the arguments written so far). Whole-text readers look at TOOL_CALL only.
 - Qwen3-Coder XML (Qwen3-Coder, Qwen3.5, Nemotron 3, Step 3.5): `<tool_call><function=NAME>
   <parameter=P>value</parameter></function></tool_call>`; values are typed by the tool's JSON schema.
-- Llama 3.x JSON: the whole answer is `{"name": .., "parameters": {..}}` (several joined by `;`).
+- Llama 3.x JSON calls: orcd.server.llama_calls.
 - Mistral `[TOOL_CALLS]` calls: orcd.server.mistral_calls.
 """
 
@@ -27,7 +27,7 @@ from orcd.tokenizer.harmony import TOOL_CALL
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 CALL_BEGIN, CALL_ARGS = "tool_call_begin", "tool_call_args"  # a streamed call's name, its argument pieces
-# the head of a Hermes JSON call up to its arguments object (whose `{` is left to the arguments' text)
+# the head of a JSON call up to its arguments object (whose `{` is left to the arguments' text)
 _CALL_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,'
                         r'\s*"(?:arguments|parameters)"\s*:\s*(?=\{)')
 _FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)</function>", re.S)
@@ -69,6 +69,41 @@ def json_end(text: str, start: int) -> int | None:
             if depth == 0:
                 return i + 1
     return None
+
+
+class ArgsStream:
+    """A JSON call being written (`{"name": "NAME", "arguments" | "parameters": {...`): its name, where its
+    arguments object starts in the scanned text, and how much of the arguments has been returned."""
+
+    def __init__(self, name: str, args_at: int):
+        self.name, self.args_at, self.sent = name, args_at, 0
+
+    @classmethod
+    def start(cls, text: str, at: int, out: Pairs) -> ArgsStream | None:
+        """The call whose head is written at text[at:] (out gets its CALL_BEGIN), or None (not yet / not
+        one with its name first)."""
+        m = _CALL_HEAD.match(text, at)
+        if m is None:
+            return None
+        out.append((CALL_BEGIN, json.loads(m.group(1))))
+        return cls(out[-1][1], m.end())
+
+    def args(self, text: str) -> str:
+        """Its arguments text: the JSON object, or all there is while it is open."""
+        end = json_end(text, self.args_at)
+        return text[self.args_at: end if end is not None else len(text)]
+
+    def more(self, text: str, out: Pairs) -> None:
+        """The arguments written since the last call (`text` holds no partial tag that may follow them)."""
+        args = self.args(text)
+        if len(args) > self.sent:
+            out.append((CALL_ARGS, args[self.sent:]))
+            self.sent = len(args)
+
+    def close(self, text: str, out: Pairs) -> None:
+        """The call ends at the end of `text`: its last pieces, then the whole TOOL_CALL."""
+        self.more(text, out)
+        out.append((TOOL_CALL, call_payload(self.name, self.args(text))))
 
 
 class ContentScanner(abc.ABC):
@@ -113,8 +148,7 @@ class HermesTools(ContentScanner):
         self.parse = parse or (lambda body: json_call(body.strip()))
         self._buf, self._in_call = "", False
         self._called = False  # after a call, whitespace between blocks is not content
-        self._name: str | None = None  # the call whose arguments stream (its head has been read)
-        self._args_at = self._sent = 0  # where its arguments start in the body; their chars returned
+        self._call: ArgsStream | None = None  # the open block's call, once its head is read
 
     def _content(self, text: str, out: Pairs) -> None:
         self._buf += text
@@ -133,7 +167,7 @@ class HermesTools(ContentScanner):
             self._buf = self._buf[len(self._buf) - keep:]
 
     def _end(self, out: Pairs) -> None:
-        if self._in_call and self._name is not None:  # cut while its arguments streamed
+        if self._in_call and self._call is not None:  # cut while its arguments streamed
             self._close(self._buf[: len(self._buf) - held_prefix(self._buf, CALL_CLOSE)], out)
         elif self._in_call and self.parse(self._buf):
             self._close(self._buf, out)  # a whole call, its close tag not written
@@ -142,31 +176,18 @@ class HermesTools(ContentScanner):
         self._buf, self._in_call = "", False
 
     def _stream(self, body: str, out: Pairs) -> None:
-        """The part of an open call's `body` (so far, no partial close tag) not returned yet."""
-        if not self.streams:
-            return
-        if self._name is None:
-            m = _CALL_HEAD.match(body)
-            if m is None:
-                return
-            self._name, self._args_at, self._sent = json.loads(m.group(1)), m.end(), 0
-            out.append((CALL_BEGIN, self._name))
-        args = self._args(body)
-        if len(args) > self._sent:
-            out.append((CALL_ARGS, args[self._sent:]))
-            self._sent = len(args)
-
-    def _args(self, body: str) -> str:
-        """The streamed call's arguments text: its JSON object, or all there is while it is open."""
-        end = json_end(body, self._args_at)
-        return body[self._args_at: end if end is not None else len(body)]
+        """The part of an open block's `body` (so far, no partial close tag) not returned yet."""
+        if self.streams and self._call is None:
+            self._call = ArgsStream.start(body, 0, out)
+        if self._call is not None:
+            self._call.more(body, out)
 
     def _close(self, body: str, out: Pairs) -> None:
-        """A call's block ended: a streamed call ends with its last pieces, another is parsed whole."""
-        self._stream(body, out)  # the last pieces (or a whole head written in one piece with its close tag)
-        if self._name is not None:
-            out.append((TOOL_CALL, call_payload(self._name, self._args(body))))
-            self._name, self._called = None, True
+        """A block ended: a streamed call ends with its last pieces, another is parsed whole."""
+        self._stream(body, out)  # (a head written in one piece with its close tag begins here)
+        if self._call is not None:
+            self._call.close(body, out)
+            self._call, self._called = None, True
             return
         call = self.parse(body)
         out.append((TOOL_CALL, call) if call else (CONTENT, CALL_OPEN + body + CALL_CLOSE))
@@ -215,44 +236,3 @@ def coder_parser(tools: list[dict] | None) -> Callable[[str], str | None]:
         return call_payload(name, args)
 
     return parse
-
-
-class LlamaJsonTools(ContentScanner):
-    """Llama 3.1-3.3 style: content that starts with `{` is held to the end and returned as calls if it
-    parses as such (one, or several joined by `;`), else as the text; other content streams as it comes."""
-
-    def __init__(self, inner: Splitter | None = None):
-        self.inner = inner
-        self._held = ""  # content held while it may be a call
-        self._plain = False  # decided: plain content from here on
-
-    def _content(self, text: str, out: Pairs) -> None:
-        if self._plain:
-            out.append((CONTENT, text))
-            return
-        self._held += text
-        start = self._held.lstrip()
-        if start and not start.startswith("{"):
-            out.append((CONTENT, self._held))
-            self._held, self._plain = "", True
-
-    def _end(self, out: Pairs) -> None:
-        if self._held:
-            found = json_calls(self._held)
-            out += [(TOOL_CALL, c) for c in found] if found else [(CONTENT, self._held)]
-        self._held, self._plain = "", True
-
-
-def json_calls(text: str) -> list[str] | None:
-    """Text that is one or more JSON call objects, apart by `;` and/or whitespace (Llama 3.2 writes
-    several joined by `; `) -> their payloads; None when any of it is not a call."""
-    calls, rest = [], text.strip()
-    while rest:
-        end = json_end(rest, 0) if rest[0] == "{" else None
-        call = json_call(rest[:end]) if end is not None else None
-        if call is None:
-            return None
-        calls.append(call)
-        rest = rest[end:].lstrip()
-        rest = rest[1:].lstrip() if rest.startswith(";") else rest
-    return calls or None

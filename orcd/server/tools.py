@@ -4,10 +4,10 @@ transformers passes them), tool-call history rendered, and tool calls parsed bac
 Parsing works as a splitter (orcd.server.reasoning's protocol) that yields (TOOL_CALL, json) pairs, the
 json being {"name", "arguments"} with arguments a JSON string, as OpenAI returns them. The format is the
 one the chat template teaches (tool_style): Hermes / Qwen3-Coder `<tool_call>` blocks, Llama 3.x JSON and
-Mistral `[TOOL_CALLS]` are scanned by orcd.server.tool_scanners and .mistral_calls; gpt-oss Harmony's calls
-are `commentary` messages addressed `to=functions.NAME`, their body the arguments. Hermes calls also stream
-their arguments ((CALL_BEGIN, name), (CALL_ARGS, piece)... before the call's TOOL_CALL): ToolDeltas turns
-them into OpenAI's tool-call deltas.
+Mistral `[TOOL_CALLS]` are scanned by orcd.server.tool_scanners, .llama_calls and .mistral_calls; gpt-oss
+Harmony's calls are `commentary` messages addressed `to=functions.NAME`, their body the arguments. Hermes
+and Llama JSON calls also stream their arguments ((CALL_BEGIN, name), (CALL_ARGS, piece)... before the
+call's TOOL_CALL): ToolDeltas turns them into OpenAI's tool-call deltas.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from orcd.errors import RequestError
+from orcd.server.llama_calls import LlamaJsonTools
 from orcd.server.mistral_calls import MISTRAL_CALLS, MistralTools
 from orcd.server.reasoning import CONTENT, Splitter, is_harmony, splitter_for
 from orcd.server.tool_scanners import (
@@ -27,7 +28,6 @@ from orcd.server.tool_scanners import (
     CALL_BEGIN,
     CALL_OPEN,
     HermesTools,
-    LlamaJsonTools,
     coder_parser,
 )
 from orcd.tokenizer.harmony import TOOL_CALL, HarmonyParser

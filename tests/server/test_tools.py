@@ -194,6 +194,31 @@ def test_llama_json_calls(seed):
     assert s.push("Hello") == [("content", "Hello")]  # plain text streams at once
 
 
+@pytest.mark.parametrize("seed", range(15))
+def test_llama_json_arguments_stream_and_join(seed):
+    """Llama 3.x JSON calls (two joined by `;`, a `;` and braces in a string) stream their arguments;
+    the pieces join to the whole message's arguments; text after the calls is content."""
+    text = ('  {"name": "get_weather", "parameters": {"city": "Oslo; {N}"}} ; '
+            '{"name": "get_time", "parameters": {"zone": "UTC"}} Done.')
+    split = with_tools(None, harmony=False, style="llama")
+    chunks = _chat_stream([*pieces(text, random.Random(seed)), ""], split)
+    joined: dict[int, dict] = {}
+    for tc in (tc for c in chunks for tc in c["delta"].get("tool_calls", [])):
+        if "id" in tc:
+            joined[tc["index"]] = {"name": tc["function"]["name"], "arguments": ""}
+        joined[tc["index"]]["arguments"] += tc["function"].get("arguments", "")
+    whole = message_fields(split(), text)
+    assert [joined[i] for i in sorted(joined)] == [c["function"] for c in whole["tool_calls"]]
+    assert calls(whole) == [("get_weather", {"city": "Oslo; {N}"}), ("get_time", {"zone": "UTC"})]
+    assert whole["content"] == "Done." == "".join(c["delta"].get("content") or "" for c in chunks)
+    by_char = [tc for c in _chat_stream([*text, ""], split) for tc in c["delta"].get("tool_calls", [])]
+    # a delta a character: the first (the call's entry) carries the `{` that completed its head
+    assert len(by_char) == len('{"city": "Oslo; {N}"}') + len('{"zone": "UTC"}')
+    cut = message_fields(split(), '{"name": "get_time", "parameters": {"zone": "U')
+    assert cut["tool_calls"][0]["function"] == {"name": "get_time", "arguments": '{"zone": "U'}
+    assert message_fields(split(), ' {"answer": 1}')["content"] == ' {"answer": 1}'  # no call: as written
+
+
 def test_tool_style_of_real_templates():
     try:
         data = testdata.fetch()
