@@ -9,8 +9,8 @@ method: time = median replay / launches; floor = weight bytes / measured copy ba
 runs every candidate once in N processes (to compile the Triton kernels in parallel), then times them
 one at a time in this process. Writes OUT.json (rows) and OUT.md (the best per product and M).
 --engine: then the engine's decode tok/s (bench/peers/orcd_side.py's measure) twice, with fused_linear
-sending Q4_K/Q6_K decode batches to mmq (at each type's fastest bf16-w launch of the sweep, set in
-mmq.MMQ_LAUNCH for the run) and with that route switched off (batched_linear / dequantize + cuBLAS).
+sending decode batches to mmq as committed (mmq.MMQ_ROUTE, MMQ_LAUNCH) and with that route switched off
+(batched_linear / dequantize + cuBLAS, as before mmq). --types Q4_K: only that type's products.
 """
 
 from __future__ import annotations
@@ -118,25 +118,12 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def best_launch(rows: list[dict], qt: Q) -> tuple[int, int, int]:
-    """The bf16-w launch (the default's included) with the least time summed over qt's products at the
-    swept M."""
-    tot: dict = {}
-    for r in rows:
-        if r["type"] == qt.name and r["kernel"].startswith("mmq bf16-w BN"):
-            tot[r["kernel"]] = tot.get(r["kernel"], 0.0) + r["us"]
-    bn, w, s = min(tot, key=tot.get).split()[-3:]
-    return int(bn[2:]), int(w[1:]), int(s[1:])
-
-
 def engine(res: dict, model: str, streams: list[int], gen: int, out: Path) -> None:
     """Engine decode tok/s with the mmq route (at the sweep's launches) and without it."""
     from orcd_side import measure
 
-    launch = {qt: best_launch(res["rows"], qt) for qt in (Q.Q4_K, Q.Q6_K)}
-    res["engine_launch"] = {qt.name: v for qt, v in launch.items()}
+    res["engine_launch"] = {Q(qt).name: v for qt, v in mmq_mod.MMQ_LAUNCH.items() if qt in mmq_mod.MMQ_ROUTE}
     routed = fused_mod.mmq_routed
-    mmq_mod.MMQ_LAUNCH = launch  # mmq_plan reads it per call
     for label, route in (("mmq", routed), ("without mmq", lambda *a: False)):
         fused_mod.mmq_routed = route
         res.setdefault("engine", {})[label] = measure(model, streams, 128, gen)
@@ -154,14 +141,22 @@ def main() -> None:
     ap.add_argument("--engine", help="a GGUF file: the engine A/B after the products")
     ap.add_argument("--streams", default="16,32,64")
     ap.add_argument("--gen", type=int, default=64)
+    ap.add_argument("--types", default="Q4_K,Q6_K")
+    ap.add_argument("--launches", default="", help="sweep only these bf16-w launches, e.g. 256,4,3;128,4,4")
     ap.add_argument("--warm-job", type=int, default=-1, help=argparse.SUPPRESS)
     a = ap.parse_args()
     ms, sweep_ms = [int(v) for v in a.ms.split(",")], [int(v) for v in a.sweep_ms.split(",") if v]
+    P7B[:] = [p for p in P7B if p[1].name in a.types.split(",")]
+    if a.launches:
+        SWEEP_I8.clear()
+        for qt in SWEEP:
+            SWEEP[qt] = [tuple(int(v) for v in cfg.split(",")) for cfg in a.launches.split(";")]
     if a.warm_job >= 0:
         return warm(ms, sweep_ms, a.warm_job, a.jobs)
     if a.jobs:
         procs = [subprocess.Popen([sys.executable, __file__, a.out, "--ms", a.ms, "--sweep-ms", a.sweep_ms,
-                                   "--jobs", str(a.jobs), "--warm-job", str(j)]) for j in range(a.jobs)]
+                                   "--types", a.types, "--launches", a.launches, "--jobs", str(a.jobs),
+                                   "--warm-job", str(j)]) for j in range(a.jobs)]
         print("warm-up exit codes", [p.wait() for p in procs], flush=True)
     if a.warm_only:
         return None

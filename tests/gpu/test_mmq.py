@@ -68,3 +68,24 @@ def test_mmq_under_interpreter():
     assert len(results) == 22
     for name, err, tol in results:
         assert float(err) < float(tol), name
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("qt", [T.Q4_K, T.Q6_K], ids=lambda v: v.name)
+@pytest.mark.parametrize("m", [5, 16, 64])
+def test_fused_linear_route(qt, m):
+    """fused_linear at 5..64 rows of bf16 x: Q4_K through mmq's bf16-w path, Q6_K through batched_linear
+    (bit for bit the same calls); fp32 x never through mmq."""
+    from orcd.quant.kernels.batched_linear import batched_linear
+    from orcd.quant.kernels.fused_linear import fused_linear
+    from orcd.quant.kernels.mmq import mmq_linear, mmq_routed
+
+    raw = random_blocks(qt, 3584, 3584, seed=m).cuda()
+    x = torch.randn(m, 3584, device="cuda", dtype=torch.bfloat16)
+    y = fused_linear(x, raw, 3584, 3584, int(qt))
+    if qt == T.Q4_K:
+        assert torch.equal(y, mmq_linear(x, raw, 3584, 3584, qt, float_w=True))
+    else:
+        assert torch.equal(y, batched_linear(x, raw, 3584, 3584, qt))
+    assert not mmq_routed(qt, 3584, torch.float32)

@@ -27,8 +27,12 @@ from orcd.quant.kernels.layout import row_bytes
 from orcd.quant.kernels.mmq_x import quantize_x32
 
 BLOCK_BYTES = types.MappingProxyType({Q.Q4_K: 144, Q.Q6_K: 210})  # one 256-input super-block per K step
-# type -> (BN weight rows per program, num_warps, num_stages): H100 sweep, bench/kernels/mmq.py
-MMQ_LAUNCH = types.MappingProxyType({Q.Q4_K: (64, 4, 3), Q.Q6_K: (64, 8, 2)})
+# type -> (BN weight rows per program, num_warps, num_stages) of the bf16-w path, from the H100 sweep
+# (bench/kernels/mmq.py, bench/results/mmq_7b.md): Q4_K BN 128, 4 warps, 3 stages (gate/up at M = 16:
+# 44.6 us against batched_linear's 64.1). Q6_K's best (128, 8, 2) still lost 10x to batched_linear
+# (its 210-byte blocks allow no 16-byte loads; the word gathers here are slow): not routed.
+MMQ_LAUNCH = types.MappingProxyType({Q.Q4_K: (128, 4, 3), Q.Q6_K: (128, 8, 2)})
+MMQ_ROUTE = frozenset({Q.Q4_K})  # types fused_linear sends here
 BM_MAX = 64
 TARGET_PROGRAMS = 264  # 2 per SM on an H100: split K until about this many programs run
 
@@ -196,8 +200,8 @@ def _words(raw: torch.Tensor) -> torch.Tensor:
 
 def mmq_routed(qtype: Q | int, in_features: int, dtype: torch.dtype) -> bool:
     """Whether fused_linear sends a decode batch (GEMV_MAX_N < N <= MM_MAX_N rows) of this product here:
-    Q4_K / Q6_K weights, 16-bit x (the float_w path; fp32 x keeps batched_linear's exact fp32 dots)."""
-    return int(qtype) in MMQ_LAUNCH and in_features % 256 == 0 and dtype in (torch.bfloat16, torch.float16)
+    MMQ_ROUTE's types, 16-bit x (the float_w path; fp32 x keeps batched_linear's exact fp32 dots)."""
+    return int(qtype) in MMQ_ROUTE and in_features % 256 == 0 and dtype in (torch.bfloat16, torch.float16)
 
 
 def mmq_plan(qt: Q, m: int, n: int, k: int, launch: tuple[int, int, int] | None = None,
