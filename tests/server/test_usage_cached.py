@@ -10,6 +10,7 @@ import uuid
 import anthropic
 import openai
 import pytest
+from server_helpers import ServerProc
 
 MODEL = "tiny-qwen2"
 BLOCK = 16  # tokens per KV block of the test server (the engine's default block size)
@@ -86,3 +87,17 @@ def test_anthropic_cache_read_splits_the_prompt(claude):
         final = stream.get_final_message()
     assert (final.usage.cache_read_input_tokens, final.usage.input_tokens) == (_whole_blocks(n),
                                                                               n - _whole_blocks(n))
+
+
+def test_cached_tokens_cross_the_engine_process(tiny_model, tmp_path_factory):
+    """`orcd serve --engine-process`: the count travels with the events over the process boundary."""
+    srv = ServerProc(tiny_model, tmp_path_factory.mktemp("log") / "cached.log", "--engine-process")
+    try:
+        srv.wait_ready()
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key=srv.api_key, max_retries=0, timeout=60)
+        messages = [{"role": "user", "content": _unique_text()}]
+        n = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2).usage.prompt_tokens
+        again = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
+        assert again.usage.prompt_tokens_details.cached_tokens == _whole_blocks(n)
+    finally:
+        srv.stop()
