@@ -6,7 +6,7 @@ or calls these functions at its edges (CLI, caches, tests).
 | `ORCD_CACHE_DIR` | orcd's own cache (Triton's remembered key, test data) | `~/.cache/orcd` |
 | `ORCD_TESTDATA_DIR` | pinned test data fetched by `orcd/testdata.py` | `$ORCD_CACHE_DIR/testdata` |
 | `ORCD_API_KEY` | `orcd serve`'s API key when `--api-key` is not given | none (no auth) |
-| `ORCD_ENGINE_PROCESS` | `orcd serve`'s default: `--engine-process` (1) or `--no-engine-process` (0) | off |
+| `ORCD_ENGINE_PROCESS` | `orcd serve`: `--engine-process` (1) or `--no-engine-process` (0) | CUDA: 1 |
 | `TRITON_INTERPRET` | Triton's own switch: kernels run on the CPU interpreter (tests) | off |
 """
 

@@ -68,7 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "engine thread may wait for the GIL while the HTTP loop holds it")
     p.add_argument("--engine-process", action=argparse.BooleanOptionalAction, default=None,
                    help="run each model's engine step loop in a process of its own, so HTTP work never "
-                        "holds its GIL (default: $ORCD_ENGINE_PROCESS, else off)")
+                        "holds its GIL (default: $ORCD_ENGINE_PROCESS, else on with CUDA, off on the CPU)")
     add_engine_options(p)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
@@ -116,10 +116,16 @@ def engine_build(args: argparse.Namespace, path: Path):
 
 
 def use_engine_process(args: argparse.Namespace) -> bool:
-    """--engine-process / --no-engine-process, else $ORCD_ENGINE_PROCESS, else off."""
+    """--engine-process / --no-engine-process, else $ORCD_ENGINE_PROCESS, else on with CUDA and off on the
+    CPU (measured: bench/results/serving.md; on the CPU the engine's torch threads and the HTTP loop
+    share a few cores either way, and each process start costs seconds)."""
     chosen = getattr(args, "engine_process", None)
     chosen = env.engine_process() if chosen is None else chosen
-    return bool(chosen)
+    if chosen is not None:
+        return bool(chosen)
+    from orcd.loading.loader import resolve_device
+
+    return resolve_device(args.device).type == "cuda"
 
 
 def build_engine(args: argparse.Namespace, path: Path):

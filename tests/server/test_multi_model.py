@@ -236,8 +236,10 @@ def test_models_dir_idle_unload_and_a_broken_file(tiny_model, model_b, tmp_path)
     shutil.copy(tiny_model, folder / "alpha.gguf")
     shutil.copy(model_b, folder / "beta.gguf")
     (folder / "broken.gguf").write_bytes(b"GGUF" + b"\0" * 60)
+    # in-process engines: a 0.5 s idle timeout assumes a load shorter than that (an engine process's
+    # start takes seconds on the CPU box, and beta would be unloaded while alpha loads)
     srv = ServerProc(folder / "alpha.gguf", tmp_path / "serve.log", "--models-dir", str(folder),
-                     "--model-idle-timeout", "0.5", api_key=None)
+                     "--model-idle-timeout", "0.5", "--no-engine-process", api_key=None)
     try:
         srv.wait_ready()
         with httpx.Client(base_url=srv.url, timeout=60) as c:
