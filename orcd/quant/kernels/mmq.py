@@ -1,16 +1,21 @@
-"""Batched decode product with int8 tensor cores over raw Q4_K / Q6_K blocks (llama.cpp's MMQ idea).
+"""Batched decode product on tensor cores over raw Q4_K / Q6_K blocks (llama.cpp's MMQ idea), two paths.
 
-y[M, N] = x[M, K] @ W[N, K].T for M = 5..64 decode rows. x is first quantized to int8 per 32 inputs
-(mmq_x.py: xq int8 [M, K], dx = max|x| / 127 and the sum of x per 32). A program owns BN weight rows
-and all M rows (BM = next power of two >= M, 16..64), so each weight block is read from memory once.
-Per 32-input sub-block j it unpacks the weight's quants to int8 in registers and runs one int8 tl.dot
-[BN, 32] x [32, BM] -> int32; the block's scales go on in fp32 into a [BN, BM] accumulator:
-  Q4_K (w = d*sc_j*q - dmin*m_j, q in 0..15): acc += d*sc_j * dx_j * dot(q, xq) - dmin*m_j * sum_j(x)
-  Q6_K (w = d*sc_i*(q - 32) per 16, q in 0..63): the two 16-halves of a 32 chunk are two dots, the other
-  half zeroed (int8 dots need K >= 32): acc += d * dx_j * (sc_a * dot_a + sc_b * dot_b)
-x's sum (not its rounded values) multiplies Q4_K's mins, as in the int8 GEMVs (xquant.py). Where the
-N tiles are too few to fill the GPU, K is split as in batched_linear.py (fp32 partials summed in split
-order by one reduce kernel: deterministic). Not batch-invariant: invariant steps keep invariant_linear.
+y[M, N] = x[M, K] @ W[N, K].T for M = 5..64 decode rows. A program owns BN weight rows and all M rows
+(BM = next power of two >= M, 16..64), so each weight block is read from memory once. One loop step is
+one 64-input chunk (Q4_K: 32 quant bytes, two sub-blocks; Q6_K: a quarter super-block); its weight
+loads are 4- or 16-byte rows that Triton pipelines (cp.async, num_stages).
+  float_w (what fused_linear uses, Q4_K only): the chunk's quants dequantized to x's dtype in registers,
+  one bf16/fp16 tl.dot [BN, 32] x [32, BM] per sub-block into an fp32 [BN, BM] accumulator.
+  int8 (the MMQ arithmetic; measured slower on the H100, bench/results/mmq_7b*.md): x quantized to int8
+  per 32 (mmq_x.py: xq, dx = max|x| / 127, the sum of x per 32), the quants unpacked to int8, one int8
+  tl.dot -> int32 per sub-block, the scales applied in fp32:
+    Q4_K (w = d*sc_j*q - dmin*m_j, q in 0..15): acc += d*sc_j * dx_j * dot(q, xq) - dmin*m_j * sum_j(x)
+    Q6_K (w = d*sc_i*(q - 32) per 16, q in 0..63): the two 16-halves of a 32 chunk are two dots, the
+    other half zeroed (int8 dots need K >= 32): acc += d * dx_j * (sc_a * dot_a + sc_b * dot_b)
+  x's sum (not its rounded values) multiplies Q4_K's mins, as in the int8 GEMVs (xquant.py).
+Where the N tiles are too few to fill the GPU, K is split as in batched_linear.py (fp32 partials summed
+in split order by one reduce kernel: deterministic). Not batch-invariant: invariant steps keep
+invariant_linear.
 """
 
 from __future__ import annotations
