@@ -197,23 +197,6 @@ def test_scripted_stream_parses_in_the_sdk():
     assert final.usage.output_tokens_details.reasoning_tokens == 2
 
 
-def test_streamed_calls_past_the_first_are_dropped_without_parallel_calls():
-    """parallel_tool_calls=false: the first call streams its arguments; the second sends nothing."""
-    events: list[tuple[str, dict]] = []
-    builder = OutputBuilder(with_tools(None, harmony=False), False,
-                            lambda name, data: events.append((name, json.loads(json.dumps(data)))))
-    for text in ['<tool_call>{"name": "get_weather", "arguments": {"ci', 'ty": "Oslo"}}</tool_call>\n',
-                 '<tool_call>{"name": "get_weather", "arguments": {"city"', ': "Rome"}}</tool_call>']:
-        builder.push(text)
-    builder.push("", final=True)
-    builder.finish("completed")
-    assert [(i["type"], i["arguments"], i["status"]) for i in builder.items] == [
-        ("function_call", '{"city": "Oslo"}', "completed")]
-    assert [d["delta"] for e, d in events if e == "response.function_call_arguments.delta"] == [
-        '{"ci', 'ty": "Oslo"}']
-    assert [e for e, _ in events].count("response.output_item.done") == 1
-
-
 KEYS = ["type", "role", "content", "call_id", "name", "arguments", "output", "id", "status", "summary",
         "text"]
 ITEM = st.dictionaries(st.sampled_from(KEYS), JSON | st.sampled_from(

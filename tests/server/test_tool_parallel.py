@@ -1,7 +1,8 @@
 """Parallel forced tool calls: the Llama 3.x JSON grammar allows calls joined by `; ` only when asked
 (Harmony stays at one call: <|call|> ends its generation), and the Llama scanner reads them back; on the
 live server /v1/responses (`parallel_tool_calls: true`) and /v1/messages (`disable_parallel_tool_use:
-false`) with a forced choice give one or more valid calls, exactly one when not asked."""
+false`) with a forced choice give one or more valid calls, exactly one when not asked; unforced,
+`parallel_tool_calls: false` on /v1/responses keeps the first streamed call only."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import openai
 import pytest
 
 from orcd.gguf.synth_vocab import synthetic_tokenizer_metadata
+from orcd.server.responses_stream import OutputBuilder
 from orcd.server.tools import message_fields, with_tools
 from orcd.structured.backend import GrammarBackend
 from orcd.structured.mask import unpack_bitmask
@@ -114,3 +116,20 @@ def test_anthropic_parallel_forced_calls(claude):
         claude.messages.create(model=MODEL, max_tokens=4, messages=ask, tools=[tool],
                                tool_choice={"type": "any", "disable_parallel_tool_use": "no"})
     assert "tool_choice.disable_parallel_tool_use" in info.value.message
+
+
+def test_streamed_calls_past_the_first_are_dropped_without_parallel_calls():
+    """parallel_tool_calls=false: the first call streams its arguments; the second sends nothing."""
+    events: list[tuple[str, dict]] = []
+    builder = OutputBuilder(with_tools(None, harmony=False), False,
+                            lambda name, data: events.append((name, json.loads(json.dumps(data)))))
+    for text in ['<tool_call>{"name": "get_weather", "arguments": {"ci', 'ty": "Oslo"}}</tool_call>\n',
+                 '<tool_call>{"name": "get_weather", "arguments": {"city"', ': "Rome"}}</tool_call>']:
+        builder.push(text)
+    builder.push("", final=True)
+    builder.finish("completed")
+    assert [(i["type"], i["arguments"], i["status"]) for i in builder.items] == [
+        ("function_call", '{"city": "Oslo"}', "completed")]
+    assert [d["delta"] for e, d in events if e == "response.function_call_arguments.delta"] == [
+        '{"ci', 'ty": "Oslo"}']
+    assert [e for e, _ in events].count("response.output_item.done") == 1
