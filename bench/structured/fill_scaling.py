@@ -4,9 +4,8 @@ file's. Not a test.
 
     python bench/structured/fill_scaling.py --model F.gguf [--rows 1,8,64] [--threads=-1,0,16] [--tokens 96]
 
-threads -1: GrammarBackend.fill (one matcher after another on the caller's thread, the executor after heavy
-rows); 0 and up: every fill through llguidance's parallel executor (LLExecutor(threads); 0: its default,
-80 % of the CPUs).
+threads -1: GrammarBackend.fill (one matcher after another on the caller's thread); 0 and up: the same
+rows through llguidance's parallel executor (LLExecutor(threads); 0: its default, 80 % of the CPUs).
 Prints ms per fill (all rows) per schema and writes OUT/fill_scaling.json.
 """
 

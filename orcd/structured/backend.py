@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import llguidance
 import torch
@@ -12,10 +11,6 @@ from orcd.errors import RequestError
 from orcd.tokenizer.vocab import CONTROL
 
 SPECIAL = b"\xff"  # llguidance's marker for a special token's bytes (matched only by name, never as text)
-# When fill() goes parallel (GrammarBackend.fill): rows whose mask took longer than HEAVY_ROW_S walked the
-# whole vocabulary (inside a string with maxLength llguidance's slicer cannot help: 5-20 ms a row);
-# HEAVY_ROWS of them in one fill send the next PARALLEL_FILLS fills to llguidance's parallel executor
-HEAVY_ROW_S, HEAVY_ROWS, PARALLEL_FILLS = 1e-3, 4, 8
 
 
 class _TokenizerView:
@@ -50,14 +45,13 @@ class Matcher:
 
     consume() only records the token: the next GrammarBackend.fill() applies it before computing the mask,
     on the CPU while the device runs the forward pass (the engine appends sampled tokens between steps,
-    where nothing else overlaps). Reading `m` or `done` applies what is pending first, so callers never
-    see a matcher behind its tokens."""
+    where nothing else overlaps). Reading `m` or `done`
+    applies what is pending first, so callers never see a matcher behind its tokens."""
 
     def __init__(self, backend: GrammarBackend, grammar: str):
         self.backend = backend
         self._m = llguidance.LLMatcher(backend.lltok, grammar, log_level=0)
         self.pending: list[int] = []  # tokens consumed but not yet applied, in order
-        self.masks = 0  # masks computed (the first is slow whatever the grammar: not a sign of weight)
 
     def consume(self, token_id: int) -> None:
         """Advance past a sampled token (applied lazily). A token the mask forbade puts the matcher in
@@ -91,8 +85,6 @@ class GrammarBackend:
         self._lltok: llguidance.LLTokenizer | None = None
         self._lock = threading.Lock()
         self.eos_ids = eos_ids(tokenizer)
-        self._executor = llguidance.LLExecutor()
-        self.parallel_left = 0  # fills still to run through the executor
 
     @property
     def lltok(self) -> llguidance.LLTokenizer:
@@ -120,40 +112,21 @@ class GrammarBackend:
         nothing allowed (a matcher in its error state) allows the EOS tokens only, so the request ends
         instead of sampling from an empty set.
 
-        Rows are computed one matcher after another on this thread, unless the last such fill met
-        HEAVY_ROWS heavy rows: then through llguidance's parallel executor for PARALLEL_FILLS fills. On
-        the H100 host (16 cores), 64 rows of a JSON schema took 1.0 ms one by one and 7.1 ms through the
-        executor; with maxLength strings 3.5 vs 8.2 ms walking valid text, and in the engine (random
-        weights, long strings) 38.8 vs 15.5 ms (bench/results/mask_cost.md)."""
+        One matcher after another on this thread. On the H100 host (16 cores), 64 rows walking valid JSON
+        took 1.0 ms so and 7.1 ms through llguidance's parallel executor (LLExecutor, 12 threads); 3.5 vs
+        8.2 ms with maxLength strings. The executor wins only where most rows walk the whole vocabulary
+        at once (random weights filling maxLength strings: 38.8 vs 15.5 ms; bench/results/mask_cost.md)."""
         k, words = len(matchers), (self.vocab_size + 31) // 32
         # contiguous: row i at data_ptr + 4 * words * i
         bitmask = torch.zeros((k, words), dtype=torch.int32, pin_memory=pin)
-        for m in matchers:
+        for i, m in enumerate(matchers):
             m.flush()
-        if self.parallel_left > 0:
-            self.parallel_left -= 1
-            rows = [(m._m, i) for i, m in enumerate(matchers)]
-            for m in matchers:
-                m.masks += 1
-            self._executor.unsafe_compute_mask_ptr(rows, bitmask.data_ptr(), 4 * words, k)
-        elif self._one_by_one(matchers, bitmask.data_ptr(), 4 * words) >= HEAVY_ROWS:
-            self.parallel_left = PARALLEL_FILLS
+            m._m.unsafe_compute_mask_ptr(bitmask.data_ptr() + 4 * words * i, 4 * words)
         empty = (bitmask == 0).all(dim=1).nonzero().flatten().tolist()
         for i in empty:
             for t in self.eos_ids:
                 bitmask[i, t // 32] |= _bit(t % 32)
         return bitmask
-
-    @staticmethod
-    def _one_by_one(matchers: list[Matcher], ptr: int, row_bytes: int) -> int:
-        """Each matcher's mask at ptr + row_bytes * i, in turn; returns how many rows were heavy."""
-        heavy = 0
-        for i, m in enumerate(matchers):
-            t0 = time.perf_counter()
-            m._m.unsafe_compute_mask_ptr(ptr + row_bytes * i, row_bytes)
-            heavy += m.masks > 0 and time.perf_counter() - t0 > HEAVY_ROW_S
-            m.masks += 1
-        return heavy
 
 
 def _bit(j: int) -> int:
