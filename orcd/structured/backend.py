@@ -45,8 +45,8 @@ class Matcher:
 
     consume() only records the token: the next GrammarBackend.fill() applies it before computing the mask,
     on the CPU while the device runs the forward pass (the engine appends sampled tokens between steps,
-    where nothing else overlaps). Reading `m` or `done`
-    applies what is pending first, so callers never see a matcher behind its tokens."""
+    where nothing else overlaps). Reading `m` or `done` applies what is pending first, so callers never
+    see a matcher behind its tokens."""
 
     def __init__(self, backend: GrammarBackend, grammar: str):
         self.backend = backend
@@ -113,8 +113,8 @@ class GrammarBackend:
         instead of sampling from an empty set.
 
         One matcher after another on this thread. On the H100 host (16 cores), 64 rows walking valid JSON
-        took 1.0 ms so and 7.1 ms through llguidance's parallel executor (LLExecutor, 12 threads); 3.5 vs
-        8.2 ms with maxLength strings. The executor wins only where most rows walk the whole vocabulary
+        took 1.0 ms that way and 7.1 ms through llguidance's parallel executor (LLExecutor, 12 threads);
+        3.5 vs 8.2 ms with maxLength strings. The executor wins only where most rows walk the whole vocabulary
         at once (random weights filling maxLength strings: 38.8 vs 15.5 ms; bench/results/mask_cost.md)."""
         k, words = len(matchers), (self.vocab_size + 31) // 32
         # contiguous: row i at data_ptr + 4 * words * i
