@@ -75,24 +75,50 @@ def every_split(make, text: str) -> list[list[tuple[str, str]]]:
 def test_mistral_calls_cut_anywhere(text, content, want):
     for pairs in every_split(MistralTools, text):
         assert calls(pairs) == want and text_of(pairs) == content
+        assert joined_arguments(pairs) == ([] if text == NEMO else [c for k, c in pairs if k == "tool_call"])
+
+
+def joined_arguments(pairs: list[tuple[str, str]]) -> list[str]:
+    """The streamed calls' TOOL_CALL payloads rebuilt from their CALL_BEGIN name and CALL_ARGS pieces."""
+    out, name, args = [], None, ""
+    for kind, text in pairs:
+        if kind == "tool_call_begin":
+            name, args = text, ""
+        elif kind == "tool_call_args":
+            args += text
+        elif kind == "tool_call" and name is not None:
+            out.append(json.dumps({"name": name, "arguments": args}))
+            name = None
+    return out
 
 
 def test_mistral_stream_returns_each_call_when_it_closes():
     s = MistralTools()
     assert s.push("Hi [TOOL_") == [("content", "Hi ")]
-    assert s.push('CALLS]get_weather[ARGS]{"city": "Oslo"') == []
-    assert calls(s.push("}")) == [("get_weather", {"city": "Oslo"})]
+    assert s.push('CALLS]get_weather[ARGS]{"city": "Oslo"') == [("tool_call_begin", "get_weather"),
+                                                                ("tool_call_args", '{"city": "Oslo"')]
+    end = s.push("}")
+    assert end[0] == ("tool_call_args", "}") and calls(end) == [("get_weather", {"city": "Oslo"})]
     assert calls(s.push("[TOOL_CALLS]f[ARGS]{}  ") + s.flush()) == [("f", {})]
 
 
 @pytest.mark.parametrize("text", [
     "no calls at all [TOOL", "[TOOL_CALLS] not a call", '[TOOL_CALLS][{"name": 1}]',
     "[TOOL_CALLS]f[ARGS]oops",
-    '[TOOL_CALLS]bad name[ARGS]{}', '[TOOL_CALLS]f[ARGS]{"cut": ', "[TOOL_CALLS]",
+    '[TOOL_CALLS]bad name[ARGS]{}', "[TOOL_CALLS]",
 ])
 def test_mistral_text_that_is_no_call_stays_content(text):
     for pairs in every_split(MistralTools, text):
         assert calls(pairs) == [] and text_of(pairs) == text
+
+
+def test_mistral_call_cut_in_its_arguments_keeps_them():
+    """A `NAME[ARGS]{` call streams its arguments: cut by the end of the text, it ends with them."""
+    for pairs in every_split(MistralTools, '[TOOL_CALLS]f[ARGS]{"cut": '):
+        (payload,) = [json.loads(t) for k, t in pairs if k == "tool_call"]
+        streamed = "".join(t for k, t in pairs if k == "tool_call_args")
+        assert payload == {"name": "f", "arguments": '{"cut": '} and streamed == '{"cut": '
+        assert text_of(pairs) == ""
 
 
 def test_mistral_text_after_calls():
@@ -213,8 +239,11 @@ def test_chat_stream_tool_call_deltas(style, texts):
     frames = b"".join(asyncio.run(go())).decode().split("\n\n")
     chunks = [json.loads(f[len("data: "):])["choices"][0] for f in frames if f.startswith("data: {")]
     assert "".join(c["delta"].get("content") or "" for c in chunks).strip() == "Sure."
-    (call,) = [tc for c in chunks for tc in c["delta"].get("tool_calls", [])]
-    assert call["index"] == 0 and call["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
+    first, *more = [tc for c in chunks for tc in c["delta"].get("tool_calls", [])]
+    assert first["index"] == 0 and all(m["index"] == 0 and "id" not in m for m in more)
+    assert len(more) == (1 if style == "mistral" else 0)  # mistral: its arguments in the pieces written
+    arguments = first["function"]["arguments"] + "".join(m["function"]["arguments"] for m in more)
+    assert (first["function"]["name"], arguments) == ("get_weather", '{"city": "Oslo"}')
     assert chunks[-1]["finish_reason"] == "tool_calls"
 
 
