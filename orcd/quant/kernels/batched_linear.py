@@ -5,9 +5,9 @@ Each weight tile is read from memory once for all M rows: a program owns BN outp
 (tiles.py) to x's dtype and multiplies on the tensor cores (tl.dot, fp32 accumulation). Where the N tiles
 are too few to fill the GPU (attention's 3584 x 3584 or 512 x 3584 at 7B), K is split into S ranges of
 whole K steps; each writes an fp32 partial [S, M, N] that one reduce kernel adds in split order (+ bias),
-so the result does not depend on timing. This replaces dequantize-to-bf16 + cuBLAS (which writes and
-re-reads the whole weight in bf16: ~3.6x the bytes of Q4_K) for the fast, non-invariant path only; the
-batch-invariant path keeps invariant_linear.py (one tile shape for every M).
+so the result does not depend on timing (split_k.py). This replaces dequantize-to-bf16 + cuBLAS (which
+writes and re-reads the whole weight in bf16: ~3.6x the bytes of Q4_K) for the fast, non-invariant path
+only; the batch-invariant path keeps invariant_linear.py (one tile shape for every M).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import triton
 import triton.language as tl
 from gguf import GGMLQuantizationType as Q
 
-from orcd.quant.kernels.invariant_linear import _inv_reduce_kernel
 from orcd.quant.kernels.layout import row_bytes
+from orcd.quant.kernels.split_k import TARGET_PROGRAMS, partials, reduce_partials, row_tile, steps_per_split
 from orcd.quant.kernels.tiles import dequant_tile
 
 # type -> (elements per scale group S, groups per K step G): BK = S * G inputs per step
@@ -36,8 +36,6 @@ LONG_K = 8192
 # >= MM_MIN_WEIGHTS weights: where the sweep measured it faster than dequantize + cuBLAS (Q8_0: 0.5B LM
 # head 271 -> 98 us at M = 8; Q4_K / Q6_K 7B gate, down, LM head 1.5-2x). Q5_0 measured equal: not sent.
 MM_ROUTE = types.MappingProxyType({Q.Q8_0: 0, Q.Q4_K: 1 << 24, Q.Q6_K: 1 << 24})  # type -> MM_MIN_WEIGHTS
-BM_MAX = 64  # rows per program; more rows: more programs along M (each reads the weights again)
-TARGET_PROGRAMS = 264  # 2 per SM on an H100: split K until about this many programs run
 
 
 @triton.jit
@@ -167,11 +165,8 @@ def mm_plan(qtype: Q, m: int, n: int, k: int, launch: tuple[int, int, int] | Non
     long_k = k >= LONG_K and not wide
     bn, warps, stages = launch or (MM_LAUNCH_LONG_K if long_k else MM_LAUNCH)
     s, g = MM_TILES[qtype]
-    bm = min(BM_MAX, max(16, triton.next_power_of_2(m)))
-    steps = triton.cdiv(k, s * g)
-    tiles = triton.cdiv(n, bn) * triton.cdiv(m, bm)
-    splits = min(steps, max(1, triton.cdiv(target, tiles)))
-    return bm, bn, warps, stages, triton.cdiv(steps, splits)
+    bm = row_tile(m)
+    return bm, bn, warps, stages, steps_per_split(triton.cdiv(k, s * g), m, n, bm, bn, target)
 
 
 def batched_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int, qtype: int,
@@ -193,7 +188,7 @@ def batched_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_fea
         return y
     bm, bn, warps, stages, sps = mm_plan(qt, m, out_features, k, launch, target, x.element_size() > 2)
     splits = triton.cdiv(triton.cdiv(k, s * g), sps)
-    ws = torch.empty((splits, m, out_features), dtype=torch.float32, device=x.device) if splits > 1 else None
+    ws = partials(splits, y)
     grid = (triton.cdiv(out_features, bn), triton.cdiv(m, bm), splits)
     p16 = raw.view(-1).view(torch.int16)
     p32 = raw.view(-1).view(torch.int32) if qt == Q.Q4_K else p16  # Q4_K rows: 144-byte multiples
@@ -201,9 +196,5 @@ def batched_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_fea
                      y.stride(0), w_row, sps, QT=int(qt), S=s, G=g, BM=bm, BN=bn, SPLIT=splits > 1,
                      HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32, SWAP=swap, num_warps=warps,
                      num_stages=stages)
-    if splits > 1:
-        blk = 1024
-        _inv_reduce_kernel[(triton.cdiv(m * out_features, blk),)](
-            ws, bias, y, m, out_features, y.stride(0), SPLITS=splits, BLOCK=blk, HAS_BIAS=bias is not None,
-            num_warps=4)
+    reduce_partials(ws, bias, y)
     return y

@@ -29,6 +29,7 @@ from orcd.quant.kernels.dequant_kernel import dequantize_raw
 from orcd.quant.kernels.gemv_tiles import gemv_tile
 from orcd.quant.kernels.layout import BLOCK_SIZE, TYPE_SIZE
 from orcd.quant.kernels.mmq import mmq_linear, mmq_routed
+from orcd.quant.kernels.split_k import split_counters
 
 # Tables are read-only and keyed by GGMLQuantizationType (an IntEnum: t[12] finds t[Q.Q4_K] too).
 # GEMV: type -> (inputs per group EPG, load units per group U); see gemv_tiles.py
@@ -209,20 +210,6 @@ def pdl_enabled(device: torch.device) -> bool:
 def launch_opts(device: torch.device) -> dict:
     """Launch keywords for the GEMV-style kernels: PDL (constexpr) and, when on, launch_pdl."""
     return {"PDL": PDL_MODE, "launch_pdl": True} if pdl_enabled(device) else {}
-
-
-_COUNTERS: dict[torch.device, torch.Tensor] = {}
-
-
-def split_counters(device: torch.device, size: int) -> torch.Tensor | None:
-    """Zeroed int32 arrival counters for split-K (each kernel resets the ones it used), made outside
-    any CUDA-graph capture; None while capturing before they exist."""
-    buf = _COUNTERS.get(device)
-    if buf is None or buf.numel() < size:
-        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-            return None
-        buf = _COUNTERS[device] = torch.zeros(max(size, 1 << 16), dtype=torch.int32, device=device)
-    return buf
 
 
 def _views(raw: torch.Tensor, qt: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

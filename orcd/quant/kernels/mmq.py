@@ -13,8 +13,8 @@ loads are 4- or 16-byte rows that Triton pipelines (cp.async, num_stages).
     Q6_K (w = d*sc_i*(q - 32) per 16, q in 0..63): the two 16-halves of a 32 chunk are two dots, the
     other half zeroed (int8 dots need K >= 32): acc += d * dx_j * (sc_a * dot_a + sc_b * dot_b)
   x's sum (not its rounded values) multiplies Q4_K's mins, as in the int8 GEMVs (xquant.py).
-Where the N tiles are too few to fill the GPU, K is split as in batched_linear.py (fp32 partials summed
-in split order by one reduce kernel: deterministic). Not batch-invariant: invariant steps keep
+Where the N tiles are too few to fill the GPU, K is split (split_k.py: fp32 partials summed in split
+order by one reduce kernel: deterministic). Not batch-invariant: invariant steps keep
 invariant_linear.
 """
 
@@ -27,9 +27,9 @@ import triton
 import triton.language as tl
 from gguf import GGMLQuantizationType as Q
 
-from orcd.quant.kernels.invariant_linear import _inv_reduce_kernel
 from orcd.quant.kernels.layout import row_bytes
 from orcd.quant.kernels.mmq_x import quantize_x32
+from orcd.quant.kernels.split_k import TARGET_PROGRAMS, partials, reduce_partials, row_tile, steps_per_split
 
 BLOCK_BYTES = types.MappingProxyType({Q.Q4_K: 144, Q.Q6_K: 210})  # one 256-input super-block per K step
 # type -> (BN weight rows per program, num_warps, num_stages) of the bf16-w path, from the H100 sweep
@@ -38,8 +38,6 @@ BLOCK_BYTES = types.MappingProxyType({Q.Q4_K: 144, Q.Q6_K: 210})  # one 256-inpu
 # (its 210-byte blocks allow no 16-byte loads; the word gathers here are slow): not routed.
 MMQ_LAUNCH = types.MappingProxyType({Q.Q4_K: (128, 4, 3), Q.Q6_K: (128, 8, 2)})
 MMQ_ROUTE = frozenset({Q.Q4_K})  # types fused_linear sends here
-BM_MAX = 64
-TARGET_PROGRAMS = 264  # 2 per SM on an H100: split K until about this many programs run
 
 
 @triton.jit
@@ -213,11 +211,8 @@ def mmq_plan(qt: Q, m: int, n: int, k: int, launch: tuple[int, int, int] | None 
              target: int = TARGET_PROGRAMS) -> tuple[int, int, int, int, int]:
     """(BM, BN, num_warps, num_stages, super-blocks per split) for an [m, k] x [n, k].T product."""
     bn, warps, stages = launch or MMQ_LAUNCH[qt]
-    bm = min(BM_MAX, max(16, triton.next_power_of_2(m)))
-    steps = k // 256
-    tiles = triton.cdiv(n, bn) * triton.cdiv(m, bm)
-    splits = min(steps, max(1, triton.cdiv(target, tiles)))
-    return bm, bn, warps, stages, triton.cdiv(steps, splits)
+    bm = row_tile(m)
+    return bm, bn, warps, stages, steps_per_split(k // 256, m, n, bm, bn, target)
 
 
 def mmq_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int, qtype: int,
@@ -243,15 +238,11 @@ def mmq_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feature
         xq, xd, xs = quantize_x32(x)
     bm, bn, warps, stages, sps = mmq_plan(qt, m, out_features, k, launch, target)
     splits = triton.cdiv(k // 256, sps)
-    ws = torch.empty((splits, m, out_features), dtype=torch.float32, device=x.device) if splits > 1 else None
+    ws = partials(splits, y)
     grid = (triton.cdiv(out_features, bn), triton.cdiv(m, bm), splits)
     w32 = _words(raw)
     _mmq_kernel[grid](xq, xd, xs, raw, w32, bias, y, ws, m, out_features, k,
                       y.stride(0), w_row, sps, QT=int(qt), BM=bm, BN=bn, SPLIT=splits > 1,
                       HAS_BIAS=bias is not None, FLOAT=float_w, num_warps=warps, num_stages=stages)
-    if splits > 1:
-        blk = 1024
-        _inv_reduce_kernel[(triton.cdiv(m * out_features, blk),)](
-            ws, bias, y, m, out_features, y.stride(0), SPLITS=splits, BLOCK=blk, HAS_BIAS=bias is not None,
-            num_warps=4)
+    reduce_partials(ws, bias, y)
     return y
