@@ -1,11 +1,14 @@
-"""One real `orcd serve` subprocess (tiny random GGUF, loopback, free port) shared by the server tests."""
+"""One real `orcd serve` subprocess (tiny random GGUF, loopback, free port) shared by the server tests, and
+clients of it: httpx (`client`), the official openai (`oai`) and anthropic (`claude`) SDKs."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
 
+import anthropic
 import httpx
+import openai
 import pytest
 from server_helpers import TINY, ServerProc
 
@@ -33,3 +36,13 @@ def server(tiny_model, tmp_path_factory) -> Iterator[ServerProc]:
 def client(server) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.url, headers=server.headers, timeout=60) as c:
         yield c
+
+
+@pytest.fixture()
+def oai(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key, max_retries=0, timeout=60)
+
+
+@pytest.fixture()
+def claude(server) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=server.url, api_key=server.api_key, max_retries=0, timeout=60)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import anthropic
-import openai
 import pytest
 
 from orcd.gguf.synth_vocab import synthetic_tokenizer_metadata
@@ -64,16 +63,6 @@ def test_llama_calls_split_outside_strings():
 def test_harmony_stays_at_one_call():
     assert forced_tool_grammar([TIME], "required", "harmony", parallel=True) == \
         forced_tool_grammar([TIME], "required", "harmony")
-
-
-@pytest.fixture()
-def oai(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key, max_retries=0, timeout=60)
-
-
-@pytest.fixture()
-def claude(server) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=server.url, api_key=server.api_key, max_retries=0, timeout=60)
 
 
 def _zone(arguments: str) -> None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 
-import anthropic
-import openai
 import pytest
 
 MODEL = "tiny-qwen2"
@@ -18,16 +16,6 @@ PARAMS = {"type": "object", "properties": {"city": {"type": "string", "maxLength
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
                                             "parameters": PARAMS}}
 ASK = [{"role": "user", "content": "Weather in Oslo for 3 days?"}]
-
-
-@pytest.fixture()
-def oai(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key, max_retries=0, timeout=60)
-
-
-@pytest.fixture()
-def claude(server) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=server.url, api_key=server.api_key, max_retries=0, timeout=60)
 
 
 def test_openai_stream_helper_assembles_argument_deltas(oai):

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import uuid
 
-import anthropic
 import openai
-import pytest
 from server_helpers import ServerProc
 
 MODEL = "tiny-qwen2"
@@ -24,16 +22,6 @@ def _whole_blocks(n_prompt: int) -> int:
 def _unique_text() -> str:
     """A prompt no other test sends (its blocks past the template's head are cached by nobody else)."""
     return f"Summarize the note {uuid.uuid4().hex} about the rain over the hills. " * 3
-
-
-@pytest.fixture()
-def oai(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key, max_retries=0, timeout=60)
-
-
-@pytest.fixture()
-def claude(server) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=server.url, api_key=server.api_key, max_retries=0, timeout=60)
 
 
 def test_chat_second_request_reports_cached_blocks(oai):
