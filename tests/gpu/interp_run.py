@@ -1,6 +1,7 @@
 """Run a check script under TRITON_INTERPRET=1 in a subprocess (the test process keeps compiled kernels)
-and return its output lines split into fields. `interpreter_only` marks tests that need it: triton
-installed, and no CUDA (where CUDA is present the compiled kernels are tested instead)."""
+and return its output lines split into fields, or check its `name err tol` lines. `interpreter_only`
+marks tests that need it: triton installed, and no CUDA (where CUDA is present the compiled kernels are
+tested instead)."""
 
 from __future__ import annotations
 
@@ -27,3 +28,11 @@ def run_under_interpreter(script: str, timeout: float) -> list[list[str]]:
                           timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return [ln.split() for ln in proc.stdout.splitlines() if ln.strip()]
+
+
+def check_under_interpreter(script: str, cases: int, timeout: float = 300) -> None:
+    """Run `script` under the interpreter: it must print `cases` lines `name err tol`, each err < tol."""
+    results = run_under_interpreter(script, timeout=timeout)
+    assert len(results) == cases, [r[0] for r in results]
+    for name, err, tol in results:
+        assert float(err) < float(tol), name

@@ -7,7 +7,7 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as T
 from gpu_blocks import random_blocks
-from interp_run import interpreter_only, run_under_interpreter
+from interp_run import check_under_interpreter, interpreter_only
 
 from orcd.quant.dequant import dequantize
 
@@ -64,10 +64,7 @@ def test_batched_linear_repeatable_with_split_k():
 
 @interpreter_only
 def test_batched_linear_under_interpreter():
-    results = run_under_interpreter("interp_batched.py", timeout=300)
-    assert len(results) == 96
-    for name, err, tol in results:
-        assert float(err) < float(tol), name
+    check_under_interpreter("interp_batched.py", cases=96)
 
 
 @pytest.mark.gpu

@@ -8,7 +8,7 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as T
 from gpu_blocks import random_blocks
-from interp_run import interpreter_only, run_under_interpreter
+from interp_run import check_under_interpreter, interpreter_only
 from mmq_cases import check_quantized_x, exact_reference, float_reference
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -64,10 +64,7 @@ def test_mmq_quantized_x_and_repeatable_split_k():
 
 @interpreter_only
 def test_mmq_under_interpreter():
-    results = run_under_interpreter("interp_mmq.py", timeout=300)
-    assert len(results) == 22
-    for name, err, tol in results:
-        assert float(err) < float(tol), name
+    check_under_interpreter("interp_mmq.py", cases=22)
 
 
 @pytest.mark.gpu
