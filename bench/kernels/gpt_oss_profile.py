@@ -13,14 +13,13 @@ import argparse
 import json
 import random
 import sys
-from collections import defaultdict
 from pathlib import Path
 from unittest import mock
 
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers"))
+import kernel_table  # noqa: E402
 import orcd_side  # noqa: E402
 
 from orcd.engine.io import EngineRequest  # noqa: E402
@@ -46,15 +45,8 @@ def profile_round(eng, streams: int, rng: random.Random, gen: int = 24) -> dict:
         orcd_side._sync()
     while eng.has_work():
         eng.step()
-    per: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time_total > 0:
-            per[ev.name][0] += 1
-            per[ev.name][1] += ev.device_time_total  # µs
-    total = sum(v[1] for v in per.values())
-    rows = sorted(({"kernel": k[:100], "calls_per_step": c / steps, "us_per_step": t / steps,
-                    "share": t / total} for k, (c, t) in per.items()), key=lambda x: -x["us_per_step"])
-    return {"streams": streams, "steps": steps, "kernel_us_per_step": total / steps, "kernels": rows}
+    us_per_step, rows = kernel_table.kernel_rows(prof, steps, "step", 100)
+    return {"streams": streams, "steps": steps, "kernel_us_per_step": us_per_step, "kernels": rows}
 
 
 def main() -> None:
@@ -80,9 +72,7 @@ def main() -> None:
     for p in res["profile"]:
         print(f"-- {p['streams']} streams: {p['kernel_us_per_step']:,.0f} us of kernels per step "
               f"(decode steps only)")
-        for r in p["kernels"][:12]:
-            print(f"{r['us_per_step']:9.1f} us {r['calls_per_step']:6.1f}x {100 * r['share']:5.1f}%  "
-                  f"{r['kernel'][:80]}")
+        kernel_table.print_rows(p["kernels"], "step", 12, 80)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections import defaultdict
 
 import torch
+from kernel_table import kernel_rows, print_rows
 from torch.profiler import ProfilerActivity, profile
 
 from orcd.cli.bench_session import OrcdSession
@@ -29,25 +29,15 @@ def main() -> None:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         s.decode_graph(0, a.steps, "fused_norm")  # 3 warm-up replays + `steps` timed ones
         torch.cuda.synchronize()
-    replays = a.steps + 3
-    per: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time_total > 0:
-            per[ev.name][0] += 1
-            per[ev.name][1] += ev.device_time_total  # µs
-    total = sum(v[1] for v in per.values())
-    rows = sorted(({"kernel": k[:90], "calls_per_token": c / replays, "us_per_token": t / replays,
-                    "share": t / total} for k, (c, t) in per.items()), key=lambda r: -r["us_per_token"])
+    us_per_token, rows = kernel_rows(prof, a.steps + 3, "token", 90)
     res = {"model": a.model, "device": torch.cuda.get_device_name(), "graph_tok_s": rate,
-           "graph_ms_per_token": 1e3 / rate, "kernel_us_per_token": total / replays, "kernels": rows,
+           "graph_ms_per_token": 1e3 / rate, "kernel_us_per_token": us_per_token, "kernels": rows,
            "time": time.strftime("%Y-%m-%d %H:%M:%S")}
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
     print(f"graph replay {rate:,.1f} tok/s ({1e3 / rate:.3f} ms/token); "
-          f"kernels {total / replays:,.0f} us/token")
-    for r in rows[:14]:
-        print(f"{r['us_per_token']:9.1f} us {r['calls_per_token']:6.1f}x {100 * r['share']:5.1f}%  "
-              f"{r['kernel']}")
+          f"kernels {us_per_token:,.0f} us/token")
+    print_rows(rows, "token", 14, 90)
 
 
 if __name__ == "__main__":
