@@ -35,6 +35,7 @@ def reference(x: torch.Tensor, raw: torch.Tensor, qtype: T, out_features: int, i
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    out = out.cpu().double()
+    """|out - ref| / |ref| in float64 on ref's device (the 7B references stay on the GPU)."""
+    out = out.to(ref.device).double()
     assert torch.isfinite(out).all()
     return float((out - ref).norm() / ref.norm())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from gguf import GGMLQuantizationType as T
-from gpu_blocks import random_blocks
+from gpu_blocks import random_blocks, rel_err
 from interp_run import check_under_interpreter, interpreter_only
 
 from orcd.quant.dequant import dequantize
@@ -26,11 +26,6 @@ def _ref(x: torch.Tensor, raw: torch.Tensor, qt: T, n: int, k: int) -> torch.Ten
     return x.double() @ dequantize(raw, qt, (n, k)).double().T
 
 
-def _err(y: torch.Tensor, ref: torch.Tensor) -> float:
-    assert torch.isfinite(y).all()
-    return float((y.double() - ref).norm() / ref.norm())
-
-
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("qt,n,k", SHAPES_7B + SHAPES_ODD, ids=lambda v: getattr(v, "name", str(v)))
@@ -46,7 +41,7 @@ def test_batched_linear_matches_dequantize(qt, n, k, m, dtype):
     y = batched_linear(x, raw, n, k, qt, bias=bias)
     ref = _ref(x.float(), raw, qt, n, k) + (bias.double() if bias is not None else 0)
     assert y.shape == (m, n) and y.dtype == dtype
-    assert _err(y, ref) < TOL[dtype]
+    assert rel_err(y, ref) < TOL[dtype]
 
 
 @pytest.mark.gpu
@@ -82,4 +77,4 @@ def test_fused_linear_routes_batched_rows(qt, n, k, m):
     raw = random_blocks(qt, n, k, seed=m).cuda()
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     y = get_fused_linear(qt, "cuda")(x, raw, n, k)
-    assert _err(y, _ref(x.float(), raw, qt, n, k)) < TOL[torch.bfloat16]
+    assert rel_err(y, _ref(x.float(), raw, qt, n, k)) < TOL[torch.bfloat16]

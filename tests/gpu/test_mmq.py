@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from gguf import GGMLQuantizationType as T
-from gpu_blocks import random_blocks
+from gpu_blocks import random_blocks, rel_err
 from interp_run import check_under_interpreter, interpreter_only
 from mmq_cases import check_quantized_x, exact_reference, float_reference
 
@@ -17,11 +17,6 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 SHAPES_7B = [(T.Q4_K, 3584, 3584), (T.Q4_K, 512, 3584), (T.Q6_K, 512, 3584), (T.Q4_K, 18944, 3584),
              (T.Q4_K, 3584, 18944), (T.Q6_K, 3584, 18944), (T.Q6_K, 16384, 3584)]
 SHAPES_ODD = [(T.Q4_K, 1000, 768), (T.Q6_K, 77, 1280)]
-
-
-def _err(y: torch.Tensor, ref: torch.Tensor) -> float:
-    assert torch.isfinite(y).all()
-    return float((y.double() - ref).norm() / ref.norm())
 
 
 @pytest.mark.gpu
@@ -40,12 +35,12 @@ def test_mmq_matches_references(qt, n, k, m):
     b64 = bias.double() if bias is not None else 0
     y = mmq_linear(x.float(), raw, n, k, qt, bias=bias.float() if bias is not None else None)
     assert y.shape == (m, n) and y.dtype == torch.float32
-    assert _err(y, exact_reference(x, raw, qt, n, k) + b64) < 1e-5
+    assert rel_err(y, exact_reference(x, raw, qt, n, k) + b64) < 1e-5
     ref = float_reference(x, raw, qt, n, k) + b64
     y = mmq_linear(x, raw, n, k, qt, bias=bias)
-    assert y.dtype == torch.bfloat16 and _err(y, ref) < 2e-2
+    assert y.dtype == torch.bfloat16 and rel_err(y, ref) < 2e-2
     y = mmq_linear(x, raw, n, k, qt, bias=bias, float_w=True)
-    assert _err(y, ref) < 1e-2
+    assert rel_err(y, ref) < 1e-2
 
 
 @pytest.mark.gpu
