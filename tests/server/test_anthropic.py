@@ -8,23 +8,12 @@ import json
 
 import anthropic
 import httpx
-import openai
 import pytest
 from server_helpers import sse_blocks
 
 MODEL = "tiny-qwen2"
 ASK = [{"role": "user", "content": "Write a haiku about rain."}]
 GREEDY = {"temperature": 0}  # sampling knobs the 2.x SDK no longer names: sent as extra_body
-
-
-@pytest.fixture()
-def claude(server) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=server.url, api_key=server.api_key, max_retries=0, timeout=60)
-
-
-@pytest.fixture()
-def oai(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key, max_retries=0, timeout=60)
 
 
 def test_message_equals_openai_chat(claude, oai):

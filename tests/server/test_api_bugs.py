@@ -33,11 +33,6 @@ def roomy(tiny_model, tmp_path_factory):
         srv.stop()
 
 
-@pytest.fixture()
-def oai(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key, max_retries=0, timeout=60)
-
-
 def test_cors_preflight_allows_the_js_sdk_headers(roomy):
     pre = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST",
            "Access-Control-Request-Headers": STAINLESS}

@@ -15,11 +15,6 @@ MESSAGES = [{"role": "user", "content": "Name a color."}]
 FREE = {"ignore_eos": True}  # exactly max_tokens tokens, whatever the random model samples
 
 
-@pytest.fixture()
-def oai(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key, max_retries=0, timeout=60)
-
-
 def _check_entry(entry, k: int) -> None:
     tops = [t.logprob for t in entry.top_logprobs]
     assert len(tops) == k and tops == sorted(tops, reverse=True)

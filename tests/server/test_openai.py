@@ -12,11 +12,6 @@ MODEL = "tiny-qwen2"
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name a color."}]
 
 
-@pytest.fixture()
-def oai(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key, max_retries=0, timeout=60)
-
-
 def test_models_list(oai):
     assert [m.id for m in oai.models.list()] == [MODEL]
 

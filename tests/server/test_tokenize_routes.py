@@ -9,11 +9,6 @@ MODEL = "tiny-qwen2"
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
 
 
-@pytest.fixture()
-def oai(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key, max_retries=0, timeout=60)
-
-
 def test_retrieve_model(oai):
     card = oai.models.retrieve(MODEL)
     assert card.id == MODEL and card.owned_by == "orcd"

@@ -156,11 +156,6 @@ def test_real_template_renders_tools_and_history():
     assert text.endswith("<|im_start|>assistant\n")
 
 
-@pytest.fixture()
-def oai(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key, max_retries=0, timeout=60)
-
-
 def test_route_takes_tools_and_history(oai):
     call = {"id": "call_1", "type": "function",
             "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
