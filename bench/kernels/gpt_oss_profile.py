@@ -14,7 +14,6 @@ import json
 import random
 import sys
 from pathlib import Path
-from unittest import mock
 
 from torch.profiler import ProfilerActivity, profile
 
@@ -56,15 +55,8 @@ def main() -> None:
     ap.add_argument("--streams", default="1,8,32,64")
     ap.add_argument("--profile", default="1,64")
     a = ap.parse_args()
-    engines = []
-    real = orcd_side.LLMEngine
-
-    def keep(*args, **kw):  # the engine measure() builds, kept for the profile rounds
-        engines.append(real(*args, **kw))
-        return engines[-1]
-
-    with mock.patch.object(orcd_side, "LLMEngine", keep):
-        res = orcd_side.measure(a.model, [int(s) for s in a.streams.split(",")], 128, 128)
+    engines: list = []  # the engine measure() builds, kept for the profile rounds
+    res = orcd_side.measure(a.model, [int(s) for s in a.streams.split(",")], 128, 128, engines=engines)
     rng = random.Random(1)
     res["profile"] = [profile_round(engines[0], int(s), rng) for s in a.profile.split(",")]
     with open(a.out, "w") as f:

@@ -79,13 +79,18 @@ def prefill_step(eng: LLMEngine, n: int, rng: random.Random) -> float:
     return time.perf_counter() - t0
 
 
-def measure(path: str, streams: list[int], prompt: int, gen: int, prefill_len: int = 512) -> dict:
+def measure(path: str, streams: list[int], prompt: int, gen: int, prefill_len: int = 512,
+            engines: list | None = None) -> dict:
+    """Decode rounds at each stream count, then prefill; `engines`: the engine built here is appended
+    (a caller that profiles it afterwards, e.g. bench/kernels/gpt_oss_profile.py)."""
     rng = random.Random(0)
     t0 = time.perf_counter()
     loaded = load_model(path, device=DEV)
     blocks = max(streams) * -(-(prompt + gen) // 16) + 2 * -(-prefill_len // 16) * 12 + 64
     eng = LLMEngine(loaded, num_kv_blocks=blocks, max_num_seqs=max(64, max(streams)),
                     enable_prefix_caching=False)
+    if engines is not None:
+        engines.append(eng)
     res: dict = {"model": path, "device": torch.cuda.get_device_name() if DEV == "cuda" else "cpu",
                  "load_and_init_s": time.perf_counter() - t0, "decode": {}, "prompt": prompt, "gen": gen}
     for c in streams:  # warm-up: every batch shape once (Triton compiles)
