@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from interp_run import interpreter_only, run_under_interpreter
+from interp_run import check_under_interpreter, interpreter_only
 
 from orcd.quant.kernels import triton_available
 
@@ -15,18 +15,12 @@ pytestmark = pytest.mark.skipif(not triton_available(), reason="needs triton")
 
 @interpreter_only
 def test_moe_kernels_under_interpreter():
-    rows = run_under_interpreter("moe_cases.py", timeout=300)
-    assert len(rows) == 7
-    for name, err, tol in rows:
-        assert float(err) < float(tol), name
+    check_under_interpreter("moe_cases.py", cases=7, timeout=300)
 
 
 @interpreter_only
 def test_sink_decode_kernel_under_interpreter():
-    rows = run_under_interpreter("sink_cases.py", timeout=300)
-    assert len(rows) == 4
-    for name, err, tol in rows:
-        assert float(err) < float(tol), name
+    check_under_interpreter("sink_cases.py", cases=4, timeout=300)
 
 
 def test_split_blocks_keeps_every_byte():
