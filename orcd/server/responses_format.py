@@ -168,7 +168,7 @@ def _text(content: Any, at: str) -> str:
     for j, part in enumerate(content):
         where = f"{at}.{j}"
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in _TEXT_PARTS:
+        if not isinstance(kind, str) or kind not in _TEXT_PARTS:
             _refuse(f"{where}.type", f"only input_text and output_text parts are supported (got {kind!r})")
         if not isinstance(part.get("text"), str):
             _refuse(f"{where}.text", "a text part needs a string `text`")
@@ -199,13 +199,13 @@ def input_messages(instructions: str | None, items: str | list[Any]) -> list[dic
     for i, item in enumerate(items):
         at = f"input.{i}"
         kind = item.get("type", "message") if isinstance(item, dict) else None
-        if kind not in _KEYS:
+        if not isinstance(kind, str) or kind not in _KEYS:  # JSON arrays and objects are unhashable
             _refuse(f"{at}.type", f"input items may be message, function_call, function_call_output or "
                     f"reasoning (got {kind!r})")
         if set(item) - _KEYS[kind]:
             _refuse(f"{at}.{sorted(set(item) - _KEYS[kind])[0]}", f"unrecognized field of a {kind} item")
         if kind == "message":
-            role = _ROLES.get(item.get("role"))
+            role = _ROLES.get(item["role"]) if isinstance(item.get("role"), str) else None
             if role is None:
                 _refuse(f"{at}.role", "must be user, system, developer or assistant")
             out.append({"role": role, "content": _text(item.get("content"), f"{at}.content")})
