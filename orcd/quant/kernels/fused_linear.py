@@ -121,8 +121,10 @@ def split_reduce(out, rows, pid_o, n, s, OUT, ws_ptr, cnt_ptr, S: tl.constexpr):
 @triton.jit
 def _gemv_glu_kernel(x_ptr, g8, g16, g32, u8, u16, u32, y_ptr, OUT, K, row_bytes, stride_xn, stride_yn,
                      QT: tl.constexpr, EPG: tl.constexpr, U: tl.constexpr, G: tl.constexpr, BO: tl.constexpr,
-                     nw_ptr=None, eps=0.0, NORM: tl.constexpr = False, PDL: tl.constexpr = 0):
-    # y = silu(x @ Wg.T) * (x @ Wu.T): gate and up read side by side, each x load shared by both
+                     nw_ptr=None, eps=0.0, NORM: tl.constexpr = False, PDL: tl.constexpr = 0,
+                     GELU: tl.constexpr = False):
+    # y = silu(x @ Wg.T) * (x @ Wu.T) (GELU: gelu_tanh, Gemma): gate and up read side by side, each x
+    # load shared by both
     if PDL == 2:
         tl.extra.cuda.gdc_launch_dependents()
     n = tl.program_id(1)
@@ -144,7 +146,10 @@ def _gemv_glu_kernel(x_ptr, g8, g16, g32, u8, u16, u32, y_ptr, OUT, K, row_bytes
         tl.extra.cuda.gdc_launch_dependents()
     a = tl.sum(tl.sum(acc_g, axis=2), axis=1)
     b = tl.sum(tl.sum(acc_u, axis=2), axis=1)
-    out = a / (1.0 + tl.exp(-a)) * b
+    if GELU:  # 0.5 a (1 + tanh(z)) = a * sigmoid(2z), z = sqrt(2/pi) (a + 0.044715 a^3)
+        out = a / (1.0 + tl.exp(-1.5957691216057308 * (a + 0.044715 * a * a * a))) * b
+    else:
+        out = a / (1.0 + tl.exp(-a)) * b
     tl.store(y_ptr + n * stride_yn + rows, out.to(y_ptr.dtype.element_ty), mask=rows < OUT)
 
 
@@ -219,9 +224,10 @@ def _views(raw: torch.Tensor, qt: int) -> tuple[torch.Tensor, torch.Tensor, torc
 
 def fused_glu(x: torch.Tensor, raw_gate: torch.Tensor, raw_up: torch.Tensor, out_features: int,
               in_features: int, qtype: int, norm: tuple[torch.Tensor, float] | None = None,
-              launch: tuple[int, int, int] | None = None) -> torch.Tensor:
+              launch: tuple[int, int, int] | None = None, gelu: bool = False) -> torch.Tensor:
     """silu(x' @ Wg.T) * (x' @ Wu.T) for x [N <= GEMV_MAX_N, in]; both weights raw, same type and shape.
-    x' = x, or RMSNorm(x) * weight for norm = (weight [in], eps). launch: (G, BO, warps) override."""
+    x' = x, or RMSNorm(x) * weight for norm = (weight [in], eps). launch: (G, BO, warps) override.
+    gelu: GELU (tanh approximation) in place of SiLU (Gemma's gated FFN)."""
     qt = int(qtype)
     x = x.contiguous()
     n = x.shape[0]
@@ -232,7 +238,8 @@ def fused_glu(x: torch.Tensor, raw_gate: torch.Tensor, raw_up: torch.Tensor, out
     _gemv_glu_kernel[(triton.cdiv(out_features, bo), n)](
         x, *_views(raw_gate, qt), *_views(raw_up, qt), y, out_features, in_features, row_bytes, x.stride(0),
         y.stride(0), QT=qt, EPG=epg, U=u, G=g, BO=bo, nw_ptr=norm[0] if norm else None,
-        eps=float(norm[1]) if norm else 0.0, NORM=norm is not None, num_warps=warps, **launch_opts(x.device))
+        eps=float(norm[1]) if norm else 0.0, NORM=norm is not None, GELU=gelu, num_warps=warps,
+        **launch_opts(x.device))
     return y
 
 
