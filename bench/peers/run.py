@@ -26,8 +26,10 @@ sys.path.insert(0, str(HERE))
 import llama_side  # noqa: E402
 import report  # noqa: E402
 
-# --models NAME -> `orcd synth --like` preset (tiny: CPU smoke test)
-LIKE = {"0.5b": "qwen2.5-0.5b", "7b": "qwen2.5-7b", "gpt-oss-20b": "gpt-oss-20b", "tiny": "tiny-qwen2-256"}
+# --models NAME -> `orcd synth --like` preset (tiny: CPU smoke test). gemma3-270m: the real Gemma 3 270M
+# file's shapes and per-tensor types exactly (Q8_0 tied head, Q5_0 / Q4_K / Q6_K), random weights
+LIKE = {"0.5b": "qwen2.5-0.5b", "7b": "qwen2.5-7b", "gpt-oss-20b": "gpt-oss-20b",
+        "gemma3-270m": "gemma3-270m", "tiny": "tiny-qwen2-256"}
 QUANT = {"gpt-oss-20b": "MXFP4"}  # synth quant per model where Q4_K_M is not what llama.cpp users run
 
 
