@@ -134,7 +134,7 @@ def build_engine(args: argparse.Namespace, path: Path):
     if use_engine_process(args):
         from orcd.engine.core_client import ProcessEngine
 
-        return ProcessEngine(build)
+        return ProcessEngine.spawn(build)
     from orcd.engine.async_engine import AsyncEngine
 
     return AsyncEngine(build.build())

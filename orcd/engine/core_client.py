@@ -53,23 +53,27 @@ class EngineFront:
 
 
 class ProcessEngine:
-    """Spawns the engine process and waits (blocking) until its model is loaded; start() starts the reader."""
+    """One client of an engine process: ProcessEngine.spawn(build) starts a process of its own (its one
+    client); ProcessEngine(path, conn) attaches to one shared with other API processes (orcd serve
+    --api-processes), which the parent owns. Either way it waits (blocking) until the model is loaded;
+    start() starts the reader."""
 
-    def __init__(self, build: EngineBuild, model_name: str | None = None, load_timeout_s: float = 3600.0):
+    def __init__(self, path, conn, process=None, model_name: str | None = None,
+                 load_timeout_s: float = 3600.0):
         from orcd.gguf import open_gguf
         from orcd.gguf.config import model_config_from_gguf
         from orcd.tokenizer import load_tokenizer
 
-        gguf = open_gguf(build.path)
-        self.config = model_config_from_gguf(gguf)
+        self._conn, self.process = conn, process  # process: None when this API process does not own it
+        try:
+            gguf = open_gguf(path)  # while the engine process loads the weights
+            self.config = model_config_from_gguf(gguf)
+            self.tokenizer = load_tokenizer(gguf.metadata)
+        except BaseException:
+            self._kill()
+            raise
         self.architecture = self.config.arch
-        self.tokenizer = load_tokenizer(gguf.metadata)
         self.model_name = model_name or gguf.metadata.get("general.name") or self.architecture
-        ctx = multiprocessing.get_context("spawn")  # never fork a process that may hold CUDA or threads
-        self._conn, child = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=engine_main, args=(child, build), name="orcd-engine", daemon=True)
-        self.process.start()
-        child.close()  # the engine process holds the only other end: EOF here when it dies
         info = self._await_ready(load_timeout_s)
         self.device = info["device"]
         self.engine = EngineFront(self.config, self.tokenizer, info["kv_capacity_tokens"],
@@ -81,8 +85,20 @@ class ProcessEngine:
         self._send_lock = threading.Lock()
         self._accepting = False
         self._stopping = False
+        self.failure: str | None = None  # why the engine is gone, once its socket closed unasked
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop reading the socket, once started
         self._closed = threading.Event()  # set once the socket is read to its end (the process is gone)
+
+    @classmethod
+    def spawn(cls, build: EngineBuild, model_name: str | None = None,
+              load_timeout_s: float = 3600.0) -> ProcessEngine:
+        """An engine process of this API process's own (it is its one client)."""
+        ctx = multiprocessing.get_context("spawn")  # never fork a process that may hold CUDA or threads
+        conn, child = ctx.Pipe(duplex=True)
+        process = ctx.Process(target=engine_main, args=([child], build), name="orcd-engine", daemon=True)
+        process.start()
+        child.close()  # the engine process holds the only other end: EOF here when it dies
+        return cls(build.path, conn, process, model_name, load_timeout_s)
 
     def _await_ready(self, timeout_s: float) -> dict:
         deadline = time.monotonic() + timeout_s
@@ -92,8 +108,7 @@ class ProcessEngine:
                     raise OrcdError(f"the engine process did not load its model in {timeout_s:.0f} s")
             msg = ipc.loads(self._conn.recv_bytes())
         except (EOFError, OSError):
-            code = self._exit_code()
-            msg = ("failed", f"the engine process exited while loading (exit code {code})", False)
+            msg = ("failed", f"the engine process exited while loading{self._exit_code()}", False)
         except BaseException:
             self._kill()
             raise
@@ -118,9 +133,10 @@ class ProcessEngine:
         deadline = time.monotonic() + grace_s
         while grace_s > 0 and self.num_active() and time.monotonic() < deadline:
             time.sleep(0.01)
-        self._post(("stop",))  # the process sends the last events (cancelled), then exits: EOF
-        self.process.join(timeout=30)
-        self._kill()
+        self._post(("stop",))  # the engine aborts this client's requests and closes its socket: EOF
+        if self.process is not None:  # its own process: it exits with its one client gone
+            self.process.join(timeout=30)
+            self._kill()
         if self._loop is not None and not self._loop.is_closed():
             self._closed.wait(timeout=10)  # the loop reads the last events, then the EOF
         self._conn.close()
@@ -133,12 +149,15 @@ class ProcessEngine:
         with self._lock:
             return len(self._sinks)
 
-    def _exit_code(self):
-        self.process.join(timeout=5)
-        return self.process.exitcode
+    def _exit_code(self, wait_s: float = 5.0) -> str:
+        """" (exit code N)" when this API process owns the engine process, else ""."""
+        if self.process is None:
+            return ""
+        self.process.join(timeout=wait_s)
+        return f" (exit code {self.process.exitcode})"
 
     def _kill(self) -> None:
-        if self.process.is_alive():
+        if self.process is not None and self.process.is_alive():
             self.process.kill()
             self.process.join(timeout=10)
 
@@ -207,8 +226,8 @@ class ProcessEngine:
             self._accepting = False
             ids = list(self._sinks)
         if not self._stopping:
-            log.error("the engine process exited (exit code %s); %d stream(s) ended", self.process.exitcode,
-                      len(ids))
+            self.failure = f"the engine process exited{self._exit_code(0.5)}; restart orcd serve"
+            log.error("%s; %d stream(s) ended", self.failure, len(ids))
         reason = "cancelled" if self._stopping else "error"
         error = None if self._stopping else "the engine process exited"
         self._publish([ipc.final_wire(rid, reason, error) for rid in ids])

@@ -2,9 +2,10 @@
 detokenization) running its step loop in a process of its own, so the API process's HTTP, tokenization,
 chat templates and SSE framing never hold its GIL (vLLM's "EngineCore" split).
 
-The API side is orcd.engine.core_client.ProcessEngine; the wire is orcd.engine.ipc. The process ignores
-SIGINT/SIGTERM (the API process drains first, then sends "stop") and exits when its socket closes, so it
-never outlives the API process.
+The API side is orcd.engine.core_client.ProcessEngine; the wire is orcd.engine.ipc. One engine serves
+one or several API processes (`orcd serve --api-processes N`), each over a socket of its own. The
+process ignores SIGINT/SIGTERM (the API processes drain first, then send "stop") and exits once every
+client's socket has closed, so it never outlives the API processes.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from multiprocessing import connection as mp_connection
 from pathlib import Path
 
 from orcd.engine import ipc
@@ -61,23 +63,33 @@ class EngineBuild:
         return llm
 
 
-def engine_main(conn, build: EngineBuild, idle_wait_s: float = 0.05) -> None:
-    """The engine process's entry point (multiprocessing "spawn" target)."""
+def engine_main(conns: list, build: EngineBuild, idle_wait_s: float = 0.05) -> None:
+    """The engine process's entry point (multiprocessing "spawn" target). `conns`: one socket per client
+    (API process); each gets the "ready" (or "failed") message, then the events of its own requests."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s[engine]: %(message)s")
     try:
         llm = build.build()
-    except BaseException as err:  # the API process turns this into the load error clients see
-        conn.send_bytes(ipc.dumps(("failed", str(err) or type(err).__name__, isinstance(err, OrcdError))))
+    except BaseException as err:  # the API processes turn this into the load error clients see
+        _tell_all(conns, ("failed", str(err) or type(err).__name__, isinstance(err, OrcdError)))
         return
     freeze_heap()
-    core = EngineCore(llm, conn, idle_wait_s)
-    conn.send_bytes(ipc.dumps(("ready", {"device": str(llm.loaded.device),
-                                         "kv_capacity_tokens": llm.kv_capacity_tokens,
-                                         "stats": {**llm.stats(), "device_memory": core._memory()}})))
+    core = EngineCore(llm, conns, idle_wait_s)
+    info = {"device": str(llm.loaded.device), "kv_capacity_tokens": llm.kv_capacity_tokens,
+            "stats": {**llm.stats(), "device_memory": core._memory()}}
+    _tell_all(conns, ("ready", info))
     core.run()
+
+
+def _tell_all(conns: list, msg: tuple) -> None:
+    data = ipc.dumps(msg)
+    for conn in conns:
+        try:
+            conn.send_bytes(data)
+        except OSError:  # that client is gone already: the step loop drops it at its EOF
+            pass
 
 
 def freeze_heap() -> None:
@@ -89,29 +101,27 @@ def freeze_heap() -> None:
 
 
 class EngineCore:
-    """The step loop: read every pending command, step once, send that step's events with the stats."""
+    """The step loop over several clients (API processes): read every pending command, step once, send
+    each client the events of its own requests with the stats. A client's request ids are its own: the
+    engine runs them as "CLIENT:ID" and routes events back by that. A client that leaves (EOF, or "stop")
+    has its requests aborted (blocks freed at the next step); the loop ends when no client is left."""
 
-    def __init__(self, llm, conn, idle_wait_s: float):
-        self.llm, self.conn, self.idle_wait_s = llm, conn, idle_wait_s
-        self.stopped = False
-        self.pending: list[TokenEvent] = []  # events made outside a step (a failed add, abort_all)
+    def __init__(self, llm, conns: list, idle_wait_s: float, stats_every_s: float = 0.1):
+        self.llm, self.idle_wait_s, self.stats_every_s = llm, idle_wait_s, stats_every_s
+        self.clients: dict = {conn: k for k, conn in enumerate(conns)}  # Connection -> client index
+        self.owner: dict[str, tuple[int, str]] = {}  # engine request id -> (client index, client's id)
+        self.pending: list[TokenEvent] = []  # events made outside a step (a failed add)
+        self.stats_sent = 0.0  # monotonic time every client last got the stats
         self.cuda = str(llm.loaded.device).startswith("cuda")
         self.memory: tuple[float, dict | None] = (0.0, None)  # (when read, device memory) for stats
 
     def run(self) -> None:
-        try:
-            while not self.stopped:
-                if not self._read(0.0 if self.llm.has_work() else self.idle_wait_s):
-                    return  # the API process is gone: nobody to answer
-                if self.stopped:
-                    break
-                if self.llm.has_work():
-                    self._step()
-                elif self.pending:
-                    self._send([])
-            self._send(self._end_all("cancelled"))
-        except (EOFError, OSError):  # the socket closed under a send: the API process is gone
-            return
+        while self.clients:
+            self._read(0.0 if self.llm.has_work() else self.idle_wait_s)
+            if self.llm.has_work():
+                self._step()
+            elif self.pending:
+                self._send([])
 
     def _step(self) -> None:
         try:
@@ -122,10 +132,26 @@ class EngineCore:
         self._send(events)
 
     def _send(self, events: list[TokenEvent]) -> None:
-        # Stats go with the events: a client that reacts to an event sees a snapshot at least as new.
+        """Each client's events go to it; a client with none gets the stats alone, at most every
+        stats_every_s while the engine is busy and once when it goes idle (its /health stays current)."""
         events, self.pending = self.pending + events, []
-        wire = [ipc.event_to_wire(e) for e in events]
-        self.conn.send_bytes(ipc.dumps(("step", wire, {**self.llm.stats(), "device_memory": self._memory()})))
+        out: dict[int, list[tuple]] = {}
+        for e in events:
+            owner = self.owner.pop(e.request_id, None) if e.finished else self.owner.get(e.request_id)
+            if owner is not None:  # None: its client left
+                out.setdefault(owner[0], []).append((owner[1],) + ipc.event_to_wire(e)[1:])
+        now = time.monotonic()
+        every = not self.llm.has_work() or now - self.stats_sent >= self.stats_every_s
+        if every:
+            self.stats_sent = now
+        # Stats go with the events: a client that reacts to an event sees a snapshot at least as new.
+        stats = {**self.llm.stats(), "device_memory": self._memory()}
+        for conn, k in list(self.clients.items()):
+            if k in out or every:
+                try:
+                    conn.send_bytes(ipc.dumps(("step", out.get(k, []), stats)))
+                except OSError:  # its API process is gone
+                    self._leave(conn)
 
     def _memory(self) -> dict | None:
         """The device's own memory figures (cudaMemGetInfo), read at most twice a second: /health shows
@@ -140,35 +166,51 @@ class EngineCore:
                              "used_bytes": int(total - free)})
         return self.memory[1]
 
-    def _read(self, timeout: float) -> bool:
-        """Handle every command that arrives within `timeout` (then any more already there). False: EOF."""
-        try:
-            while self.conn.poll(timeout):
-                self._handle(ipc.loads(self.conn.recv_bytes()))
-                timeout = 0.0
-        except (EOFError, OSError):
-            return False
-        return True
+    def _read(self, timeout: float) -> None:
+        """Handle every command that arrives within `timeout` (then any more already there)."""
+        while self.clients:
+            ready = mp_connection.wait(list(self.clients), timeout)
+            if not ready:
+                return
+            for conn in ready:
+                try:
+                    msg = ipc.loads(conn.recv_bytes())
+                except (EOFError, OSError):
+                    self._leave(conn)
+                    continue
+                self._handle(conn, msg)
+            timeout = 0.0
 
-    def _handle(self, msg: tuple) -> None:
-        kind = msg[0]
+    def _handle(self, conn, msg: tuple) -> None:
+        kind, k = msg[0], self.clients.get(conn)
+        if k is None:  # it left while its messages were being read
+            return
         if kind == "add":
-            self._add(EngineRequest(msg[1], msg[2], msg[3]))
+            self._add(k, EngineRequest(f"{k}:{msg[1]}", msg[2], msg[3]), msg[1])
         elif kind == "abort":
-            self.llm.abort(msg[1])
-        elif kind == "abort_all":
-            self.pending += self._end_all("cancelled")
+            self.llm.abort(f"{k}:{msg[1]}")
         elif kind == "warm_grammars":  # built on a side thread; add_validated waits on its lock
             threading.Thread(target=self.llm.grammars, name="orcd-grammars", daemon=True).start()
         elif kind == "stop":
-            self.stopped = True
+            self._leave(conn)
 
-    def _add(self, req: EngineRequest) -> None:
+    def _add(self, k: int, req: EngineRequest, own_id: str) -> None:
+        self.owner.setdefault(req.request_id, (k, own_id))
         try:
             self.llm.add_validated(req)  # the API process validated it
         except Exception as err:  # a late failure still ends the stream cleanly
             self.pending.append(TokenEvent(req.request_id, None, "", 0, finished=True, finish_reason="error",
                                            error=str(err), prompt_tokens=len(req.prompt_token_ids)))
+
+    def _leave(self, conn) -> None:
+        """A client is gone (EOF) or said "stop": its requests end at the next step, unsent."""
+        k = self.clients.pop(conn, None)
+        conn.close()
+        if k is None:
+            return
+        for rid, (owner, _) in self.owner.items():
+            if owner == k:
+                self.llm.abort(rid)
 
     def _end_all(self, reason, error: str | None = None) -> list[TokenEvent]:
         try:

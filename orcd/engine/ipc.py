@@ -1,10 +1,12 @@
-"""The wire between the API process and the engine process (orcd.engine.core_process): one socket pair,
-one pickled message per send. Messages are plain tuples whose first item names them.
+"""The wire between an API process and the engine process (orcd.engine.core_process): one socket pair
+per API process, one pickled message per send. Messages are plain tuples whose first item names them.
 
 Down (API -> engine): ("add", request_id, prompt_token_ids, SamplingParams), ("abort", request_id),
-("abort_all",), ("warm_grammars",), ("stop",).
+("warm_grammars",), ("stop",) (this client leaves: its requests are aborted, its socket closed).
 Up (engine -> API): ("ready", info dict) or ("failed", message, is_orcd_error) once at start, then
-("step", [event tuples], stats dict) once per engine step that changed anything.
+("step", [event tuples], stats dict) once per engine step that has events of this client's requests,
+and with no events at most every 0.1 s while the engine is busy and once when it goes idle.
+Request ids are the client's own; the engine keeps each client's apart.
 
 Events travel as tuples of TokenEvent's fields, not as dataclasses: at 64 events a step, dump + load
 (rebuilding the TokenEvents included) took 2.6-3.7x less CPU in two runs on the shared 2-core dev box
@@ -32,6 +34,7 @@ def loads(data: bytes) -> tuple:
 
 FIELDS = tuple(f.name for f in dataclasses.fields(TokenEvent))  # the wire order of an event's fields
 LOGPROBS, FINISHED = FIELDS.index("logprobs"), FIELDS.index("finished")
+assert FIELDS[0] == "request_id"  # the engine swaps it for the client's own id: (own_id,) + wire[1:]
 
 
 _fields_of = operator.attrgetter(*FIELDS)

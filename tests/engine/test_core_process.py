@@ -42,7 +42,7 @@ async def _collect(engine) -> list[list[TokenEvent]]:
 
 
 def test_same_events_as_in_process():
-    pe = ProcessEngine(BUILD)
+    pe = ProcessEngine.spawn(BUILD)
 
     async def main():
         pe.start()  # on this loop: it reads the engine's socket
@@ -75,7 +75,7 @@ def test_same_events_as_in_process():
 
 
 def test_killed_engine_ends_streams_and_refuses():
-    pe = ProcessEngine(BUILD)
+    pe = ProcessEngine.spawn(BUILD)
 
     async def main():
         pe.start()
