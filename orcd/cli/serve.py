@@ -18,8 +18,8 @@ from pathlib import Path
 
 from orcd import env
 from orcd.cli.options import add_engine_options
+from orcd.cli.serve_http import HttpOptions, serve_app
 from orcd.distributed.runtime import launch, rank_args_for
-from orcd.engine.core_process import freeze_heap
 from orcd.errors import OrcdError
 from orcd.hub import resolve_model_path
 from orcd.server.settings import ServerSettings
@@ -66,6 +66,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gil-switch-interval", type=float, default=None, metavar="SECONDS",
                    help="sys.setswitchinterval for this process (default: Python's 0.005): how long the "
                         "engine thread may wait for the GIL while the HTTP loop holds it")
+    p.add_argument("--api-processes", type=int, default=1, metavar="N",
+                   help="N API processes (HTTP, chat templates, tokenization, SSE) over one engine process, "
+                        "sharing the port (default 1; one model only)")
     p.add_argument("--engine-process", action=argparse.BooleanOptionalAction, default=None,
                    help="run each model's engine step loop in a process of its own, so HTTP work never "
                         "holds its GIL (default: $ORCD_ENGINE_PROCESS, else on with CUDA, off on the CPU)")
@@ -140,6 +143,11 @@ def build_engine(args: argparse.Namespace, path: Path):
     return AsyncEngine(build.build())
 
 
+def http_options(args: argparse.Namespace) -> HttpOptions:
+    return HttpOptions(host=args.host, port=args.port, http=args.http, loop=args.loop,
+                       log_level=args.log_level, gil_switch_interval=args.gil_switch_interval)
+
+
 def run(args: argparse.Namespace, build=None) -> int:
     """build(args, path) -> AsyncEngine: the hook tensor parallelism's rank 0 uses (default: build_engine)."""
     several = _several(args)
@@ -148,12 +156,10 @@ def run(args: argparse.Namespace, build=None) -> int:
 
         alias, args.model = split_alias(args.models[0]) if args.models else (None, None)
         args.served_model_name = args.served_model_name or alias
+    if args.api_processes != 1:
+        return run_several_api_processes(args, several)
     if getattr(args, "tensor_parallel", 1) != 1 and build is None and not several:
         return run_tensor_parallel(args)
-    import uvicorn
-
-    from orcd.server.app import begin_drain, create_app
-
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     api_key = args.api_key or env.api_key()
@@ -166,29 +172,26 @@ def run(args: argparse.Namespace, build=None) -> int:
         engine = (build or build_engine)(args, path)
         if settings.served_model_name is None:
             settings = dataclasses.replace(settings, served_model_name=path.stem)
-    app = create_app(engine, settings)
+    return serve_app(engine, settings, http_options(args), t0)
 
-    class DrainingServer(uvicorn.Server):
-        async def shutdown(self, sockets=None) -> None:
-            begin_drain(app)
-            await super().shutdown(sockets)
 
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, http=args.http,
-                            loop=args.loop, timeout_graceful_shutdown=settings.shutdown_grace_s + 10,
-                            access_log=False)
-    server = DrainingServer(config)
-    # uvicorn re-raises the signal it caught once it has shut down; a no-op handler makes that a
-    # clean return, so SIGTERM ends with exit status 0 after the drain.
-    signal.signal(signal.SIGTERM, lambda *_: None)
-    if args.gil_switch_interval is not None:
-        sys.setswitchinterval(args.gil_switch_interval)
-    freeze_heap()  # the loaded model and tokenizer: out of the cyclic GC's walks while serving
-    served = settings.served_model_name or "models"
-    print(f"orcd serve: {served} ready to bind http://{args.host}:{args.port} "
-          f"(startup {time.perf_counter() - t0:.1f} s, API key {'on' if api_key else 'off'})",
-          file=sys.stderr, flush=True)
-    server.run()
-    return 0 if server.started else 1
+def run_several_api_processes(args: argparse.Namespace, several: bool) -> int:
+    """--api-processes N: this process supervises N API processes over one engine process."""
+    chosen = args.engine_process if args.engine_process is not None else env.engine_process()
+    if args.api_processes < 1:
+        raise OrcdError("--api-processes must be at least 1")
+    if several or getattr(args, "tensor_parallel", 1) != 1 or chosen is False:
+        raise OrcdError("--api-processes N > 1 serves one model from an engine process: not with several "
+                        "models, --tensor-parallel or --no-engine-process")
+    from orcd.cli.serve_procs import run_api_processes
+
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = _settings(args, args.api_key or env.api_key())
+    t0 = time.perf_counter()
+    path = resolve_model_path(args.model)  # None -> the demo model
+    settings = dataclasses.replace(settings, served_model_name=settings.served_model_name or path.stem)
+    return run_api_processes(engine_build(args, path), settings, http_options(args), args.api_processes, t0)
 
 
 # --tensor-parallel N: the parent spawns N ranks; rank 0 runs `run` above with its shard.

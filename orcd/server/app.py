@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 
@@ -125,11 +126,13 @@ def _add_ops_routes(app: FastAPI) -> None:
         engines = [s.engine for s in pool.slots.values() if s.engine is not None]
         engine = None if pool.multi or not engines else engines[0]
         ready = request.app.state.ready
-        status = "draining" if hub.draining else "ok" if ready else "loading"
+        failure = None if pool.multi or engine is None else getattr(engine, "failure", None)
+        status = "draining" if hub.draining else "error" if failure else "ok" if ready else "loading"
         stats = pool.stats() if ready else {}
         device = getattr(engine, "device", None) if engine is not None else \
             getattr(engines[0], "device", None) if engines else None
-        body = {"status": status, "model": None if pool.multi else pool.default,
+        body = {"status": status, "error": failure, "pid": os.getpid(),  # which API process answered
+                "model": None if pool.multi else pool.default,
                 "architecture": getattr(engine, "architecture", None),
                 "device": None if device is None else str(device), "active_requests": len(hub.active),
                 "device_memory": _engine_memory(pool) or _device_memory(device or "") if ready else None}

@@ -76,7 +76,8 @@ class JobHub:
         self.settings = settings
         self.active: dict[str, Job] = {}
         self.draining = False
-        self.metrics = ServerMetrics(pool.stats, lambda: len(self.active), pool.model_rows)
+        self.metrics = ServerMetrics(pool.stats, lambda: len(self.active), pool.model_rows,
+                                     settings.metrics_dir)
         pool.on_event = self.metrics.model_event
 
     # --- engine facts -------------------------------------------------------------------------
@@ -130,6 +131,7 @@ class JobHub:
             raise APIError(503, str(err), code="server_shutting_down",
                            headers={"Retry-After": str(self.settings.retry_after_s)}) from err
         self.active[job.request_id] = job
+        self.metrics.set_active(len(self.active))
         slot.jobs += 1
         self.pool.pin(slot)
         self.metrics.prompt_tokens.inc(len(prompt_ids))
@@ -148,6 +150,7 @@ class JobHub:
         if job.opens is not None:
             job.opens.set()  # its forks must not wait for a job that is gone
         self.active.pop(job.request_id, None)
+        self.metrics.set_active(len(self.active))
         if job.finish_reason is None:  # the response ended before its stream did (client gone early)
             self._engine_cancel(job)
         outcome = job.finish_reason or ("cancelled" if job.cancel_requested else "disconnected")

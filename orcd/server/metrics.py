@@ -1,12 +1,18 @@
 """Prometheus metrics: per-app registry (no global state), counters/histograms updated by the request
-code, engine gauges read from AsyncEngine.stats() at scrape time."""
+code, engine gauges read from AsyncEngine.stats() at scrape time.
+
+With several API processes (`orcd serve --api-processes N`, `multiprocess_dir` set) counters and
+histograms are summed over the processes (prometheus_client's multiprocess mode: each process writes
+its values to files there) and orcd_active_requests is a gauge summed over the live processes; engine
+gauges come from the engine's stats, the same in every process; orcd_event_loop_tasks is the answering
+process's own."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -17,7 +23,7 @@ _E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
 class _EngineCollector(Collector):
-    def __init__(self, stats: Callable[[], dict], active: Callable[[], int]):
+    def __init__(self, stats: Callable[[], dict], active: Callable[[], int] | None):
         self._stats, self._active = stats, active
 
     def collect(self) -> Iterator:
@@ -29,8 +35,8 @@ class _EngineCollector(Collector):
         if tasks is not None:
             yield GaugeMetricFamily("orcd_event_loop_tasks", "asyncio tasks alive on the server's loop",
                                     value=tasks)
-        yield GaugeMetricFamily("orcd_active_requests", "requests admitted by the server and not finished",
-                                value=self._active())
+        if self._active is not None:
+            yield GaugeMetricFamily("orcd_active_requests", ACTIVE_DOC, value=self._active())
         gauges = [("orcd_requests_running", "sequences in the running batch", "running"),
                   ("orcd_queue_depth", "requests waiting for a running slot", "waiting"),
                   ("orcd_kv_blocks_used", "KV cache blocks in use", "kv_blocks_used"),
@@ -47,6 +53,8 @@ class _EngineCollector(Collector):
             yield CounterMetricFamily("orcd_prefix_cache_hits", "prompt tokens (or blocks) served from the "
                                       "prefix cache", value=float(s["prefix_cache_hits"]))
 
+
+ACTIVE_DOC = "requests admitted by the server and not finished"
 
 _MODEL_GAUGES = (("orcd_model_kv_blocks_used", "KV cache blocks in use", "kv_blocks_used"),
                  ("orcd_model_kv_blocks_total", "KV cache blocks allocated", "kv_blocks_total"),
@@ -84,8 +92,10 @@ class ServerMetrics:
     by model."""
 
     def __init__(self, stats: Callable[[], dict], active: Callable[[], int],
-                 rows: Callable[[], list[tuple[str, str, int, dict]]] = list):
+                 rows: Callable[[], list[tuple[str, str, int, dict]]] = list,
+                 multiprocess_dir: str | None = None):
         self.registry = CollectorRegistry()
+        self.multiprocess_dir = multiprocess_dir
         r = self.registry
         self.requests = Counter("orcd_requests", "finished generation requests", ["route", "outcome"],
                                 registry=r)
@@ -112,9 +122,18 @@ class ServerMetrics:
                                    ["model", "outcome"], registry=r)
         self.model_unloads = Counter("orcd_model_unloads", "model unloads (reason: lru, idle, request)",
                                      ["model", "reason"], registry=r)
-        r.register(_EngineCollector(stats, active))
-        r.register(_ModelCollector(rows))
+        self.active = None if multiprocess_dir is None else Gauge(
+            "orcd_active_requests", ACTIVE_DOC, multiprocess_mode="livesum", registry=r)
+        self._collectors = (_EngineCollector(stats, active if self.active is None else None),
+                            _ModelCollector(rows))
+        for c in self._collectors:
+            r.register(c)
         self._children: dict[tuple, object] = {}
+
+    def set_active(self, n: int) -> None:
+        """JobHub's count of admitted requests changed (a gauge only with several API processes)."""
+        if self.active is not None:
+            self.active.set(n)
 
     def child(self, metric, *labels: str):
         """metric.labels(*labels), looked up once per label set: labels() validates and locks on every
@@ -133,4 +152,12 @@ class ServerMetrics:
             self.model_loads.labels(name, "ok" if event == "load" else "failed").inc()
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry)
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        registry = CollectorRegistry()  # every process's counters, histograms and live gauges, summed
+        MultiProcessCollector(registry, path=self.multiprocess_dir)
+        for c in self._collectors:
+            registry.register(c)
+        return generate_latest(registry)

@@ -235,7 +235,9 @@ class ModelList(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok", "loading", "draining"]
+    status: Literal["ok", "loading", "draining", "error"]
+    error: str | None = Field(default=None, description="with status error: why (the engine process exited)")
+    pid: int | None = Field(default=None, description="the API process that answered (--api-processes)")
     model: str | None
     architecture: str | None
     device: str | None

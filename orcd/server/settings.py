@@ -18,3 +18,4 @@ class ServerSettings:
     warmup: bool = True  # run one 1-token generation before /health says ok (and after each model load)
     max_loaded_models: int = 4  # several models: loaded at once at most (LRU unloaded past it); 0 = no limit
     model_idle_timeout_s: float | None = None  # several models: unload one unused this long; None = never
+    metrics_dir: str | None = None  # several API processes: prometheus_client's multiprocess directory
