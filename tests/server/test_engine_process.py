@@ -109,5 +109,8 @@ def test_engine_crash_gives_error_then_503(tiny_model, tmp_path_factory):
             assert rest[-1] == "error", rest[-3:]
             r = c.post("/v1/generate", json=BODY)
             assert r.status_code == 503 and r.headers.get("retry-after")
+            health = c.get("/health")  # not "ok" with no engine behind it
+            assert health.status_code == 503 and health.json()["status"] == "error"
+            assert "engine process exited (exit code -9)" in health.json()["error"]
     finally:
         assert srv.stop() == 0
