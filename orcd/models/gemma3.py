@@ -54,6 +54,7 @@ class Gemma3Block(nn.Module):
 @register("gemma3")
 class Gemma3Model(nn.Module):
     fused_decode = False  # the runner's FusedDecoder implements the qwen2/llama block only
+    qk_norm_decode = True  # the runner's QKNormDecoder (orcd/runner/fused_gemma3.py) runs this block
 
     @classmethod
     def expected_tensors(cls, cfg: ModelConfig) -> tuple[dict[str, Shape], dict[str, Shape]]:
@@ -111,13 +112,17 @@ class Gemma3Model(nn.Module):
         head = lin("output") if "output.weight" in t else embed.as_linear()
         return cls(cfg, embed, blocks, norm("output_norm"), head, rotary)
 
+    def embed_scale(self, dtype: torch.dtype) -> float:
+        """sqrt(hidden) rounded to `dtype` (HF multiplies the embeddings by it as a tensor of that dtype)."""
+        if dtype not in self._embed_scale:
+            self._embed_scale[dtype] = float(torch.tensor(self.cfg.hidden_size**0.5, dtype=dtype))
+        return self._embed_scale[dtype]
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttnMetadata,
                 kv: KVCache) -> torch.Tensor:
         """input_ids, positions [T] int64 (all sequences flattened) -> final-normed hidden [T, H]."""
         x = self.embed(input_ids)
-        if x.dtype not in self._embed_scale:
-            self._embed_scale[x.dtype] = float(torch.tensor(self.cfg.hidden_size**0.5, dtype=x.dtype))
-        x = x * self._embed_scale[x.dtype]
+        x = x * self.embed_scale(x.dtype)
         rope = {local: r.cos_sin(positions, x.dtype) for local, r in self.rotary.items()}
         for i, block in enumerate(self.blocks):
             x = block(x, rope, attn, kv.k[i], kv.v[i])

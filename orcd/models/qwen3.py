@@ -11,3 +11,4 @@ class Qwen3Model(DecoderModel):
     qk_rows_permuted = False
     qk_norm = True
     fused_decode = False  # FusedDecoder has no QK-norm
+    qk_norm_decode = True  # the runner's QKNormDecoder (orcd/runner/fused_gemma3.py) runs this block

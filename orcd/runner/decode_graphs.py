@@ -73,6 +73,23 @@ def fill_decode_inputs(seqs: list[ScheduledSeq], bucket: int, block_size: int, s
         table32[n:bucket, :] = scratch_block
 
 
+def pick_step(model: torch.nn.Module):
+    """The fused decode step for the model's blocks: QKNormDecoder where the model says
+    `qk_norm_decode` (gemma3, qwen3), FusedDecoder for the qwen2/llama block (`fused_decode`), or None
+    (the graphs replay model.forward) where neither runs it. Imports triton: only when fusing."""
+    try:
+        if getattr(model, "qk_norm_decode", False):
+            from orcd.runner.fused_gemma3 import QKNormDecoder
+
+            return QKNormDecoder(model)
+        from orcd.runner.fused_decode import FusedDecoder
+
+        return FusedDecoder(model)
+    except ValueError as err:
+        log.warning("fused decode unavailable (%s): graphs replay model.forward", err)
+        return None
+
+
 def host_buffer(t: torch.Tensor, pin: bool) -> torch.Tensor:
     """A host staging buffer: pinned (so copies to the device can be non-blocking) when `pin`."""
     return t.pin_memory() if pin else t
@@ -112,16 +129,9 @@ class DecodeGraphs:
     @classmethod
     def for_engine(cls, model: torch.nn.Module, kv, block_size: int, max_model_len: int, max_num_seqs: int,
                    scratch_block: int, fuse: bool = True) -> DecodeGraphs:
-        """The runner's graphs: FusedDecoder as the captured step when `fuse` (model.forward if the model
-        has no fused kernels), buckets up to max_num_seqs, tables wide enough for max_model_len."""
-        step_fn = None
-        if fuse:
-            try:
-                from orcd.runner.fused_decode import FusedDecoder  # imports triton: only when fusing
-
-                step_fn = FusedDecoder(model)
-            except ValueError as err:
-                log.warning("fused decode unavailable (%s): graphs replay model.forward", err)
+        """The runner's graphs: pick_step's fused step as the captured one when `fuse` (model.forward if
+        the model has none), buckets up to max_num_seqs, tables wide enough for max_model_len."""
+        step_fn = pick_step(model) if fuse else None
         return cls(model, kv, block_size, table_width(max_model_len, block_size), scratch_block,
                    buckets_for(max_num_seqs), step_fn)
 

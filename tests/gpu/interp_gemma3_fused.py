@@ -1,0 +1,25 @@
+"""Run under TRITON_INTERPRET=1 (by test_fused_gemma3.py): the QK-norm fused decode step on the CPU vs
+model.forward + compute_logits in float32. Prints one line per case: `name rel_err tolerance`."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+assert os.environ.get("TRITON_INTERPRET") == "1"
+sys.path.insert(0, os.path.dirname(__file__))
+
+import torch  # noqa: E402
+from gemma3_fused_cases import decode_checks, write_case  # noqa: E402
+
+CPU_CASES = ("gemma3-small", "qwen3-small")
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in CPU_CASES:
+            path = write_case(Path(tmp), name)
+            for rows in (3, 6):
+                for i, (err, same) in enumerate(decode_checks(path, "cpu", torch.float32, rows)):
+                    print(f"{name}-rows{rows}-step{i} {err if same else 1.0:.3e} 1e-4")
