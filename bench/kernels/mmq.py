@@ -1,13 +1,15 @@
-"""The batched decode products at the 7B Q4_K_M shapes, M = 5..64 rows, on CUDA: mmq.py's int8 tensor-core
-kernel (and its bf16-weight variant) against today's paths (batched_linear, dequantize + cuBLAS).
+"""The batched decode products at the 7B, 0.5B or Gemma 3 270M Q4_K_M shapes, M = 5..64 rows, on CUDA:
+mmq.py's int8 tensor-core kernel (and its bf16-weight variant) against today's paths (batched_linear,
+dequantize + cuBLAS, and at M <= 8 the one-token-per-program GEMV).
 
-usage: python bench/kernels/mmq.py OUT.json [--ms 8,16,32,64] [--sweep-ms 16,64] [--jobs 12]
-                                   [--engine 7B.gguf --streams 16,32,64 --gen 64]
+usage: python bench/kernels/mmq.py OUT.json [--shapes 7b|0.5b|gemma] [--ms 8,16,32,64] [--sweep-ms 16,64]
+                                   [--jobs 12] [--engine 7B.gguf --streams 16,32,64 --gen 64]
 
 Each product timed alone from a CUDA graph over >= 200 MB of weight copies (bench/peers/products.py's
 method: time = median replay / launches; floor = weight bytes / measured copy bandwidth). --jobs N first
 runs every candidate once in N processes (to compile the Triton kernels in parallel), then times them
 one at a time in this process. Writes OUT.json (rows) and OUT.md (the best per product and M).
+--sweep-ms: also batched_linear's (SWEEP_BL) and mmq's launch sweeps at these M.
 --engine: then the engine's decode tok/s (bench/peers/orcd_side.py's measure) twice, with fused_linear
 sending decode batches to mmq as committed (mmq.MMQ_ROUTE, MMQ_LAUNCH) and with that route switched off
 (batched_linear / dequantize + cuBLAS, as before mmq). --types Q4_K: only that type's products.
@@ -33,7 +35,7 @@ import orcd.quant.kernels.fused_linear as fused_mod  # noqa: E402
 import orcd.quant.kernels.mmq as mmq_mod  # noqa: E402
 from orcd.quant.kernels.batched_linear import batched_linear  # noqa: E402
 from orcd.quant.kernels.dequant_kernel import dequantize_raw  # noqa: E402
-from orcd.quant.kernels.fused_linear import fused_linear  # noqa: E402
+from orcd.quant.kernels.fused_linear import fused_linear, gemv_plan, launch_gemv  # noqa: E402
 from orcd.quant.kernels.mmq import mmq_linear  # noqa: E402
 
 # (name, type, out, in) of one 7B layer's products and the LM head
@@ -41,23 +43,46 @@ P7B = [("q/o 3584x3584", Q.Q4_K, 3584, 3584), ("k/v 512x3584", Q.Q4_K, 512, 3584
        ("v 512x3584", Q.Q6_K, 512, 3584), ("gate/up 18944x3584", Q.Q4_K, 18944, 3584),
        ("down 3584x18944", Q.Q4_K, 3584, 18944), ("down 3584x18944", Q.Q6_K, 3584, 18944),
        ("lm_head 152064x3584", Q.Q6_K, 152064, 3584)]
+# the 0.5B (synth Q4_K_M: the 896-wide matrices fall back to Q5_0 / Q8_0; ffn_down Q4_K or Q6_K; tied Q8_0
+# head) and the Gemma 3 270M (hidden 640, FFN 2048, 4 x 256 q heads, one kv head, 262,144-entry head)
+P05 = [("q/o 896x896", Q.Q5_0, 896, 896), ("k 128x896", Q.Q5_0, 128, 896), ("v 128x896", Q.Q8_0, 128, 896),
+       ("gate/up 4864x896", Q.Q5_0, 4864, 896), ("down 896x4864", Q.Q4_K, 896, 4864),
+       ("down 896x4864", Q.Q6_K, 896, 4864), ("lm_head 151936x896", Q.Q8_0, 151936, 896)]
+PGEMMA = [("q 1024x640", Q.Q5_0, 1024, 640), ("v 256x640", Q.Q8_0, 256, 640),
+          ("o 640x1024", Q.Q4_K, 640, 1024), ("gate/up 2048x640", Q.Q5_0, 2048, 640),
+          ("down 640x2048", Q.Q6_K, 640, 2048),
+          ("lm_head 262144x640", Q.Q8_0, 262144, 640)]
+SHAPES = {"7b": P7B, "0.5b": P05, "gemma": PGEMMA}
 # (BN, warps, stages) of mmq's bf16-w path per type, and of its int8 path
 SWEEP = {Q.Q4_K: [(32, 4, 3), (64, 4, 3), (64, 4, 2), (64, 4, 4), (128, 4, 3), (128, 8, 3), (64, 8, 3)],
          Q.Q6_K: [(32, 4, 2), (32, 4, 3), (32, 8, 2), (64, 8, 3), (128, 8, 2), (64, 8, 2)]}
 SWEEP_I8 = [(64, 8, 3), (32, 4, 3)]
+SWEEP_BL = [(32, 4, 2), (128, 4, 2), (64, 8, 2), (32, 2, 1), (64, 4, 3)]  # batched_linear (BN, warps, stages)
 
 
 def _cublas(x, r, n, k, qt):
     return torch.matmul(x, dequantize_raw(r, int(qt), n, k, x.dtype).t())
 
 
-def candidates(qt, m: int, sweep: bool) -> dict:
+def _gemv(x, r, n, k, qt):
+    y = torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
+    launch_gemv(x, r, y, int(qt), n, k, *gemv_plan(int(qt), n, k))
+    return y
+
+
+def candidates(qt, m: int, sweep: bool, k: int = 256) -> dict:
     c = {"fused_linear (today)": lambda x, r, n, k: fused_linear(x, r, n, k, int(qt)),
-         "batched_linear": lambda x, r, n, k: batched_linear(x, r, n, k, qt),
-         "mmq int8": lambda x, r, n, k: mmq_linear(x, r, n, k, qt),
-         "mmq bf16-w": lambda x, r, n, k: mmq_linear(x, r, n, k, qt, float_w=True)}
+         "batched_linear": lambda x, r, n, k: batched_linear(x, r, n, k, qt)}
+    if k % 256 or qt not in mmq_mod.BLOCK_BYTES:  # mmq: K-quants only
+        c["dequant+cuBLAS"] = lambda x, r, n, k: _cublas(x, r, n, k, qt)
+        for cfg in SWEEP_BL if sweep else []:
+            c[f"batched_linear BN{cfg[0]} w{cfg[1]} s{cfg[2]}"] = partial(_bl_launch, qt=qt, cfg=cfg)
+        return c | ({"gemv": partial(_gemv, qt=qt)} if m <= 8 else {})
+    c |= {"mmq int8": lambda x, r, n, k: mmq_linear(x, r, n, k, qt),
+          "mmq bf16-w": lambda x, r, n, k: mmq_linear(x, r, n, k, qt, float_w=True)}
     if m <= 8:
         c["dequant+cuBLAS"] = lambda x, r, n, k: _cublas(x, r, n, k, qt)
+        c["gemv"] = partial(_gemv, qt=qt)
     for cfg in SWEEP_I8 if sweep else []:
         c[f"mmq int8 BN{cfg[0]} w{cfg[1]} s{cfg[2]}"] = partial(_mmq_launch, qt=qt, cfg=cfg, float_w=False)
     for cfg in SWEEP[qt] if sweep else []:
@@ -65,12 +90,16 @@ def candidates(qt, m: int, sweep: bool) -> dict:
     return c
 
 
+def _bl_launch(x, r, n, k, qt, cfg):
+    return batched_linear(x, r, n, k, qt, launch=cfg)
+
+
 def _mmq_launch(x, r, n, k, qt, cfg, float_w):
     return mmq_linear(x, r, n, k, qt, launch=cfg, float_w=float_w)
 
 
 def cases(ms: list[int], sweep_ms: list[int]) -> list[tuple]:
-    return [(p, m, name) for p in P7B for m in ms for name in candidates(p[1], m, m in sweep_ms)]
+    return [(p, m, name) for p in P7B for m in ms for name in candidates(p[1], m, m in sweep_ms, p[3])]
 
 
 def warm(ms, sweep_ms, job: int, jobs: int) -> None:
@@ -78,7 +107,7 @@ def warm(ms, sweep_ms, job: int, jobs: int) -> None:
     for i, ((_name, qt, n, k), m, kname) in enumerate(cases(ms, sweep_ms)):
         if i % jobs == job:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            candidates(qt, m, m in sweep_ms)[kname](x, blocks(qt, n, k, 0), n, k)
+            candidates(qt, m, m in sweep_ms, k)[kname](x, blocks(qt, n, k, 0), n, k)
     torch.cuda.synchronize()
 
 
@@ -90,7 +119,7 @@ def timed(ms, sweep_ms, bw: float, res: dict, out: Path) -> list[dict]:
         raws = [blocks(qt, n, k, i) for i in range(copies_for(wbytes))]
         for m in ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            for kname, f in candidates(qt, m, m in sweep_ms).items():
+            for kname, f in candidates(qt, m, m in sweep_ms, k).items():
                 t = graph_time([partial(f, x, r, n, k) for r in raws])
                 rows.append({"name": name, "type": qt.name, "out": n, "in": k, "m": m, "kernel": kname,
                              "bytes": wbytes, "floor_us": wbytes / bw * 1e6, "us": t * 1e6,
@@ -112,7 +141,7 @@ def table(rows: list[dict]) -> str:
     shown = ("fused_linear (today)", "batched_linear", "mmq int8", "mmq bf16-w")
     for (name, qt, m), v in by.items():
         best = min(v.values(), key=lambda r: r["us"])
-        cols = [f"{v[k]['us']:.1f}" for k in shown]
+        cols = [f"{v[k]['us']:.1f}" if k in v else "—" for k in shown]
         out.append(f"| {name} | {qt} | {m} | {best['floor_us']:.1f} | {' | '.join(cols)} | "
                    f"{best['us']:.1f} {best['kernel']} ({best['TBps']:.2f}) |")
     return "\n".join(out)
@@ -141,12 +170,13 @@ def main() -> None:
     ap.add_argument("--engine", help="a GGUF file: the engine A/B after the products")
     ap.add_argument("--streams", default="16,32,64")
     ap.add_argument("--gen", type=int, default=64)
-    ap.add_argument("--types", default="Q4_K,Q6_K")
+    ap.add_argument("--types", default="Q4_K,Q6_K,Q5_0,Q8_0")
+    ap.add_argument("--shapes", default="7b", choices=sorted(SHAPES))
     ap.add_argument("--launches", default="", help="sweep only these bf16-w launches, e.g. 256,4,3;128,4,4")
     ap.add_argument("--warm-job", type=int, default=-1, help=argparse.SUPPRESS)
     a = ap.parse_args()
     ms, sweep_ms = [int(v) for v in a.ms.split(",")], [int(v) for v in a.sweep_ms.split(",") if v]
-    P7B[:] = [p for p in P7B if p[1].name in a.types.split(",")]
+    P7B[:] = [p for p in SHAPES[a.shapes] if p[1].name in a.types.split(",")]
     if a.launches:
         SWEEP_I8.clear()
         for qt in SWEEP:
@@ -155,8 +185,8 @@ def main() -> None:
         return warm(ms, sweep_ms, a.warm_job, a.jobs)
     if a.jobs:
         procs = [subprocess.Popen([sys.executable, __file__, a.out, "--ms", a.ms, "--sweep-ms", a.sweep_ms,
-                                   "--types", a.types, "--launches", a.launches, "--jobs", str(a.jobs),
-                                   "--warm-job", str(j)]) for j in range(a.jobs)]
+                                   "--types", a.types, "--shapes", a.shapes, "--launches", a.launches,
+                                   "--jobs", str(a.jobs), "--warm-job", str(j)]) for j in range(a.jobs)]
         print("warm-up exit codes", [p.wait() for p in procs], flush=True)
     if a.warm_only:
         return None

@@ -32,9 +32,11 @@ MM_TILES = types.MappingProxyType({Q.Q8_0: (32, 4), Q.Q5_0: (32, 4), Q.Q4_K: (32
 MM_LAUNCH = (64, 4, 2)
 MM_LAUNCH_LONG_K = (128, 8, 3)
 LONG_K = 8192
-# fused_linear sends GEMV_MAX_N < N <= MM_MAX_N rows here for these types, K-quants only for matrices of
-# >= MM_MIN_WEIGHTS weights: where the sweep measured it faster than dequantize + cuBLAS (Q8_0: 0.5B LM
-# head 271 -> 98 us at M = 8; Q4_K / Q6_K 7B gate, down, LM head 1.5-2x). Q5_0 measured equal: not sent.
+# fused_linear sends GEMV_MAX_N < N <= MM_MAX_N rows here (those mmq.py does not take) for these types and
+# matrices of >= MM_MIN_WEIGHTS weights: where the H100 sweeps measured it faster than dequantize + cuBLAS
+# (Q8_0: 0.5B LM head 272 -> 92 us at M = 8; Q4_K / Q6_K 7B gate, down, LM head 1.5-2x). Not sent: Q5_0
+# and the small K-quant matrices, where both paths sit at the ~5 us of two small launches and cuBLAS was
+# as fast or faster (0.5B q/o, k, gate/up, Q6_K down at M = 8..64: bench/results/mmq_05b.md).
 MM_ROUTE = types.MappingProxyType({Q.Q8_0: 0, Q.Q4_K: 1 << 24, Q.Q6_K: 1 << 24})  # type -> MM_MIN_WEIGHTS
 
 
@@ -86,7 +88,7 @@ def _tile_q6_k(p8, p16, row_off, nmask, k0):
 
 
 @triton.jit
-def _w_tile(p8, p16, p32, row_off, nmask, k0, K, QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr):
+def w_tile(p8, p16, p32, row_off, nmask, k0, K, QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr):
     """W's [BN, S * G] tile at inputs k0.. in float32 (input order); rows or groups past K are zero."""
     if QT == 12:
         w = _tile_q4_k(p8, p16, p32, row_off, nmask, k0)
@@ -122,14 +124,14 @@ def _mm_kernel(x_ptr, w_ptr, w16_ptr, w32_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, st
     k_lo = split * steps_per_split * BK
     k_hi = tl.minimum(k_lo + steps_per_split * BK, K)
     for k0 in range(k_lo, k_hi, BK):
-        w = _w_tile(w_ptr, w16_ptr, w32_ptr, row_off, nm3, k0, K, QT, S, G)
+        w = w_tile(w_ptr, w16_ptr, w32_ptr, row_off, nm3, k0, K, QT, S, G)
         kk = k0 + tl.arange(0, BK)
         x = tl.load(x_ptr + rm.to(tl.int64)[:, None] * stride_xm + kk[None, :],
                     mask=mmask[:, None] & (kk[None, :] < K), other=0.0)  # [BM, BK]
         if SWAP:
-            acc = _dot(w.to(x.dtype), tl.trans(x), acc, IEEE)
+            acc = mm_dot(w.to(x.dtype), tl.trans(x), acc, IEEE)
         else:
-            acc = _dot(x, tl.trans(w.to(x.dtype)), acc, IEEE)
+            acc = mm_dot(x, tl.trans(w.to(x.dtype)), acc, IEEE)
     if SWAP:
         acc = tl.trans(acc)  # [BM, BN]
     omask = mmask[:, None] & nmask[None, :]
@@ -143,7 +145,7 @@ def _mm_kernel(x_ptr, w_ptr, w16_ptr, w32_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, st
 
 
 @triton.jit
-def _dot(a, b, acc, IEEE: tl.constexpr):
+def mm_dot(a, b, acc, IEEE: tl.constexpr):
     if IEEE:  # fp32: exact products (tf32 would round x and W to 10 bits)
         acc = tl.dot(a, b, acc, input_precision="ieee")
     else:

@@ -6,9 +6,9 @@ contiguous). The weights are read once per call and never written back dequantiz
     SPLIT_LAUNCH), fp32 multiply-reduce on the CUDA cores (+ bias / residual, RMSNorm of x on the fly);
     `_gemv_glu_kernel` fuses SwiGLU's gate, up and product. On Hopper they are launched with
     programmatic dependent launch (PDL_MODE): weight loads start before the previous kernel ends.
-  - GEMV_MAX_N < N <= MM_MAX_N (batched decode): Q4_K / Q6_K with 16-bit x in mmq.py, else where
+  - GEMV_MAX_N < N <= MM_MAX_N (batched decode): Q4_K with 16-bit x in mmq.py, else where
     batched_linear.routed(): raw tiles dequantized in registers into tensor-core products, each weight
-    read once for all rows.
+    read once for all rows; with the norm / residual / SwiGLU fusions batched_fused.py (same tiles).
   - larger N (prefill) and the other types: Triton dequantize to x.dtype, then one cuBLAS GEMM.
 """
 
@@ -24,6 +24,7 @@ import triton.language as tl
 from gguf import GGMLQuantizationType as Q
 
 from orcd import env
+from orcd.quant.kernels.batched_fused import batched_fused
 from orcd.quant.kernels.batched_linear import batched_linear, routed
 from orcd.quant.kernels.dequant_kernel import dequantize_raw
 from orcd.quant.kernels.gemv_tiles import gemv_tile
@@ -252,7 +253,7 @@ def fused_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_featu
 def fused_gemv(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int, qtype: int,
                bias: torch.Tensor | None = None, norm: tuple[torch.Tensor, float] | None = None,
                residual: torch.Tensor | None = None) -> torch.Tensor:
-    """fused_linear with decode-step fusions (GEMV path, N <= GEMV_MAX_N, x contiguous, only):
+    """fused_linear with decode-step fusions (N <= MM_MAX_N; above GEMV_MAX_N rows batched_fused.py):
     norm = (weight [in], eps): multiply RMSNorm(x) * weight instead of x;
     residual [N, out]: add the product into it in place and return it."""
     qt = int(qtype)
@@ -267,8 +268,11 @@ def fused_gemv(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feature
     y = residual if residual is not None else torch.empty((n, out_features), dtype=x.dtype, device=x.device)
     if n == 0:
         return y
-    if (norm is not None or residual is not None) and n > GEMV_MAX_N:
-        raise ValueError("norm/residual fusion is for the GEMV path (N <= GEMV_MAX_N)")
+    fuse = norm is not None or residual is not None
+    if fuse and n > MM_MAX_N:
+        raise ValueError(f"norm/residual fusion is for decode batches (N <= {MM_MAX_N})")
+    if fuse and n > GEMV_MAX_N:  # one pass over the weights for all rows, the fusions inside
+        return batched_fused(x, raw, out_features, in_features, qt, norm, residual)
     if n <= GEMV_MAX_N:
         g, bo, warps, splits = gemv_plan(qt, out_features, in_features)
         launch_gemv(x, raw, y, qt, out_features, in_features, g, bo, warps, splits, bias, norm,

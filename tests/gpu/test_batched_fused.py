@@ -1,0 +1,76 @@
+"""batched_fused (the norm-fused decode step's products at 5..64 rows: RMSNorm of x, residual add, SwiGLU,
+one pass over raw blocks) against the float64 torch reference of the same rounding steps: on CUDA at the
+0.5B / Gemma 3 270M / 7B k/v shapes and odd shapes, on the CPU under the Triton interpreter; and
+fused_gemv / fused_glu sending their 5..64-row fusions there."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from fused_cases import fused_reference
+from gguf import GGMLQuantizationType as T
+from gpu_blocks import random_blocks, rel_err
+from interp_run import check_under_interpreter, interpreter_only
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+# (type, out, in): 0.5B q/o, gate/up, down (Q4_K and Q6_K); Gemma 3 270M o and down; 7B k/v; odd: out
+# not a multiple of BN, K = 5 blocks of 32 (not a multiple of the 128-input step)
+SHAPES = [(T.Q5_0, 896, 896), (T.Q5_0, 4864, 896), (T.Q4_K, 896, 4864), (T.Q6_K, 896, 4864),
+          (T.Q4_K, 640, 1024), (T.Q6_K, 640, 2048), (T.Q4_K, 512, 3584), (T.Q8_0, 301, 160),
+          (T.Q5_0, 130, 160)]
+TOL = {torch.bfloat16: 1e-2, torch.float32: 1e-5}
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("qt,n,k", SHAPES, ids=lambda v: getattr(v, "name", str(v)))
+@pytest.mark.parametrize("m", [5, 8, 17, 64])
+@pytest.mark.parametrize("mode", ["norm", "res", "glu"])
+def test_batched_fused_matches_reference(qt, n, k, m, mode):
+    from orcd.quant.kernels.batched_fused import batched_fused
+
+    dt = torch.float32 if m == 17 else torch.bfloat16
+    raw = random_blocks(qt, n, k, seed=m * 31 + n).cuda()
+    up = random_blocks(qt, n, k, seed=m * 31 + n + 1).cuda() if mode == "glu" else None
+    g = torch.Generator(device="cuda").manual_seed(m + k)
+    x = torch.randn(m, k, device="cuda", generator=g).to(dt)
+    norm = ((torch.rand(k, device="cuda", generator=g) * 0.05 + 0.05).to(dt), 1e-6) if mode != "res" else None
+    res = torch.randn(m, n, device="cuda", generator=g).to(dt) if mode == "res" else None
+    ref = fused_reference(x, raw, qt, n, k, norm, res.clone() if res is not None else None, up)
+    y = batched_fused(x, raw, n, k, qt, norm=norm, residual=res, raw_up=up)
+    assert y.shape == (m, n) and y.dtype == dt and (res is None or y is res)
+    assert rel_err(y, ref) < TOL[dt]
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("m", [5, 8, 64])
+def test_fused_gemv_and_glu_route_batches(m):
+    """fused_gemv (norm, residual) and fused_glu above GEMV_MAX_N rows: bit for bit batched_fused."""
+    from orcd.quant.kernels.batched_fused import batched_fused
+    from orcd.quant.kernels.fused_linear import fused_gemv, fused_glu
+
+    qt, n, k = T.Q5_0, 896, 896
+    raw, up = random_blocks(qt, n, k, seed=1).cuda(), random_blocks(qt, n, k, seed=2).cuda()
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    norm = (torch.rand(k, device="cuda", dtype=torch.bfloat16), 1e-6)
+    assert torch.equal(fused_gemv(x, raw, n, k, qt, norm=norm), batched_fused(x, raw, n, k, qt, norm=norm))
+    assert torch.equal(fused_glu(x, raw, up, n, k, qt, norm=norm),
+                       batched_fused(x, raw, n, k, qt, norm=norm, raw_up=up))
+    res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    want = batched_fused(x, raw, n, k, qt, residual=res.clone())
+    assert torch.equal(fused_gemv(x, raw, n, k, qt, residual=res), want)
+
+
+def test_fused_gemv_refuses_fusions_above_mm_max_n():
+    from orcd.quant.kernels.fused_linear import MM_MAX_N, fused_gemv
+
+    x = torch.zeros(MM_MAX_N + 1, 32)
+    raw = torch.zeros(4, 34, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="decode batches"):
+        fused_gemv(x, raw, 4, 32, T.Q8_0, residual=torch.zeros(MM_MAX_N + 1, 4))
+
+
+@interpreter_only
+def test_batched_fused_under_interpreter():
+    check_under_interpreter("interp_batched_fused.py", cases=16)
