@@ -15,10 +15,12 @@ def rmsnorm_like_gemv(x: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torc
     return ((xf * rstd).to(x.dtype).float() * w.float()).to(x.dtype)
 
 
-def fused_reference(x, raw, qt, n, k, norm=None, residual=None, raw_up=None) -> torch.Tensor:
-    """float64 [M, n] on x's device: x' @ W.T, + residual, or silu(x' @ W.T) * (x' @ U.T)."""
+def fused_reference(x, raw, qt, n, k, norm=None, residual=None, raw_up=None, bias=None) -> torch.Tensor:
+    """float64 [M, n] on x's device: x' @ W.T (+ bias), + residual, or silu(x' @ W.T) * (x' @ U.T)."""
     xn = rmsnorm_like_gemv(x, norm) if norm is not None else x
     y = reference(xn.float(), raw, qt, n, k).to(x.device)
+    if bias is not None:
+        y = y + bias.double()
     if raw_up is not None:
         y = torch.nn.functional.silu(y) * reference(xn.float(), raw_up, qt, n, k).to(x.device)
     if residual is not None:

@@ -37,8 +37,10 @@ def checks():
             wscale = 0.05 if mode == "glu" else 1.0  # fp16-safe gate * up products
             norm = ((torch.rand(k) * wscale + 0.5 * wscale).to(dt), 1e-6) if mode != "res" else None
             res = torch.randn(m, n).to(dt) if mode == "res" else None
-            ref = fused_reference(x, raw, qt, n, k, norm, res, up)
-            y = batched_fused(x, raw, n, k, qt, norm=norm, residual=res, raw_up=up, launch=(16, 4, 1))
+            bias = torch.randn(n).to(dt) if mode == "norm" else None
+            ref = fused_reference(x, raw, qt, n, k, norm, res, up, bias)
+            y = batched_fused(x, raw, n, k, qt, norm=norm, residual=res, raw_up=up, bias=bias,
+                              launch=(16, 4, 1))
             if res is not None:
                 assert y is res
             yield f"{qt.name}_m{m}_{str(dt)[6:]}_{mode}", rel_err(y, ref), TOL[dt]

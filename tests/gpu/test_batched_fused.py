@@ -36,8 +36,9 @@ def test_batched_fused_matches_reference(qt, n, k, m, mode):
     x = torch.randn(m, k, device="cuda", generator=g).to(dt)
     norm = ((torch.rand(k, device="cuda", generator=g) * 0.05 + 0.05).to(dt), 1e-6) if mode != "res" else None
     res = torch.randn(m, n, device="cuda", generator=g).to(dt) if mode == "res" else None
-    ref = fused_reference(x, raw, qt, n, k, norm, res.clone() if res is not None else None, up)
-    y = batched_fused(x, raw, n, k, qt, norm=norm, residual=res, raw_up=up)
+    bias = torch.randn(n, device="cuda", generator=g).to(dt) if mode == "norm" and m == 5 else None
+    ref = fused_reference(x, raw, qt, n, k, norm, res.clone() if res is not None else None, up, bias)
+    y = batched_fused(x, raw, n, k, qt, norm=norm, residual=res, raw_up=up, bias=bias)
     assert y.shape == (m, n) and y.dtype == dt and (res is None or y is res)
     assert rel_err(y, ref) < TOL[dt]
 
@@ -54,7 +55,9 @@ def test_fused_gemv_and_glu_route_batches(m):
     raw, up = random_blocks(qt, n, k, seed=1).cuda(), random_blocks(qt, n, k, seed=2).cuda()
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     norm = (torch.rand(k, device="cuda", dtype=torch.bfloat16), 1e-6)
-    assert torch.equal(fused_gemv(x, raw, n, k, qt, norm=norm), batched_fused(x, raw, n, k, qt, norm=norm))
+    b = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    assert torch.equal(fused_gemv(x, raw, n, k, qt, b, norm=norm),
+                       batched_fused(x, raw, n, k, qt, norm, bias=b))
     assert torch.equal(fused_glu(x, raw, up, n, k, qt, norm=norm),
                        batched_fused(x, raw, n, k, qt, norm=norm, raw_up=up))
     res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)

@@ -5,7 +5,7 @@ tiles (a program owns BN weight rows and all BM <= 64 rows of x, each weight til
 registers once and multiplied on the tensor cores), plus
   NORM  x' = bf16(bf16(x * rstd) * nw) as the GEMVs' _ldx (rstd = 1 / sqrt(mean(x^2) + eps) of each row,
         from a first pass over that row of x)
-  RES   y [M, N] += x' @ W.T in place (the residual stream)
+  RES   y [M, N] += x' @ W.T (+ bias) in place (the residual stream)
   GLU   y = silu(x' @ Wg.T) * (x' @ Wu.T), both weights read in the same loop step
 K is never split (the epilogue needs the whole sum), so one launch per product.
 """
@@ -50,10 +50,10 @@ def _x_tile(x_ptr, nw_ptr, rm, mmask, k0, K, stride_xm, rstd, BK: tl.constexpr, 
 
 
 @triton.jit
-def _fused_mm_kernel(x_ptr, w8, w16, w32, u8, u16, u32, nw_ptr, y_ptr, M, N, K, stride_xm, stride_ym,
-                     w_row, eps, QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr, BM: tl.constexpr,
-                     BN: tl.constexpr, NORM: tl.constexpr, RES: tl.constexpr, GLU: tl.constexpr,
-                     IEEE: tl.constexpr):
+def _fused_mm_kernel(x_ptr, w8, w16, w32, u8, u16, u32, nw_ptr, b_ptr, y_ptr, M, N, K, stride_xm,
+                     stride_ym, w_row, eps, QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr,
+                     BM: tl.constexpr, BN: tl.constexpr, NORM: tl.constexpr, RES: tl.constexpr,
+                     GLU: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr):
     # program (n tile, m tile): y.T [BN, BM] = W [BN, K] @ x'.T [K, BM] over all of K (u*: GLU's up)
     rm = tl.program_id(1) * BM + tl.arange(0, BM)
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
@@ -77,6 +77,8 @@ def _fused_mm_kernel(x_ptr, w8, w16, w32, u8, u16, u32, nw_ptr, y_ptr, M, N, K, 
     if GLU:
         acc = acc / (1.0 + tl.exp(-acc)) * acc_u
     out = tl.trans(acc)  # [BM, BN]
+    if HAS_BIAS:
+        out += tl.load(b_ptr + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
     omask = mmask[:, None] & nmask[None, :]
     ptrs = y_ptr + rm.to(tl.int64)[:, None] * stride_ym + rn[None, :]
     if RES:
@@ -91,20 +93,20 @@ def _views(raw: torch.Tensor, qt: Q) -> tuple[torch.Tensor, torch.Tensor, torch.
 
 def batched_fused(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int, qtype: int,
                   norm: tuple[torch.Tensor, float] | None = None, residual: torch.Tensor | None = None,
-                  raw_up: torch.Tensor | None = None, launch: tuple[int, int, int] | None = None
-                  ) -> torch.Tensor:
+                  raw_up: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                  launch: tuple[int, int, int] | None = None) -> torch.Tensor:
     """x [M <= 64, in] (bf16/fp16/fp32), raw uint8 [out, row_bytes] -> [M, out] in x.dtype:
-    x' @ W.T with x' = x or RMSNorm(x) * weight for norm = (weight [in], eps); residual [M, out]: the
-    product added into it in place and returned; raw_up (same type and shape): silu(x' @ W.T) * (x' @ U.T)
-    (not with residual). launch: (BN, warps, stages) instead of FUSED_LAUNCH."""
+    x' @ W.T (+ bias [out]) with x' = x or RMSNorm(x) * weight for norm = (weight [in], eps); residual
+    [M, out]: the product added into it in place and returned; raw_up (same type and shape): silu(x' @ W.T)
+    * (x' @ U.T) (no residual, no bias). launch: (BN, warps, stages) instead of FUSED_LAUNCH."""
     qt = Q(int(qtype))
     x = x.contiguous()
     m, k = x.shape
     w_row = row_bytes(qt, in_features)
     if k != in_features or raw.dtype != torch.uint8 or raw.numel() != out_features * w_row:
         raise ValueError(f"x must be [M, {in_features}] and raw uint8 [{out_features}, {w_row}]")
-    if raw_up is not None and (residual is not None or raw_up.shape != raw.shape):
-        raise ValueError("raw_up: the SwiGLU's up matrix, shaped as raw, and no residual")
+    if raw_up is not None and (residual is not None or bias is not None or raw_up.shape != raw.shape):
+        raise ValueError("raw_up: the SwiGLU's up matrix, shaped as raw, and no residual or bias")
     if residual is not None and (tuple(residual.shape) != (m, out_features) or residual.stride(1) != 1):
         raise ValueError(f"residual must be [{m}, {out_features}] with contiguous rows")
     y = residual if residual is not None else torch.empty((m, out_features), dtype=x.dtype, device=x.device)
@@ -115,9 +117,9 @@ def batched_fused(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feat
     bm = row_tile(m)
     up = _views(raw_up.contiguous(), qt) if raw_up is not None else _views(raw, qt)
     grid = (triton.cdiv(out_features, bn), triton.cdiv(m, bm))
-    _fused_mm_kernel[grid](x, *_views(raw.contiguous(), qt), *up, norm[0] if norm else None, y, m,
+    _fused_mm_kernel[grid](x, *_views(raw.contiguous(), qt), *up, norm[0] if norm else None, bias, y, m,
                            out_features, k, x.stride(0), y.stride(0), w_row, float(norm[1]) if norm else 0.0,
                            QT=int(qt), S=s, G=g, BM=bm, BN=bn, NORM=norm is not None,
-                           RES=residual is not None, GLU=raw_up is not None, IEEE=x.dtype == torch.float32,
-                           num_warps=warps, num_stages=stages)
+                           RES=residual is not None, GLU=raw_up is not None, HAS_BIAS=bias is not None,
+                           IEEE=x.dtype == torch.float32, num_warps=warps, num_stages=stages)
     return y

@@ -272,7 +272,7 @@ def fused_gemv(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feature
     if fuse and n > MM_MAX_N:
         raise ValueError(f"norm/residual fusion is for decode batches (N <= {MM_MAX_N})")
     if fuse and n > GEMV_MAX_N:  # one pass over the weights for all rows, the fusions inside
-        return batched_fused(x, raw, out_features, in_features, qt, norm, residual)
+        return batched_fused(x, raw, out_features, in_features, qt, norm, residual, bias=bias)
     if n <= GEMV_MAX_N:
         g, bo, warps, splits = gemv_plan(qt, out_features, in_features)
         launch_gemv(x, raw, y, qt, out_features, in_features, g, bo, warps, splits, bias, norm,
