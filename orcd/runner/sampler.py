@@ -4,16 +4,19 @@ Seeded sampling is batch-invariant: a row's noise for vocabulary index i is a co
 (seed, num_generated, i), so the sampled token never depends on which other rows share the batch.
 Sampling is the Gumbel-max race: argmax(logits / T + Gumbel(u)), u = hash -> (0, 1).
 
-Rows with a grammar (SampleRow.matcher, orcd.structured) are masked first: their matchers take the
-previous step's tokens and fill an allowed-token bitmask on the CPU (before anything here waits for the
-device, so on CUDA it overlaps the forward pass still running), one upload from pinned memory, then
--inf at forbidden tokens on the device. This runs on the logits the decode CUDA graph returns, outside
-the graph; rows without a grammar are not touched.
+Rows with a grammar (SampleRow.matcher) go through orcd.structured.guide: their matchers take the
+previous step's tokens on the CPU before anything here waits for the device (on CUDA that overlaps the
+forward pass still running); rows are drawn from their unmasked logits and only those whose token the
+grammar rejects are drawn again from masked logits (-inf at forbidden tokens, from an allowed-token
+bitmask uploaded once), which gives the token the full mask gives. Rows with top-k / top-p / min-p are
+masked before the draw. This runs on the logits the decode CUDA graph returns, outside the graph; rows
+without a grammar are not touched.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +24,7 @@ import torch
 
 from orcd.engine.io import TokenLogprobs
 from orcd.engine.sampling_params import SamplingParams
+from orcd.structured.guide import GuidedStep, masks_first
 from orcd.structured.mask import apply_mask
 
 M32 = 0xFFFFFFFF
@@ -117,19 +121,15 @@ def _filter(scaled: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
     return scaled
 
 
-def _apply_grammars(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
-    """logits with -inf where the rows' grammars forbid a token (unchanged when no row has one)."""
-    constrained = [i for i, r in enumerate(rows) if r.matcher is not None]
-    if not constrained:
-        return logits
-    matchers = [rows[i].matcher for i in constrained]
-    bitmask = matchers[0].backend.fill(matchers, pin=logits.is_cuda)  # [k, W] int32, CPU
-    return apply_mask(logits, constrained, bitmask)
+def _seeds(rows: list[SampleRow]) -> list[int | None]:
+    """Per row the seed of its noise: None for greedy rows, a fresh one for unseeded sampled rows (drawn
+    once per step, so a grammar's redraw races the same noise)."""
+    return [None if r.params.greedy else r.params.seed if r.params.seed is not None
+            else random.getrandbits(63) for r in rows]
 
 
-def sample(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
-    """logits [N, V] float32 -> token ids [N] int64 on logits' device. Rows with temperature 0 are greedy."""
-    logits = _apply_grammars(logits, rows)
+def _race(logits: torch.Tensor, rows: list[SampleRow], seeds: list[int | None]) -> torch.Tensor:
+    """Penalties, then argmax (greedy rows) or the seeded Gumbel-max race (the others) -> [N] int64."""
     if any(r.penalty_token_ids and _has_penalty(r.params) for r in rows):
         logits = _apply_penalties(logits.float(), rows)
     out = logits.argmax(dim=-1)
@@ -140,12 +140,55 @@ def sample(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
     hot_idx = torch.tensor(hot, device=logits.device)
     temps = torch.tensor([r.params.temperature for r in sub_rows], device=logits.device)[:, None]
     scaled = _filter(logits[hot_idx].float() / temps, sub_rows)
-    seeds = [r.params.seed if r.params.seed is not None else random.getrandbits(63) for r in sub_rows]
-    keys = [row_key(s, r.num_generated) for s, r in zip(seeds, sub_rows, strict=True)]
+    keys = [row_key(seeds[i], r.num_generated) for i, r in zip(hot, sub_rows, strict=True)]
     keys = torch.tensor(keys, dtype=torch.int64, device=logits.device)
     gumbel = -torch.log(-torch.log(uniform_noise(keys, logits.shape[1]))).float()
     out[hot_idx] = (scaled + gumbel).argmax(dim=-1)
     return out
+
+
+def _device_busy(logits: torch.Tensor) -> Callable[[], bool]:
+    """Whether the device is still computing `logits` (an event after the work queued so far); never on
+    the CPU, where they are ready."""
+    if not logits.is_cuda:
+        return lambda: False
+    ev = torch.cuda.Event()
+    ev.record()
+    return lambda: not ev.query()
+
+
+def _guide(logits: torch.Tensor, rows: list[SampleRow], busy: Callable[[], bool] | None) -> GuidedStep:
+    matchers = [r.matcher for r in rows]
+    check_first = next(m for m in matchers if m is not None).backend.check_first
+    first = [m is not None and masks_first(r.params, logits.shape[1], check_first)
+             for r, m in zip(rows, matchers, strict=True)]
+    return GuidedStep(matchers, first, busy or _device_busy(logits), pin=logits.is_cuda)
+
+
+def sample(logits: torch.Tensor, rows: list[SampleRow], greedy: torch.Tensor | None = None,
+           busy: Callable[[], bool] | None = None) -> torch.Tensor:
+    """logits [N, V] float32 -> token ids [N] int64 on logits' device. Rows with temperature 0 are greedy.
+
+    Rows with a grammar (orcd.structured.guide): those that need it are masked before the draw; the
+    others are drawn unmasked, checked against their grammar (the step's one host sync), and the rejected
+    ones drawn again from their masked logits with the same noise, which gives the full mask's token.
+    greedy: logits' argmax [N] (the decode graph's), used as the unmasked draw when every row is greedy
+    without penalties. busy: whether the device still computes the logits (default: an event on CUDA);
+    masks are filled ahead while it does."""
+    seeds = _seeds(rows)
+    if all(r.matcher is None for r in rows):
+        return _race(logits, rows, seeds)
+    guide = _guide(logits, rows, busy)
+    if guide.first:
+        tokens = _race(apply_mask(logits, guide.first, guide.first_masks()), rows, seeds)
+    else:
+        tokens = greedy.clone() if greedy is not None else _race(logits, rows, seeds)
+    redo = guide.rejected(tokens)
+    if redo:
+        idx = torch.tensor(redo, device=logits.device)
+        masked = apply_mask(logits.index_select(0, idx), list(range(len(redo))), guide.masks(redo))
+        tokens[idx] = _race(masked, [rows[i] for i in redo], [seeds[i] for i in redo])
+    return tokens
 
 
 def token_logprobs(logits: torch.Tensor, rows: list[SampleRow], tokens: torch.Tensor
@@ -185,8 +228,8 @@ def sample_rows(seqs) -> list[SampleRow]:
 def pick_tokens(logits: torch.Tensor, greedy: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
     """Tokens of `rows` from logits [k, V] float32 and their argmax greedy [k]: `greedy` itself when
     every row is greedy without penalties or grammar (what sample() would return), else
-    sample(logits, rows)."""
-    if all(r.params.greedy and r.matcher is None and not (r.penalty_token_ids and _has_penalty(r.params))
-           for r in rows):
+    sample(logits, rows), which starts from `greedy` where every row is greedy without penalties."""
+    plain = all(r.params.greedy and not (r.penalty_token_ids and _has_penalty(r.params)) for r in rows)
+    if plain and all(r.matcher is None for r in rows):
         return greedy
-    return sample(logits, rows)
+    return sample(logits, rows, greedy if plain else None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import llguidance
 import torch
@@ -52,6 +53,8 @@ class Matcher:
         self.backend = backend
         self._m = llguidance.LLMatcher(backend.lltok, grammar, log_level=0)
         self.pending: list[int] = []  # tokens consumed but not yet applied, in order
+        self.rejected = False  # the grammar rejected this row's unmasked token at its last check (guide.py)
+        self.fill_s = 0.0  # seconds its last mask took (inside a maxLength string: the whole vocabulary)
 
     def consume(self, token_id: int) -> None:
         """Advance past a sampled token (applied lazily). A token the mask forbade puts the matcher in
@@ -75,13 +78,41 @@ class Matcher:
     def done(self) -> bool:
         return self.m.is_stopped() or self.m.is_error()
 
+    def quick_check(self, token_id: int) -> bool | None:
+        """Whether the mask GrammarBackend.fill() would give now has `token_id`'s bit set, without
+        computing it (llguidance walks the token's bytes: ~5-15 µs); None where only the mask can tell:
+        - where the grammar forces the next bytes (a key, a tool's name), the mask allows only their
+          canonical first token, while validate_tokens takes any token spelling a prefix of them;
+        - once the grammar has stopped, validate_tokens refuses EOS, which the mask allows.
+        Checked against the mask for every token of random walks (tests/structured/test_guide.py)."""
+        if not 0 <= token_id < self.backend.vocab_size:
+            return False
+        if self.m.validate_tokens([token_id]) != 1:
+            return None if token_id in self.backend.eos_ids else False
+        return None if self._m.compute_ff_bytes() else True
+
+    def allows(self, token_id: int) -> bool:
+        """Whether the mask GrammarBackend.fill() would give now has `token_id`'s bit set (quick_check,
+        else the mask)."""
+        quick = self.quick_check(token_id)
+        if quick is not None:
+            return quick
+        bitmask = self.backend.fill([self])
+        return bool((int(bitmask[0, token_id // 32]) >> (token_id % 32)) & 1)
+
 
 class GrammarBackend:
     """llguidance's tokenizer for one orcd tokenizer (built on first use: ~0.7 s for a 152k vocab), the
-    grammar check that needs it, matchers and the batch's mask."""
+    grammar check that needs it, matchers and the batch's mask.
 
-    def __init__(self, tokenizer):
+    check_first (default): the sampler draws each constrained row from its unmasked logits and computes
+    a row's mask only where the grammar rejects that token, or where the row needs it before sampling
+    (orcd.structured.guide); False: every constrained row's mask before sampling (the path before,
+    kept for bench/structured/mask_cost.py to compare)."""
+
+    def __init__(self, tokenizer, check_first: bool = True):
         self.tokenizer = tokenizer
+        self.check_first = check_first
         self._lltok: llguidance.LLTokenizer | None = None
         self._lock = threading.Lock()
         self.eos_ids = eos_ids(tokenizer)
@@ -116,17 +147,32 @@ class GrammarBackend:
         took 1.0 ms that way and 7.1 ms through llguidance's parallel executor (LLExecutor, 12 threads);
         3.5 vs 8.2 ms with maxLength strings. The executor wins only where most rows walk the whole vocabulary
         at once (random weights filling maxLength strings: 38.8 vs 15.5 ms; bench/results/mask_cost.md)."""
-        k, words = len(matchers), (self.vocab_size + 31) // 32
-        # contiguous: row i at data_ptr + 4 * words * i
-        bitmask = torch.zeros((k, words), dtype=torch.int32, pin_memory=pin)
+        bitmask = torch.zeros((len(matchers), self.words), dtype=torch.int32, pin_memory=pin)
         for i, m in enumerate(matchers):
-            m.flush()
-            m._m.unsafe_compute_mask_ptr(bitmask.data_ptr() + 4 * words * i, 4 * words)
+            self.fill_row(m, bitmask, i)
+        self.eos_if_empty(bitmask)
+        return bitmask
+
+    @property
+    def words(self) -> int:
+        """int32 words of one bitmask row."""
+        return (self.vocab_size + 31) // 32
+
+    def fill_row(self, m: Matcher, bitmask: torch.Tensor, i: int) -> None:
+        """Row i of a contiguous zeroed bitmask [k, words] int32 <- m's allowed tokens, after applying its
+        pending tokens (without fill()'s EOS rule: eos_if_empty). Records the time in m.fill_s."""
+        t0 = time.perf_counter()
+        m.flush()
+        m._m.unsafe_compute_mask_ptr(bitmask.data_ptr() + 4 * self.words * i, 4 * self.words)
+        m.fill_s = time.perf_counter() - t0
+
+    def eos_if_empty(self, bitmask: torch.Tensor, rows: list[int] | None = None) -> None:
+        """Rows of `bitmask` (those in `rows`, default all) with nothing allowed (a matcher in its error
+        state) allow the EOS tokens. One scan of the whole buffer."""
         empty = (bitmask == 0).all(dim=1).nonzero().flatten().tolist()
-        for i in empty:
+        for i in empty if rows is None else sorted(set(empty) & set(rows)):
             for t in self.eos_ids:
                 bitmask[i, t // 32] |= _bit(t % 32)
-        return bitmask
 
 
 def _bit(j: int) -> int:

@@ -1,0 +1,130 @@
+"""One sampling step's grammar work: which constrained rows are masked before sampling, which are only
+checked after, and the masks of the rows whose unmasked token the grammar rejects.
+
+Check first (GrammarBackend.check_first): a constrained row is drawn from its unmasked logits; if the
+grammar allows the token it stands, else the row is drawn again from its masked logits. This is the
+token the full mask gives, not only its distribution:
+- greedy: the unmasked argmax, when allowed, is also the masked argmax (first index among equal maxima
+  in both);
+- plain sampling (temperature, penalties, seed): the sampler is the Gumbel-max race argmax(l / T + g)
+  with noise g fixed by (seed, step, token) (orcd.runner.sampler), so the unmasked winner, when allowed,
+  wins the masked race too, and a redraw uses the same noise. In distribution: P(t) = p(t) +
+  (1 - Z) p(t) / Z = p(t) / Z, Z = the allowed mass.
+With top-k, top-p or min-p the truncation set depends on the mask (the k best allowed tokens are not the
+k best tokens), so such rows are masked before sampling, as every row is when check_first is off.
+Logprobs are the model's, before the mask (SamplingParams.logprobs), from the same logits either way.
+
+Overlap: on CUDA this runs while the device still computes the logits. Every row's pending tokens are
+applied then, and rows' masks are filled ahead while the device is busy (rows rejected last step first,
+rows whose last mask took over SLOW_FILL_S never: inside a maxLength string llguidance walks the whole
+vocabulary); a filled row is checked by one bit test, the others by llguidance (Matcher.allows). Which
+rows were filled ahead changes the time, never the tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from orcd.structured.backend import GrammarBackend, Matcher
+
+SLOW_FILL_S = 1e-3  # a row whose last mask took longer is checked, never filled ahead
+
+
+def masks_first(params, vocab: int, check_first: bool) -> bool:
+    """Whether a constrained row with these SamplingParams needs its mask before sampling: a sampled
+    row with truncation (top-k below the vocabulary, top-p, min-p), or every row when not check_first."""
+    if not check_first:
+        return True
+    if params.greedy:
+        return False
+    return 0 < params.top_k < vocab or params.top_p < 1.0 or params.min_p > 0.0
+
+
+class GuidedStep:
+    """The constrained rows of one batch: row i of the batch -> matchers[i] (None: a free row)."""
+
+    def __init__(self, matchers: list[Matcher | None], first: list[bool], busy: Callable[[], bool],
+                 pin: bool):
+        """first[i]: row i is masked before sampling (masks_first). busy(): whether the device still
+        computes the logits (fill masks ahead while it does). pin: pinned bitmask (CUDA uploads)."""
+        rows = [i for i, m in enumerate(matchers) if m is not None]
+        self.first = [i for i in rows if first[i]]
+        self.check = [i for i in rows if not first[i]]
+        self.matchers = matchers
+        self.backend: GrammarBackend = matchers[rows[0]].backend
+        # slot j of the bitmask: self.first's rows, then self.check's (the first rows' block uploads as is)
+        self.slot = {i: j for j, i in enumerate(self.first + self.check)}
+        self.bitmask = torch.zeros((len(rows), self.backend.words), dtype=torch.int32, pin_memory=pin)
+        self.filled: list[int] = []  # rows whose mask is in the bitmask
+        self._fill(self.first)
+        for i in self.check:
+            matchers[i].flush()
+        ahead = sorted((i for i in self.check if matchers[i].fill_s <= SLOW_FILL_S),
+                       key=lambda i: not matchers[i].rejected)
+        for i in ahead:
+            if not busy():
+                break
+            self._fill([i])
+        self.backend.eos_if_empty(self.bitmask, [self.slot[i] for i in self.filled])
+
+    def _fill(self, rows: list[int]) -> None:
+        """Fill these rows' masks (without the EOS rule: eos_if_empty after)."""
+        for i in rows:
+            self.backend.fill_row(self.matchers[i], self.bitmask, self.slot[i])
+        self.filled += rows
+
+    def first_masks(self) -> torch.Tensor:
+        """Bitmask [len(self.first), W] int32 of the rows masked before sampling, in self.first's order
+        (a view of the pinned buffer)."""
+        return self.bitmask[: len(self.first)]
+
+    def rejected(self, tokens: torch.Tensor) -> list[int]:
+        """The checked rows whose token in `tokens` [N] (drawn unmasked) the grammar forbids; one host
+        copy of the checked rows' tokens (the step's sync). Sets each checked matcher's `rejected`."""
+        if not self.check:
+            return []
+        every = tokens.tolist()
+        toks = [every[i] for i in self.check]
+        ok = dict(zip(self.check, self._bits(toks), strict=True))
+        ask = []  # rows only the mask can judge (Matcher.quick_check)
+        for i, t in zip(self.check, toks, strict=True):
+            if ok[i] is None:
+                ok[i] = self.matchers[i].quick_check(t)
+                if ok[i] is None:
+                    ask.append(i)
+        if ask:
+            self._fill(ask)
+            self.backend.eos_if_empty(self.bitmask, [self.slot[i] for i in ask])
+            for i, b in zip(ask, self._bits([every[i] for i in ask], ask), strict=True):
+                ok[i] = b
+        for i in self.check:
+            self.matchers[i].rejected = not ok[i]
+        return [i for i in self.check if not ok[i]]
+
+    def _bits(self, toks: list[int], rows: list[int] | None = None) -> list[bool | None]:
+        """Per row of `rows` (default the checked rows) its token toks[j]'s bit in its mask; None where
+        its mask was not filled."""
+        rows = self.check if rows is None else rows
+        have = set(self.filled)
+        js = [j for j, i in enumerate(rows) if i in have]
+        out: list[bool | None] = [None] * len(rows)
+        if not js:
+            return out
+        t = torch.tensor([toks[j] for j in js], dtype=torch.int64)
+        w = self.bitmask.shape[1]
+        slots = torch.tensor([self.slot[rows[j]] for j in js])
+        words = self.bitmask[slots, (t >> 5).clamp(max=w - 1)].long()  # sign-extended: bit 31 reads as 1
+        bits = ((((words >> (t & 31)) & 1) == 1) & (t < 32 * w)).tolist()
+        for j, b in zip(js, bits, strict=True):
+            out[j] = b
+        return out
+
+    def masks(self, rows: list[int]) -> torch.Tensor:
+        """Bitmask [len(rows), W] int32 of these rows (filled now where not filled ahead), in order."""
+        have = set(self.filled)
+        new = [i for i in rows if i not in have]
+        self._fill(new)
+        self.backend.eos_if_empty(self.bitmask, [self.slot[i] for i in new])
+        return self.bitmask[torch.tensor([self.slot[i] for i in rows])]

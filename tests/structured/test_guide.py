@@ -1,0 +1,166 @@
+"""Check first (orcd.structured.guide): rows drawn unmasked, masked only where the grammar rejects the token,
+give the full mask's tokens -- greedy, seeded and unseeded sampling, penalties; top-k rows masked first --
+whichever rows' masks were filled ahead. Real llguidance on the demo vocabulary (3,003 tokens)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from orcd.engine.sampling_params import SamplingParams as SP
+from orcd.runner.sampler import SampleRow, sample
+from orcd.structured.backend import GrammarBackend
+from orcd.structured.grammars import json_schema_grammar, regex_grammar
+from orcd.structured.mask import unpack_bitmask
+from orcd.structured.tool_grammar import forced_tool_grammar
+
+SCHEMA = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"},
+    "tags": {"type": "array", "items": {"enum": ["a", "bc"]}, "maxItems": 3}},
+    "required": ["name", "age", "tags"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+class CountingBackend(GrammarBackend):
+    """A GrammarBackend that counts the masks it computes."""
+
+    def __init__(self, tokenizer, check_first: bool = True):
+        super().__init__(tokenizer, check_first)
+        self.rows_filled = 0
+
+    def fill_row(self, m, bitmask, i):
+        self.rows_filled += 1
+        super().fill_row(m, bitmask, i)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from orcd.gguf import open_gguf
+    from orcd.hub import DEMO_MODEL_PATH
+    from orcd.tokenizer import load_tokenizer
+
+    return load_tokenizer(open_gguf(DEMO_MODEL_PATH).metadata)
+
+
+@pytest.fixture(scope="module")
+def backends(tokenizer):
+    """(check first, full mask first) on one tokenizer."""
+    return CountingBackend(tokenizer), CountingBackend(tokenizer, check_first=False)
+
+
+def grammars() -> list[str]:
+    return [json_schema_grammar(SCHEMA, "s"), regex_grammar("(ab|c)+d", "r"),
+            forced_tool_grammar(TOOLS, "required")]
+
+
+def allowed_of(b: GrammarBackend, m) -> torch.Tensor:
+    return unpack_bitmask(b.fill([m]), b.vocab_size)[0]
+
+
+def test_allows_is_the_mask_bit_for_every_token(backends, tokenizer):
+    """Random walks (now and then a forbidden token) and a regex's stopped and error states -- at every
+    state Matcher.allows(t) equals the mask's bit for all 3,003 tokens."""
+    b = backends[0]
+    rng = random.Random(1)
+    stopped, error = (b.matcher(regex_grammar("(ab|c)+d", "r")) for _ in range(2))
+    for t in tokenizer.encode("abd"):
+        stopped.consume(t)
+    error.consume(tokenizer.encode("z")[0])
+    walks = [(b.matcher(g), 10) for g in grammars()] + [(stopped, 1), (error, 1)]
+    for m, steps in walks:
+        for _ in range(steps):
+            allowed = allowed_of(b, m).tolist()
+            assert [m.allows(t) for t in range(b.vocab_size)] == allowed
+            assert not m.allows(b.vocab_size) and not m.allows(-1)
+            ok = [t for t, a in enumerate(allowed) if a]
+            m.consume(rng.randrange(b.vocab_size) if rng.random() < 0.05 else rng.choice(ok))
+    assert stopped.m.is_stopped() and error.m.is_error()
+
+
+def rows_for(i: int, m, step: int) -> SampleRow:
+    """Row i's sampling: greedy, seeded T=0.8, seeded with penalties, seeded top-k 20 (masked first)."""
+    kind = i % 4
+    params = [SP(temperature=0.0), SP(temperature=0.8, seed=i), SP(temperature=1.0, seed=i,
+              repetition_penalty=1.3, frequency_penalty=0.5), SP(temperature=1.0, seed=i, top_k=20)][kind]
+    return SampleRow(params, [7, 9, 7] if kind == 2 else [], step, m)
+
+
+@pytest.mark.parametrize("ahead", ["never", "always", "some"])
+def test_check_first_gives_the_full_mask_tokens(backends, ahead):
+    """12 rows (3 grammars x 4 samplings) + 2 free rows walk 12 steps on random logits biased now and then
+    toward an allowed token; both paths draw the same token every step, every token allowed."""
+    fast, full = backends
+    rng, gen = random.Random(2), torch.Generator().manual_seed(3)
+    gs = grammars()
+    ms = [[b.matcher(gs[i % 3]) for i in range(12)] + [None, None] for b in (fast, full)]
+    busy = {"never": lambda: False, "always": lambda: True, "some": lambda: rng.random() < 0.5}[ahead]
+    fills = fast.rows_filled
+    for step in range(12):
+        logits = torch.randn(14, fast.vocab_size, generator=gen) * 3
+        for i in range(12):
+            if rng.random() < 0.5:
+                ok = allowed_of(full, ms[1][i]).nonzero().flatten().tolist()
+                logits[i, rng.choice(ok)] += 12
+        toks = [sample(logits, [rows_for(i, m, step) if m else SampleRow(SP(temperature=0.0))
+                                for i, m in enumerate(path)], busy=busy) for path in ms]
+        assert torch.equal(toks[0], toks[1]), step
+        assert toks[0][12:].tolist() == logits[12:].argmax(-1).tolist()  # free rows: untouched
+        for i, t in enumerate(toks[0][:12].tolist()):
+            assert ms[1][i].allows(t)
+            ms[0][i].consume(t)
+            ms[1][i].consume(t)
+    if ahead == "never":  # masks only for rejected rows, checked rows in forced states, top-k rows
+        assert fast.rows_filled - fills < 12 * 12
+
+
+def test_rejected_row_gets_a_valid_token_and_only_it_is_masked(tokenizer):
+    """Row 0's argmax is forbidden, row 1's allowed: one mask computed (row 0's), row 0 gets the
+    masked argmax, row 1 keeps its token."""
+    b = CountingBackend(tokenizer)
+    ms = [b.matcher(regex_grammar("(ab|c)+d", "r")) for _ in range(2)]
+    allowed = allowed_of(b, ms[0])
+    b.rows_filled = 0
+    logits = torch.zeros(2, b.vocab_size)
+    bad, good = (~allowed).nonzero()[0, 0], allowed.nonzero()[-1, 0]
+    logits[0, bad], logits[0, good], logits[1, good] = 9.0, 5.0, 9.0
+    rows = [SampleRow(SP(temperature=0.0), [], 0, m) for m in ms]
+    assert sample(logits, rows, busy=lambda: False).tolist() == [good, good]
+    assert b.rows_filled == 1 and ms[0].rejected and not ms[1].rejected
+
+
+def test_a_row_in_its_error_state_ends_with_eos(tokenizer):
+    b = GrammarBackend(tokenizer)
+    m = b.matcher(regex_grammar("ab", "r"))
+    m.consume(tokenizer.encode("z")[0])
+    logits = torch.randn(1, b.vocab_size)
+    assert sample(logits, [SampleRow(SP(temperature=0.0), [], 0, m)]).item() in b.eos_ids
+
+
+@pytest.mark.parametrize("seeded", [True, False])
+def test_sampled_distribution_is_the_masked_distribution(backends, seeded):
+    """1,000 draws at a regex's start from p over 4 tokens, 2 allowed (mass 0.5): the draws follow p / Z
+    (chi-square, 1 degree of freedom, below 10.83: p = 0.001), seeded draws equal the full-mask path's.
+    The logits cover the vocabulary up to the largest of the 4 (the mask is cut to the logits' width)."""
+    fast, full = backends
+    g = regex_grammar("(ab|c)+d", "r")
+    allowed = allowed_of(fast, fast.matcher(g))
+    ok, no = allowed.nonzero().flatten().tolist()[:2], (~allowed).nonzero().flatten().tolist()[:2]
+    logits = torch.full((max(ok + no) + 1,), -60.0)
+    logits[[ok[0], no[0], ok[1], no[1]]] = torch.tensor([0.35, 0.3, 0.15, 0.2]).log()
+    n = 1000
+    random.seed(5)  # unseeded rows draw their seeds from `random`
+    draws = []
+    for b in (fast, full) if seeded else (fast,):
+        rows = [SampleRow(SP(temperature=1.0, seed=s if seeded else None), [], 0, b.matcher(g))
+                for s in range(n)]
+        draws.append(sample(logits.expand(n, -1).clone(), rows, busy=lambda: False))
+    counts = torch.bincount(draws[0], minlength=logits.shape[0])
+    assert counts[ok].sum() == n
+    expected = torch.tensor([0.7, 0.3]) * n
+    chi2 = ((counts[ok].float() - expected) ** 2 / expected).sum().item()
+    assert chi2 < 10.83, (counts[ok], expected)
+    if seeded:
+        assert torch.equal(draws[0], draws[1])
