@@ -118,6 +118,7 @@ def fused_attention(attn: Attention, x: torch.Tensor, positions: torch.Tensor, r
 @register("gpt-oss")
 class GptOssModel(nn.Module):
     fused_decode = False  # the runner's FusedDecoder implements the qwen2/llama block only
+    moe_decode = True  # decode graphs may capture orcd/runner/fused_gpt_oss.py's GptOssDecoder instead
 
     @classmethod
     def expected_tensors(cls, cfg: ModelConfig) -> tuple[dict[str, Shape], dict[str, Shape]]:

@@ -96,3 +96,26 @@ def test_weights_on_gpu_within_file_size(path):
     gate = lm.model.blocks[0].moe.gate
     assert gate.weight is None and gate.raw is None and gate.codes.is_cuda  # split in the file's bytes
     assert held <= 1.05 * size
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_step_in_graphs_equals_model_forward(dtype):
+    """orcd/runner/fused_gpt_oss.py captured in DecodeGraphs (buckets 1-8: the norm-fused and the
+    unfused-norm paths) against model.forward + compute_logits, eager: fp32 logits < 1e-4 relative,
+    bf16 the same greedy token per row."""
+    from gpt_oss_fused_cases import BATCHES, BLOCK, BLOCKS, WIDTH, decode_step, setup, step_inputs
+
+    from orcd.runner.decode_graphs import DecodeGraphs
+    from orcd.runner.fused_gpt_oss import GptOssDecoder
+
+    model, kv, seqs = setup("cuda", dtype)
+    graphs = DecodeGraphs(model, kv, BLOCK, WIDTH, BLOCKS - 1, (1, 2, 4, 8), GptOssDecoder(model))
+    graphs.capture()
+    for b in BATCHES:
+        inputs = [t.cuda() for t in step_inputs(seqs[:b])]
+        ref = decode_step(None, model, kv, inputs)
+        got = graphs.replay(*inputs)[0]
+        if dtype == torch.float32:
+            assert rel_err(got, ref) < 1e-4, b
+        else:
+            assert torch.equal(got.argmax(-1), ref.argmax(-1)), b

@@ -13,7 +13,8 @@ scale returned by `_e8m0_scale` carries the 2 ** 14 back: W = fp16 * 2 ** (e - 1
 
 Output rows: SLOTS = 1, one row per (token, expert) pair ("pair" p = token * top_k + slot); SLOTS = top_k
 (down projection), one row per token, the k slots' routed-weighted outputs summed in the program (no
-[P, N] intermediate, no separate sum, and a token's result never depends on other tokens).
+[P, N] intermediate, no separate sum, and a token's result never depends on other tokens); with a
+residual given, the down kernel adds its rows into it in place (the fused decode step's residual add).
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def _block_dots(s_ptr, q_ptr, rows, nmask, blk, bmask, n_blocks, x_lo, x_hi):
 @triton.jit
 def _moe_gemv_kernel(x_ptr, ids_ptr, sg_ptr, qg_ptr, su_ptr, qu_ptr, bg_ptr, bu_ptr, rw_ptr, out_ptr, N, K,
                      alpha, limit, A_DIV: tl.constexpr, SLOTS: tl.constexpr, GLU: tl.constexpr,
-                     HAS_BIAS: tl.constexpr, HAS_RW: tl.constexpr, BN: tl.constexpr, KB: tl.constexpr):
+                     HAS_BIAS: tl.constexpr, HAS_RW: tl.constexpr, BN: tl.constexpr, KB: tl.constexpr,
+                     RES: tl.constexpr = False):
     r = tl.program_id(0)  # output row: a pair (SLOTS 1) or a token (SLOTS top_k)
     n = tl.program_id(1) * BN + tl.arange(0, BN)
     nmask = n < N
@@ -110,29 +112,36 @@ def _moe_gemv_kernel(x_ptr, ids_ptr, sg_ptr, qg_ptr, su_ptr, qu_ptr, bg_ptr, bu_
         g = tl.minimum(y, limit)
         u = tl.minimum(tl.maximum(u, -limit), limit)
         y = g * tl.sigmoid(g * alpha) * (u + 1)
+    if RES:  # out is the residual stream: out[r] += y, rounded once
+        y += tl.load(out_ptr + r.to(tl.int64) * N + n, mask=nmask, other=0.0).to(tl.float32)
     tl.store(out_ptr + r.to(tl.int64) * N + n, y.to(out_ptr.dtype.element_ty), mask=nmask)
 
 
 def moe_gemv(x: torch.Tensor, ids: torch.Tensor, w_gate: Split, w_up: Split | None,
              b_gate: torch.Tensor | None, b_up: torch.Tensor | None, route_w: torch.Tensor | None,
              top_k: int, slots: int = 1, alpha: float = 1.702, limit: float = 7.0,
-             launch: tuple[int, int, int] | None = None) -> torch.Tensor:
+             launch: tuple[int, int, int] | None = None,
+             residual: torch.Tensor | None = None) -> torch.Tensor:
     """x [T, K] (GLU: per token, read by pair // top_k) or [P, K] (down: per pair); ids [P] expert per
     pair; w_* split MXFP4 of [E, N, K]; b_* [E, N] or None; route_w [P] or None (down only). GLU (w_up
     given, slots 1) -> [P, N] clamped SwiGLU; else slots 1 -> [P, N] (acc + b) * route_w per pair, or
-    slots top_k -> [P / top_k, N] the sum over each token's k pairs. Output in x.dtype."""
+    slots top_k -> [P / top_k, N] the sum over each token's k pairs. Output in x.dtype; with residual
+    [P / slots, N] (not GLU), the output is added into it in place and it is returned."""
     glu = w_up is not None
     if glu and slots != 1:
         raise ValueError("the GLU projection writes one row per pair (slots 1)")
     n_out, k = w_gate[0].shape[1], x.shape[1]
     p = ids.numel()
     x = x.contiguous()
-    out = torch.empty((p // slots, n_out), dtype=x.dtype, device=x.device)
+    if residual is not None and (glu or tuple(residual.shape) != (p // slots, n_out)):
+        raise ValueError(f"residual must be [{p // slots}, {n_out}] and the projection not the GLU one")
+    out = residual if residual is not None else torch.empty((p // slots, n_out), dtype=x.dtype,
+                                                            device=x.device)
     dummy = w_gate[0]  # never read when the matching constexpr is off
     bn, kb, warps = launch or GEMV_LAUNCH
     _moe_gemv_kernel[(p // slots, triton.cdiv(n_out, bn))](
         x, ids, *w_gate, *(w_up if glu else (dummy, dummy)), b_gate if b_gate is not None else dummy,
         b_up if b_up is not None else dummy, route_w if route_w is not None else dummy, out, n_out, k,
         alpha, limit, A_DIV=top_k if glu else 1, SLOTS=slots, GLU=glu, HAS_BIAS=b_gate is not None,
-        HAS_RW=route_w is not None, BN=bn, KB=kb, num_warps=warps)
+        HAS_RW=route_w is not None, BN=bn, KB=kb, RES=residual is not None, num_warps=warps)
     return out

@@ -1,0 +1,121 @@
+"""The fused decode step of gpt-oss (one token per sequence), captured by DecodeGraphs like FusedDecoder.
+
+Same function as `model.forward` + `compute_logits` (orcd/models/gpt_oss.py) for decode steps, in fewer
+launches. Per layer, for batches of <= GEMV_MAX_N rows, 8 kernels (model.forward: 18):
+  1. q, k, v GEMVs with the attention RMSNorm and the biases (gemv_multi.fused_gemv3, any GEMV type);
+  2. RoPE (YaRN frequencies; the cos/sin magnitude folded into the softmax scale) + KV write;
+  3-4. split-K decode attention with the sinks and, on the local layers, the sliding window;
+  5. o GEMV + bias, added into the residual in place;
+  6. RMSNorm + router GEMV + bias + top-k + softmax (moe_router.norm_route);
+  7. expert gate/up GEMV with the clamped SwiGLU (moe_gemv);
+  8. expert down GEMV, the top-k sum weighted by the router, added into the residual in place.
+Batches of up to 8 rows (32 (token, expert) pairs, the MoE GEMV's range) take 11: an add+RMSNorm kernel
+and three GEMVs for q, k, v (the float GEMVs with the norm fused stop at GEMV_MAX_N rows), the o GEMV's
+residual add inside norm_route. Larger batches replay `model.forward` (expert-grouped MoE kernel).
+Models it cannot run raise ValueError at construction.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from orcd.models.layers.attention import AttnMetadata
+from orcd.models.layers.attention_triton import paged_decode_attention
+from orcd.quant.kernels import get_fused_linear
+from orcd.quant.kernels.decode_ops import add_rmsnorm, rope_and_write_kv
+from orcd.quant.kernels.fused_linear import GEMV_MAX_N, fused_gemv, fused_linear
+from orcd.quant.kernels.gemv_multi import fused_gemv3
+from orcd.quant.kernels.moe_gemv import moe_gemv
+from orcd.quant.kernels.moe_mxfp4 import GEMV_MAX_PAIRS
+from orcd.quant.kernels.moe_router import norm_route
+
+
+def _raw_linears(model) -> list:
+    """Every QuantLinear the fused step reads raw: q, k, v, o of each layer and the head."""
+    attn = [m for blk in model.blocks for m in (blk.attn.q_proj, blk.attn.k_proj, blk.attn.v_proj,
+                                                 blk.attn.o_proj)]
+    return attn + [model.lm_head]
+
+
+def check_model(model) -> None:
+    """ValueError naming what the fused step cannot run (else None)."""
+    if not hasattr(model, "blocks") or not all(hasattr(b, "moe") for b in model.blocks):
+        raise ValueError("the gpt-oss fused step runs gpt-oss blocks (attention + MoE) only")
+    if not all(b.moe.fused() for b in model.blocks):
+        raise ValueError("the gpt-oss fused step needs MXFP4 experts split for the kernels")
+    for m in _raw_linears(model):
+        if m.raw is None or get_fused_linear(m.qtype, m.raw.device) is None:
+            raise ValueError(f"no raw fused GEMV for {m.qtype.name} ({m.extra_repr()})")
+    a0 = model.blocks[0].attn
+    if model.cfg.rope_dim != a0.head_dim or a0.head_dim & (a0.head_dim - 1):
+        raise ValueError("fused decode needs full-width rotary and a power-of-two head_dim")
+    for blk in model.blocks:
+        a = blk.attn
+        if len({m.bias is None for m in (a.q_proj, a.k_proj, a.v_proj)}) != 1:
+            raise ValueError("q, k, v biases must be all present or all absent")
+
+
+def _router(moe) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W_r [E, H], b_r [E]) dense in the model dtype (zeros for a router without bias)."""
+    r = moe.router
+    w = r.weight if r.weight is not None else r.dense_weight()
+    b = r.bias if r.bias is not None else torch.zeros(w.shape[0], dtype=w.dtype, device=w.device)
+    return w.contiguous(), b
+
+
+class GptOssDecoder:
+    def __init__(self, model: torch.nn.Module):
+        check_model(model)
+        self.model = model
+        self.routers = [_router(blk.moe) for blk in model.blocks]  # small: E x H per layer
+        self.max_rows = GEMV_MAX_PAIRS // model.blocks[0].moe.top_k  # the MoE GEMV's range
+
+    def __call__(self, ids: torch.Tensor, pos: torch.Tensor, meta: AttnMetadata, kv) -> torch.Tensor:
+        """ids, pos [B] -> logits [B, V] float32; writes each token's K/V at meta.slot_mapping."""
+        model, b = self.model, ids.shape[0]
+        if b > self.max_rows:
+            return model.compute_logits(model(ids, pos, meta, kv))
+        res = model.embed(ids).contiguous()  # the residual stream [B, H], updated in place
+        for i, blk in enumerate(model.blocks):
+            delta = self._attention(i, blk, res, pos, meta, kv)
+            self._moe(i, blk, res, delta)
+        h = add_rmsnorm(None, res, model.norm.weight, model.norm.eps)
+        m = model.lm_head
+        return fused_linear(h, m.raw, m.out_features, m.in_features, m.qtype, m.bias).float()
+
+    def _qkv(self, a, nrm, res: torch.Tensor) -> list[torch.Tensor]:
+        """q, k, v [B, out_i] of RMSNorm(res) * w: one launch where the norm-fused GEMV takes the batch."""
+        mods = (a.q_proj, a.k_proj, a.v_proj)
+        if res.shape[0] <= GEMV_MAX_N:
+            return fused_gemv3(res, [(m.raw, m.out_features, m.qtype, m.bias) for m in mods],
+                               a.q_proj.in_features, norm=nrm)
+        h = add_rmsnorm(None, res, *nrm)
+        return [fused_linear(h, m.raw, m.out_features, m.in_features, m.qtype, m.bias) for m in mods]
+
+    def _attention(self, i: int, blk, res: torch.Tensor, pos: torch.Tensor, meta: AttnMetadata,
+                   kv) -> torch.Tensor | None:
+        """res += o_proj(attention(attn_norm(res))) in place (returns None), or, above GEMV_MAX_N rows,
+        returns that o_proj output for norm_route to add."""
+        a, b = blk.attn, res.shape[0]
+        rot = self.model.rotary[blk.local]
+        q, k, v = self._qkv(a, (blk.attn_norm.weight, blk.attn_norm.eps), res)
+        q = q.view(b, a.n_heads, a.head_dim)  # rotated in place
+        k, v = k.view(b, a.n_kv_heads, a.head_dim), v.view(b, a.n_kv_heads, a.head_dim)
+        rope_and_write_kv(q, k, v, pos, rot.inv_freq, kv.k[i], kv.v[i], meta.slot_mapping)
+        scale = a.scale * rot.mscale**2  # q and k both carry YaRN's cos/sin magnitude
+        o = paged_decode_attention(q, kv.k[i], kv.v[i], meta.block_tables, meta.seq_lens, scale,
+                                   window=a.window, sinks=a.sinks).to(res.dtype).view(b, -1)
+        m = a.o_proj
+        if b <= GEMV_MAX_N:
+            fused_gemv(o, m.raw, m.out_features, m.in_features, m.qtype, m.bias, residual=res)
+            return None
+        return fused_linear(o, m.raw, m.out_features, m.in_features, m.qtype, m.bias)
+
+    def _moe(self, i: int, blk, res: torch.Tensor, delta: torch.Tensor | None) -> None:
+        """res (+= delta) += MoE(ffn_norm(res)), in place: route, gate/up, down (+ residual)."""
+        moe, (w_r, b_r) = blk.moe, self.routers[i]
+        h, ids, rw = norm_route(res, blk.ffn_norm.weight, blk.ffn_norm.eps, w_r, b_r, moe.top_k, delta)
+        flat, k = ids.view(-1), moe.top_k
+        g, u, d = moe.gate, moe.up, moe.down
+        act = moe_gemv(h, flat, (g.scales, g.codes), (u.scales, u.codes), g.bias, u.bias, None, k)  # [P, F]
+        moe_gemv(act, flat, (d.scales, d.codes), None, d.bias, None, rw.view(-1), k, slots=k, residual=res)
