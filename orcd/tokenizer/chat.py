@@ -26,11 +26,23 @@ from typing import Any
 
 import jinja2
 import jinja2.ext
+import jinja2.nodes
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from orcd.errors import TemplateError
 from orcd.tokenizer import chat_bounds
+from orcd.tokenizer.chat_spans import (
+    CLOSE,
+    OPEN,
+    Probe,
+    all_strings,
+    joined,
+    probing_filters,
+    spans,
+    touch_any,
+    wrap_message,
+)
 
 DEFAULT_TEMPLATE = (
     "{% for message in messages %}"
@@ -41,7 +53,10 @@ DEFAULT_TEMPLATE = (
 MAX_RENDER_SECONDS = 2.0
 MAX_OUTPUT_CHARS = 1 << 20  # 1 MiB of text
 MAX_TEMPLATE_CHARS = 1 << 20
-_OPEN, _CLOSE = "\U000f0000", "\U000f0001"  # private-use sentinels around message contents
+
+
+_HIDDEN_JOINS = (jinja2.nodes.Macro, jinja2.nodes.CallBlock, jinja2.nodes.FilterBlock,
+                 jinja2.nodes.AssignBlock)
 
 
 class _RenderLimit(Exception):
@@ -85,12 +100,17 @@ def _check_size(n: int) -> None:
         raise SecurityError("a string or list grew larger than 1 MiB")
 
 
+def _raw_len(x: Any) -> int:
+    """len() that does not count as the template measuring a content (orcd.tokenizer.chat_spans)."""
+    return str.__len__(x) if isinstance(x, str) else len(x)
+
+
 def _bounded_join(seq: Any) -> str:
     """Jinja's `~` / string-concatenation helper, with the size bound."""
     _check_size(chat_bounds.size_of(list(seq)))
     parts = [str(x) for x in seq]
     _check_size(sum(map(len, parts)))
-    return "".join(parts)
+    return joined(seq, "".join(parts))
 
 
 def _bounded_replace(s: Any, old: str, new: str, count: int | None = None) -> str:
@@ -131,97 +151,17 @@ class _Env(ImmutableSandboxedEnvironment):
             raise SecurityError("exponent too large")
         if operator == "%":
             chat_bounds.check_percent(left, right)
+            touch_any((left, right))  # `'%5s' % content` pads by the marked length: render_spans checks
         if operator == "*":
             _check_size(_repeat_size(left, right))
         if operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
-            _check_size(len(left) + len(right))
+            _check_size(_raw_len(left) + _raw_len(right))
         return super().call_binop(context, operator, left, right)
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
         _precheck_call(__obj, args)
+        touch_any((args, kwargs))  # a content passed to a call (`x.split(content)`): render_spans checks
         return super().call(__context, __obj, *args, **kwargs)
-
-
-class _Content(str):
-    """A message content wrapped in sentinels; tests and trims act on the content itself, so
-    templates branch the same as with the plain string."""
-
-    inner: str
-
-    def __new__(cls, inner: str) -> _Content:
-        obj = super().__new__(cls, _OPEN + inner + _CLOSE)
-        obj.inner = inner
-        return obj
-
-    def __eq__(self, other: object) -> bool:
-        return self.inner == (other.inner if isinstance(other, _Content) else other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
-
-    def __hash__(self) -> int:
-        return hash(self.inner)
-
-    def __bool__(self) -> bool:
-        return bool(self.inner)
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-    def strip(self, chars: str | None = None) -> _Content:
-        return _Content(self.inner.strip(chars))
-
-    def lstrip(self, chars: str | None = None) -> _Content:
-        return _Content(self.inner.lstrip(chars))
-
-    def rstrip(self, chars: str | None = None) -> _Content:
-        return _Content(self.inner.rstrip(chars))
-
-    def startswith(self, *args: Any) -> bool:
-        return self.inner.startswith(*args)
-
-    def endswith(self, *args: Any) -> bool:
-        return self.inner.endswith(*args)
-
-
-def _wrap_message(msg: Any) -> Any:
-    if not isinstance(msg, dict):
-        return msg
-    out = dict(msg)
-    for key in ("content", "reasoning_content"):
-        value = out.get(key)
-        if isinstance(value, str):
-            out[key] = _Content(value)
-        elif isinstance(value, list):
-            out[key] = [{**p, "text": _Content(p["text"])} if isinstance(p, dict) and isinstance(
-                p.get("text"), str) else p for p in value]
-    return out
-
-
-def _spans(marked: str) -> tuple[str, list[tuple[int, int]]] | None:
-    """Strip sentinels; (text, content spans), or None if they are not properly paired.
-    Scans with str.find (C speed): the sentinels alternate OPEN, CLOSE, OPEN ... or the marks are bad."""
-    parts, spans, n, pos = [], [], 0, 0
-    while True:
-        i = marked.find(_OPEN, pos)
-        j = marked.find(_CLOSE, pos)
-        if i < 0:
-            if j >= 0:
-                return None  # a CLOSE with no OPEN
-            break
-        if 0 <= j < i:
-            return None
-        k = marked.find(_CLOSE, i + 1)
-        if k < 0 or _OPEN in marked[i + 1:k]:
-            return None
-        parts += [marked[pos:i], marked[i + 1:k]]
-        start = n + (i - pos)
-        n = start + (k - i - 1)
-        if n > start:
-            spans.append((start, n))
-        pos = k + 1
-    parts.append(marked[pos:])
-    return "".join(parts), spans
 
 
 class ChatTemplate:
@@ -233,10 +173,13 @@ class ChatTemplate:
                    finalize=chat_bounds.finalize)
         env.filters["tojson"] = _tojson
         env.filters["replace"] = _bounded_replace
-        env.filters = chat_bounds.bounded_filters(env.filters)
+        env.filters = probing_filters(chat_bounds.bounded_filters(env.filters))
         env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
         try:
             self._template = env.from_string(source)
+            # text made by a macro, a block `set` or a `filter` block is joined out of sight of the
+            # probe (orcd.tokenizer.chat_spans): such templates always get the plain render too
+            self._one_render = not any(env.parse(source).find_all(_HIDDEN_JOINS))
         except jinja2.TemplateError as err:
             raise TemplateError(f"chat template does not compile: {err}") from None
         # `~` concatenation compiles to the module-level helper str_join: swap in the bounded one
@@ -253,12 +196,20 @@ class ChatTemplate:
     def render_spans(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                      **extra: Any) -> tuple[str, list[tuple[int, int]] | None]:
         """(rendered text, content spans). Spans is None when the template rewrote the contents so
-        their place in the text cannot be told (the text is still the exact rendering)."""
+        their place in the text cannot be told (the text is still the exact rendering).
+        One render (contents marked) when the template only printed, compared or trimmed the contents
+        (orcd.tokenizer.chat_spans); otherwise the plain render too, and the marked one must match it."""
+        if any(OPEN in t or CLOSE in t for t in all_strings(messages)):
+            return self.render(messages, add_generation_prompt, **extra), None
+        probe = Probe()
+        try:
+            marked = self.render([wrap_message(m, probe) for m in messages], add_generation_prompt, **extra)
+            found = spans(marked)
+        except TemplateError:  # the plain render below raises its own error, or renders
+            found = None
+        if found is not None and not probe.touched and self._one_render:
+            return found
         text = self.render(messages, add_generation_prompt, **extra)
-        if any(_OPEN in t or _CLOSE in t for t in _all_strings(messages)):
-            return text, None
-        marked = self.render([_wrap_message(m) for m in messages], add_generation_prompt, **extra)
-        found = _spans(marked)
         if found is None or found[0] != text:
             return text, None
         return text, found[1]
@@ -296,13 +247,3 @@ class ChatTemplate:
         finally:
             sys.settrace(previous)
         return "".join(chunks)
-
-
-def _all_strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _all_strings(v)]
-    if isinstance(value, (list, tuple)):
-        return [s for v in value for s in _all_strings(v)]
-    return []

@@ -32,7 +32,9 @@ def size_of(value: Any, limit: int = MAX_CHARS) -> int:
         nodes += 1
         if nodes > _MAX_NODES:
             return limit + 1
-        if isinstance(v, (str, bytes)):
+        if isinstance(v, str):
+            total += str.__len__(v) + 2  # not len(): a chat_spans.Marked would count it as the template's
+        elif isinstance(v, bytes):
             total += len(v) + 2
         elif isinstance(v, dict):
             stack.extend(v.keys())
