@@ -10,7 +10,7 @@ checkout for a before/after table; @PATH: more PYTHONPATH for that server only, 
 Rows go to OUT/serving.json (merged with what is there: same tag+model rows are replaced), + .md, .png.
 
 Usage: python bench/serving/serving.py --model 0.5b=/tmp/a.gguf [--model 7b=/tmp/b.gguf]
-       [--server before=/tmp/old-checkout --server after=.]
+       [--server before=/tmp/old-checkout --server after=.] [--api-processes 1,2,4]
 CPU smoke: python bench/serving/serving.py --device cpu --streams 1,4 --gen-len 16 --out-dir /tmp/s
 """
 
@@ -58,6 +58,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--server", action="append", default=None, metavar="'TAG=CHECKOUT[@PATH] [ARG...]'",
                     help="an `orcd serve` to measure, with serve arguments of its own (repeatable; "
                          "default: after=this checkout)")
+    ap.add_argument("--api-processes", default=None, metavar="N[,N...]",
+                    help="measure each --server with `orcd serve --api-processes N` for each N, tagged "
+                         "TAG-apiN (N=1 passes no flag, so an older checkout runs too)")
     ap.add_argument("--skip-engine", action="store_true", help="HTTP only (engine_tok_s left empty)")
     ap.add_argument("--out-dir", default=None, help="default: bench/results on CUDA, else /tmp/orcd-serving")
     ap.add_argument("--max-seconds", type=float, default=900.0, help="time guard: later rounds are skipped")
@@ -77,6 +80,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.models = [_named(m) for m in (args.model or [str(REPO / "orcd/assets/demo.gguf")])]
     args.servers = [_server(s) for s in (args.server or [f"after={REPO}"])]
     args.mixed_tags = [t for t in args.mixed_tags.split(",") if t]
+    if args.api_processes:
+        counts = to_ints(args.api_processes)
+        args.mixed_tags = [f"{t}-api{n}" for t in args.mixed_tags for n in counts]
+        args.servers = [(f"{tag}-api{n}", repo, extra, own + ([] if n == 1 else ["--api-processes", str(n)]))
+                        for tag, repo, extra, own in args.servers for n in counts]
     return args
 
 

@@ -55,3 +55,12 @@ def test_serving_bench_runs_end_to_end_on_the_cpu(tmp_path):
     (mixed,) = out["mixed"]
     assert mixed["n_errors"] == 0 and mixed["requests"] >= 1 and mixed["goodput_req_s"] is not None
     assert "| after | tiny | chat | 3 |" in (tmp_path / "serving.md").read_text()
+
+
+def test_api_processes_expand_the_servers():
+    from serving import parse_args
+
+    args = parse_args(["--device", "cpu", "--api-processes", "1,2", "--server", "after=. --engine-process"])
+    assert [(tag, own) for tag, _, _, own in args.servers] == [
+        ("after-api1", ["--engine-process"]), ("after-api2", ["--engine-process", "--api-processes", "2"])]
+    assert args.mixed_tags == ["after-api1", "after-api2"]
