@@ -7,6 +7,7 @@ usage: python bench/kernels/gpt_oss_q8_sweep.py OUT.json
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import sys
@@ -55,8 +56,11 @@ def sweep(name: str, out_f: int, in_f: int) -> dict:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out")
+    a = ap.parse_args()
     res = {name: sweep(name, *shape) for name, shape in SHAPES.items()}
-    with open(sys.argv[1], "w") as f:
+    with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
     for name, r in res.items():
         own = next(x for x in r["rows"] if x["plan"])
