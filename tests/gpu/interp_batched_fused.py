@@ -1,5 +1,5 @@
-"""Run under TRITON_INTERPRET=1 (by test_batched_linear.py): batched_fused (RMSNorm of x, residual add,
-SwiGLU) on tiny shapes on the CPU against a float64 torch reference of the same rounding steps.
+"""Run under TRITON_INTERPRET=1 (by test_batched_fused.py): batched_fused (RMSNorm of x, residual add,
+SwiGLU, GELU-GLU) on tiny shapes on the CPU against a float64 torch reference of the same rounding steps.
 
 Prints one line per check: `name rel_err tolerance` (fp32 and fp16 x). Odd shapes: M = 5, 17; Q5_0 / Q8_0
 K = 160 (K not a multiple of the 128-input step).
@@ -28,19 +28,19 @@ def checks():
     seed = 0
     for qt, n, k in SHAPES:
         for m, dt, mode in ((5, torch.float32, "norm"), (17, torch.float16, "res"), (8, torch.float16, "glu"),
-                            (5, torch.float32, "glu")):
+                            (5, torch.float32, "gelu")):
             seed += 1
             torch.manual_seed(seed)
             raw = random_blocks(qt, n, k, seed)
-            up = random_blocks(qt, n, k, seed + 100) if mode == "glu" else None
+            up = random_blocks(qt, n, k, seed + 100) if mode in ("glu", "gelu") else None
             x = torch.randn(m, k).to(dt)
             wscale = 0.05 if mode == "glu" else 1.0  # fp16-safe gate * up products
             norm = ((torch.rand(k) * wscale + 0.5 * wscale).to(dt), 1e-6) if mode != "res" else None
             res = torch.randn(m, n).to(dt) if mode == "res" else None
             bias = torch.randn(n).to(dt) if mode == "norm" else None
-            ref = fused_reference(x, raw, qt, n, k, norm, res, up, bias)
+            ref = fused_reference(x, raw, qt, n, k, norm, res, up, bias, gelu=mode == "gelu")
             y = batched_fused(x, raw, n, k, qt, norm=norm, residual=res, raw_up=up, bias=bias,
-                              launch=(16, 4, 1))
+                              launch=(16, 4, 1), gelu=mode == "gelu")
             if res is not None:
                 assert y is res
             yield f"{qt.name}_m{m}_{str(dt)[6:]}_{mode}", rel_err(y, ref), TOL[dt]

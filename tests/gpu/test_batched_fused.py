@@ -25,20 +25,21 @@ TOL = {torch.bfloat16: 1e-2, torch.float32: 1e-5}
 @needs_cuda
 @pytest.mark.parametrize("qt,n,k", SHAPES, ids=lambda v: getattr(v, "name", str(v)))
 @pytest.mark.parametrize("m", [5, 8, 17, 64])
-@pytest.mark.parametrize("mode", ["norm", "res", "glu"])
+@pytest.mark.parametrize("mode", ["norm", "res", "glu", "gelu"])
 def test_batched_fused_matches_reference(qt, n, k, m, mode):
     from orcd.quant.kernels.batched_fused import batched_fused
 
     dt = torch.float32 if m == 17 else torch.bfloat16
     raw = random_blocks(qt, n, k, seed=m * 31 + n).cuda()
-    up = random_blocks(qt, n, k, seed=m * 31 + n + 1).cuda() if mode == "glu" else None
+    up = random_blocks(qt, n, k, seed=m * 31 + n + 1).cuda() if mode in ("glu", "gelu") else None
     g = torch.Generator(device="cuda").manual_seed(m + k)
     x = torch.randn(m, k, device="cuda", generator=g).to(dt)
     norm = ((torch.rand(k, device="cuda", generator=g) * 0.05 + 0.05).to(dt), 1e-6) if mode != "res" else None
     res = torch.randn(m, n, device="cuda", generator=g).to(dt) if mode == "res" else None
     bias = torch.randn(n, device="cuda", generator=g).to(dt) if mode == "norm" and m == 5 else None
-    ref = fused_reference(x, raw, qt, n, k, norm, res.clone() if res is not None else None, up, bias)
-    y = batched_fused(x, raw, n, k, qt, norm=norm, residual=res, raw_up=up, bias=bias)
+    gelu = mode == "gelu"
+    ref = fused_reference(x, raw, qt, n, k, norm, res.clone() if res is not None else None, up, bias, gelu)
+    y = batched_fused(x, raw, n, k, qt, norm=norm, residual=res, raw_up=up, bias=bias, gelu=gelu)
     assert y.shape == (m, n) and y.dtype == dt and (res is None or y is res)
     assert rel_err(y, ref) < TOL[dt]
 
@@ -60,6 +61,8 @@ def test_fused_gemv_and_glu_route_batches(m):
                        batched_fused(x, raw, n, k, qt, norm, bias=b))
     assert torch.equal(fused_glu(x, raw, up, n, k, qt, norm=norm),
                        batched_fused(x, raw, n, k, qt, norm=norm, raw_up=up))
+    assert torch.equal(fused_glu(x, raw, up, n, k, qt, gelu=True), batched_fused(x, raw, n, k, qt, raw_up=up,
+                                                                                   gelu=True))
     res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     want = batched_fused(x, raw, n, k, qt, residual=res.clone())
     assert torch.equal(fused_gemv(x, raw, n, k, qt, residual=res), want)

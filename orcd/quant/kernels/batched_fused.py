@@ -6,7 +6,8 @@ registers once and multiplied on the tensor cores), plus
   NORM  x' = bf16(bf16(x * rstd) * nw) as the GEMVs' _ldx (rstd = 1 / sqrt(mean(x^2) + eps) of each row,
         from a first pass over that row of x)
   RES   y [M, N] += x' @ W.T (+ bias) in place (the residual stream)
-  GLU   y = silu(x' @ Wg.T) * (x' @ Wu.T), both weights read in the same loop step
+  GLU   y = silu(x' @ Wg.T) * (x' @ Wu.T), both weights read in the same loop step (GELU: gelu_tanh in
+        place of silu, Gemma's FFN; the same formulas as fused_linear's _gemv_glu_kernel)
 K is never split (the epilogue needs the whole sum), so one launch per product.
 """
 
@@ -53,7 +54,8 @@ def _x_tile(x_ptr, nw_ptr, rm, mmask, k0, K, stride_xm, rstd, BK: tl.constexpr, 
 def _fused_mm_kernel(x_ptr, w8, w16, w32, u8, u16, u32, nw_ptr, b_ptr, y_ptr, M, N, K, stride_xm,
                      stride_ym, w_row, eps, QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr,
                      BM: tl.constexpr, BN: tl.constexpr, NORM: tl.constexpr, RES: tl.constexpr,
-                     GLU: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr):
+                     GLU: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
+                     GELU: tl.constexpr = False):
     # program (n tile, m tile): y.T [BN, BM] = W [BN, K] @ x'.T [K, BM] over all of K (u*: GLU's up)
     rm = tl.program_id(1) * BM + tl.arange(0, BM)
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
@@ -74,7 +76,9 @@ def _fused_mm_kernel(x_ptr, w8, w16, w32, u8, u16, u32, nw_ptr, b_ptr, y_ptr, M,
         if GLU:
             wu = w_tile(u8, u16, u32, row_off, nm3, k0, K, QT, S, G)
             acc_u = mm_dot(wu.to(xt.dtype), xt, acc_u, IEEE)
-    if GLU:
+    if GLU and GELU:  # 0.5 a (1 + tanh(z)) = a * sigmoid(2z), z = sqrt(2/pi) (a + 0.044715 a^3)
+        acc = acc / (1.0 + tl.exp(-1.5957691216057308 * (acc + 0.044715 * acc * acc * acc))) * acc_u
+    elif GLU:
         acc = acc / (1.0 + tl.exp(-acc)) * acc_u
     out = tl.trans(acc)  # [BM, BN]
     if HAS_BIAS:
@@ -94,11 +98,12 @@ def _views(raw: torch.Tensor, qt: Q) -> tuple[torch.Tensor, torch.Tensor, torch.
 def batched_fused(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int, qtype: int,
                   norm: tuple[torch.Tensor, float] | None = None, residual: torch.Tensor | None = None,
                   raw_up: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                  launch: tuple[int, int, int] | None = None) -> torch.Tensor:
+                  launch: tuple[int, int, int] | None = None, gelu: bool = False) -> torch.Tensor:
     """x [M <= 64, in] (bf16/fp16/fp32), raw uint8 [out, row_bytes] -> [M, out] in x.dtype:
     x' @ W.T (+ bias [out]) with x' = x or RMSNorm(x) * weight for norm = (weight [in], eps); residual
     [M, out]: the product added into it in place and returned; raw_up (same type and shape): silu(x' @ W.T)
-    * (x' @ U.T) (no residual, no bias). launch: (BN, warps, stages) instead of FUSED_LAUNCH."""
+    * (x' @ U.T) (no residual, no bias; gelu: gelu_tanh for silu). launch: (BN, warps, stages) instead
+    of FUSED_LAUNCH."""
     qt = Q(int(qtype))
     x = x.contiguous()
     m, k = x.shape
@@ -121,5 +126,5 @@ def batched_fused(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feat
                            out_features, k, x.stride(0), y.stride(0), w_row, float(norm[1]) if norm else 0.0,
                            QT=int(qt), S=s, G=g, BM=bm, BN=bn, NORM=norm is not None,
                            RES=residual is not None, GLU=raw_up is not None, HAS_BIAS=bias is not None,
-                           IEEE=x.dtype == torch.float32, num_warps=warps, num_stages=stages)
+                           IEEE=x.dtype == torch.float32, GELU=gelu, num_warps=warps, num_stages=stages)
     return y

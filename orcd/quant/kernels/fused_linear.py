@@ -226,12 +226,15 @@ def _views(raw: torch.Tensor, qt: int) -> tuple[torch.Tensor, torch.Tensor, torc
 def fused_glu(x: torch.Tensor, raw_gate: torch.Tensor, raw_up: torch.Tensor, out_features: int,
               in_features: int, qtype: int, norm: tuple[torch.Tensor, float] | None = None,
               launch: tuple[int, int, int] | None = None, gelu: bool = False) -> torch.Tensor:
-    """silu(x' @ Wg.T) * (x' @ Wu.T) for x [N <= GEMV_MAX_N, in]; both weights raw, same type and shape.
-    x' = x, or RMSNorm(x) * weight for norm = (weight [in], eps). launch: (G, BO, warps) override.
+    """silu(x' @ Wg.T) * (x' @ Wu.T) for x [N <= MM_MAX_N, in]; both weights raw, same type and shape.
+    x' = x, or RMSNorm(x) * weight for norm = (weight [in], eps). launch: (G, BO, warps) override of the
+    GEMV (N <= GEMV_MAX_N; above: batched_fused.py, one pass over both weights for all rows).
     gelu: GELU (tanh approximation) in place of SiLU (Gemma's gated FFN)."""
     qt = int(qtype)
     x = x.contiguous()
     n = x.shape[0]
+    if n > GEMV_MAX_N:
+        return batched_fused(x, raw_gate, out_features, in_features, qt, norm, raw_up=raw_up, gelu=gelu)
     y = torch.empty((n, out_features), dtype=x.dtype, device=x.device)
     row_bytes = in_features // BLOCK_SIZE[qt] * TYPE_SIZE[qt]
     g, bo, warps = launch or gemv_config(qt, out_features, in_features, glu=True)
