@@ -42,11 +42,11 @@ def run_api_processes(build: EngineBuild, settings: ServerSettings, opts: HttpOp
                       t0: float) -> int:
     """Serve until SIGTERM/SIGINT with n API processes over one engine process; the exit status."""
     ctx = multiprocessing.get_context("spawn")
+    sock = bind_socket(opts.host, opts.port)
     metrics_dir = tempfile.mkdtemp(prefix="orcd-metrics-")
     # prometheus_client reads this at import, in each API process (spawned: they inherit os.environ)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     settings = dataclasses.replace(settings, metrics_dir=metrics_dir)
-    sock = bind_socket(opts.host, opts.port)
     pipes = [ctx.Pipe(duplex=True) for _ in range(n)]  # (API end, engine end) per API process
     engine = ctx.Process(target=engine_main, args=([e for _, e in pipes], build), name="orcd-engine",
                          daemon=True)
