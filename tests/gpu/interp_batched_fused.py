@@ -1,8 +1,8 @@
 """Run under TRITON_INTERPRET=1 (by test_batched_fused.py): batched_fused (RMSNorm of x, residual add,
 SwiGLU, GELU-GLU) on tiny shapes on the CPU against a float64 torch reference of the same rounding steps.
 
-Prints one line per check: `name rel_err tolerance` (fp32 and fp16 x). Odd shapes: M = 5, 17; Q5_0 / Q8_0
-K = 160 (K not a multiple of the 128-input step).
+Prints one line per check: `name rel_err tolerance` (fp32 and fp16 x; K whole and split). Odd shapes:
+M = 5, 17; Q5_0 / Q8_0 K = 160 (K not a multiple of the 128-input step).
 """
 
 from __future__ import annotations
@@ -39,11 +39,13 @@ def checks():
             res = torch.randn(m, n).to(dt) if mode == "res" else None
             bias = torch.randn(n).to(dt) if mode == "norm" else None
             ref = fused_reference(x, raw, qt, n, k, norm, res, up, bias, gelu=mode == "gelu")
-            y = batched_fused(x, raw, n, k, qt, norm=norm, residual=res, raw_up=up, bias=bias,
-                              launch=(16, 4, 1), gelu=mode == "gelu")
-            if res is not None:
-                assert y is res
-            yield f"{qt.name}_m{m}_{str(dt)[6:]}_{mode}", rel_err(y, ref), TOL[dt]
+            # target 1: K whole; 64: K split into single steps (not the GLUs), partials reduced after
+            for target in (1, 64) if up is None else (64,):
+                r = res.clone() if res is not None else None
+                y = batched_fused(x, raw, n, k, qt, norm=norm, residual=r, raw_up=up, bias=bias,
+                                  launch=(16, 4, 1), gelu=mode == "gelu", target=target)
+                assert r is None or y is r
+                yield f"{qt.name}_m{m}_{str(dt)[6:]}_{mode}_t{target}", rel_err(y, ref), TOL[dt]
 
 
 if __name__ == "__main__":

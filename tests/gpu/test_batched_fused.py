@@ -79,4 +79,4 @@ def test_fused_gemv_refuses_fusions_above_mm_max_n():
 
 @interpreter_only
 def test_batched_fused_under_interpreter():
-    check_under_interpreter("interp_batched_fused.py", cases=16)
+    check_under_interpreter("interp_batched_fused.py", cases=24)

@@ -8,7 +8,9 @@ registers once and multiplied on the tensor cores), plus
   RES   y [M, N] += x' @ W.T (+ bias) in place (the residual stream)
   GLU   y = silu(x' @ Wg.T) * (x' @ Wu.T), both weights read in the same loop step (GELU: gelu_tanh in
         place of silu, Gemma's FFN; the same formulas as fused_linear's _gemv_glu_kernel)
-K is never split (the epilogue needs the whole sum), so one launch per product.
+Where the N tiles are too few to fill the GPU (0.5B o / down: 896 rows), K is split as in batched_linear
+(split_k.py) and one reduce kernel adds the fp32 partials in split order, then the bias and the residual;
+the SwiGLU's K is never split (its nonlinearity needs both whole sums).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from gguf import GGMLQuantizationType as Q
 
 from orcd.quant.kernels.batched_linear import MM_TILES, mm_dot, w_tile
 from orcd.quant.kernels.layout import row_bytes
-from orcd.quant.kernels.split_k import row_tile
+from orcd.quant.kernels.split_k import REDUCE_BLOCK, TARGET_PROGRAMS, partials, row_tile, steps_per_split
 
 FUSED_LAUNCH = (32, 4, 2)  # (BN, num_warps, num_stages): batched_linear's best at the 0.5B q/k/v (mmq_05b.md)
 
@@ -51,12 +53,13 @@ def _x_tile(x_ptr, nw_ptr, rm, mmask, k0, K, stride_xm, rstd, BK: tl.constexpr, 
 
 
 @triton.jit
-def _fused_mm_kernel(x_ptr, w8, w16, w32, u8, u16, u32, nw_ptr, b_ptr, y_ptr, M, N, K, stride_xm,
-                     stride_ym, w_row, eps, QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr,
-                     BM: tl.constexpr, BN: tl.constexpr, NORM: tl.constexpr, RES: tl.constexpr,
-                     GLU: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
-                     GELU: tl.constexpr = False):
-    # program (n tile, m tile): y.T [BN, BM] = W [BN, K] @ x'.T [K, BM] over all of K (u*: GLU's up)
+def _fused_mm_kernel(x_ptr, w8, w16, w32, u8, u16, u32, nw_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm,
+                     stride_ym, w_row, eps, steps_per_split, QT: tl.constexpr, S: tl.constexpr,
+                     G: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NORM: tl.constexpr,
+                     RES: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
+                     SPLIT: tl.constexpr, GELU: tl.constexpr = False):
+    # program (n tile, m tile, split s): y.T [BN, BM] = W [BN, K_s] @ x'.T [K_s, BM] over split s's K
+    # steps (u*: GLU's up); SPLIT: the fp32 partial to ws [splits, M, N], the reduce kernel does the rest
     rm = tl.program_id(1) * BM + tl.arange(0, BM)
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     mmask = rm < M
@@ -69,7 +72,8 @@ def _fused_mm_kernel(x_ptr, w8, w16, w32, u8, u16, u32, nw_ptr, b_ptr, y_ptr, M,
         rstd = _rows_rstd(x_ptr, rm, mmask, K, stride_xm, eps, BM, BK)
     acc = tl.zeros([BN, BM], dtype=tl.float32)
     acc_u = tl.zeros([BN, BM], dtype=tl.float32)
-    for k0 in range(0, K, BK):
+    k_lo = tl.program_id(2) * steps_per_split * BK
+    for k0 in range(k_lo, tl.minimum(k_lo + steps_per_split * BK, K), BK):
         xt = tl.trans(_x_tile(x_ptr, nw_ptr, rm, mmask, k0, K, stride_xm, rstd, BK, NORM))  # [BK, BM]
         w = w_tile(w8, w16, w32, row_off, nm3, k0, K, QT, S, G)
         acc = mm_dot(w.to(xt.dtype), xt, acc, IEEE)
@@ -80,7 +84,16 @@ def _fused_mm_kernel(x_ptr, w8, w16, w32, u8, u16, u32, nw_ptr, b_ptr, y_ptr, M,
         acc = acc / (1.0 + tl.exp(-1.5957691216057308 * (acc + 0.044715 * acc * acc * acc))) * acc_u
     elif GLU:
         acc = acc / (1.0 + tl.exp(-acc)) * acc_u
-    out = tl.trans(acc)  # [BM, BN]
+    if SPLIT:
+        tl.store(ws_ptr + (tl.program_id(2) * M + rm.to(tl.int64))[None, :] * N + rn[:, None], acc,
+                 mask=nmask[:, None] & mmask[None, :])
+    else:
+        _epilogue(tl.trans(acc), b_ptr, y_ptr, rm, rn, mmask, nmask, stride_ym, HAS_BIAS, RES)
+
+
+@triton.jit
+def _epilogue(out, b_ptr, y_ptr, rm, rn, mmask, nmask, stride_ym, HAS_BIAS: tl.constexpr, RES: tl.constexpr):
+    """y [BM, BN] tile = out (fp32) + bias (+ y itself: the residual), in y's dtype."""
     if HAS_BIAS:
         out += tl.load(b_ptr + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
     omask = mmask[:, None] & nmask[None, :]
@@ -88,6 +101,24 @@ def _fused_mm_kernel(x_ptr, w8, w16, w32, u8, u16, u32, nw_ptr, b_ptr, y_ptr, M,
     if RES:
         out += tl.load(ptrs, mask=omask, other=0.0).to(tl.float32)
     tl.store(ptrs, out.to(y_ptr.dtype.element_ty), mask=omask)
+
+
+@triton.jit
+def _reduce_kernel(ws_ptr, b_ptr, y_ptr, M, N, stride_ym, SPLITS: tl.constexpr, BLOCK: tl.constexpr,
+                   HAS_BIAS: tl.constexpr, RES: tl.constexpr):
+    # y[m, n] = (((partial_0 + partial_1) + ...) + bias) (+ y[m, n]): splits added in order
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < M * N
+    acc = tl.load(ws_ptr + offs, mask=mask, other=0.0)
+    for s in tl.static_range(1, SPLITS):
+        acc += tl.load(ws_ptr + s * M * N + offs, mask=mask, other=0.0)
+    n = offs % N
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + n, mask=mask, other=0.0).to(tl.float32)
+    ptrs = y_ptr + (offs // N).to(tl.int64) * stride_ym + n
+    if RES:
+        acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 def _views(raw: torch.Tensor, qt: Q) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -98,12 +129,13 @@ def _views(raw: torch.Tensor, qt: Q) -> tuple[torch.Tensor, torch.Tensor, torch.
 def batched_fused(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int, qtype: int,
                   norm: tuple[torch.Tensor, float] | None = None, residual: torch.Tensor | None = None,
                   raw_up: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                  launch: tuple[int, int, int] | None = None, gelu: bool = False) -> torch.Tensor:
+                  launch: tuple[int, int, int] | None = None, gelu: bool = False,
+                  target: int = TARGET_PROGRAMS) -> torch.Tensor:
     """x [M <= 64, in] (bf16/fp16/fp32), raw uint8 [out, row_bytes] -> [M, out] in x.dtype:
     x' @ W.T (+ bias [out]) with x' = x or RMSNorm(x) * weight for norm = (weight [in], eps); residual
     [M, out]: the product added into it in place and returned; raw_up (same type and shape): silu(x' @ W.T)
     * (x' @ U.T) (no residual, no bias; gelu: gelu_tanh for silu). launch: (BN, warps, stages) instead
-    of FUSED_LAUNCH."""
+    of FUSED_LAUNCH; target: programs to aim for with split-K (not for the SwiGLU; 1: no split)."""
     qt = Q(int(qtype))
     x = x.contiguous()
     m, k = x.shape
@@ -121,10 +153,19 @@ def batched_fused(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feat
     bn, warps, stages = launch or FUSED_LAUNCH
     bm = row_tile(m)
     up = _views(raw_up.contiguous(), qt) if raw_up is not None else _views(raw, qt)
-    grid = (triton.cdiv(out_features, bn), triton.cdiv(m, bm))
-    _fused_mm_kernel[grid](x, *_views(raw.contiguous(), qt), *up, norm[0] if norm else None, bias, y, m,
+    steps = triton.cdiv(k, s * g)
+    sps = steps if raw_up is not None else steps_per_split(steps, m, out_features, bm, bn, target)
+    splits = triton.cdiv(steps, sps)
+    ws = partials(splits, y)
+    grid = (triton.cdiv(out_features, bn), triton.cdiv(m, bm), splits)
+    flags = {"HAS_BIAS": bias is not None, "RES": residual is not None}
+    _fused_mm_kernel[grid](x, *_views(raw.contiguous(), qt), *up, norm[0] if norm else None, bias, y, ws, m,
                            out_features, k, x.stride(0), y.stride(0), w_row, float(norm[1]) if norm else 0.0,
-                           QT=int(qt), S=s, G=g, BM=bm, BN=bn, NORM=norm is not None,
-                           RES=residual is not None, GLU=raw_up is not None, HAS_BIAS=bias is not None,
-                           IEEE=x.dtype == torch.float32, GELU=gelu, num_warps=warps, num_stages=stages)
+                           sps, QT=int(qt), S=s, G=g, BM=bm, BN=bn, NORM=norm is not None,
+                           GLU=raw_up is not None, IEEE=x.dtype == torch.float32, SPLIT=splits > 1, GELU=gelu,
+                           num_warps=warps, num_stages=stages, **flags)
+    if ws is not None:
+        _reduce_kernel[(triton.cdiv(m * out_features, REDUCE_BLOCK),)](
+            ws, bias, y, m, out_features, y.stride(0), SPLITS=splits, BLOCK=REDUCE_BLOCK, num_warps=4,
+            **flags)
     return y
