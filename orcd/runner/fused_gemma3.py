@@ -1,7 +1,7 @@
 """A decode-only forward for QK-norm blocks (gemma3, qwen3) with fused kernels, one token per sequence.
 
 Same function as `model.forward` + `compute_logits` for steps where every sequence has one new token.
-Per layer, batches of <= GEMV_MAX_N rows (the GEMVs fuse the RMSNorm of their input and, without post
+Per layer, batches of <= GEMV_ROWS rows (the GEMVs fuse the RMSNorm of their input and, without post
 norms, the residual add):
   q/k/v GEMVs (attention RMSNorm fused) -> QK-norm + RoPE (the layer's own base) + KV write ->
   paged decode attention (sliding window on local layers; split-K: 1-2 launches) -> o GEMV ->
@@ -25,7 +25,7 @@ from orcd.models.layers.attention import AttnMetadata
 from orcd.models.layers.attention_triton import paged_decode_attention
 from orcd.models.layers.mlp import GeluGLU
 from orcd.quant.kernels.decode_ops import add_rmsnorm
-from orcd.quant.kernels.fused_linear import GEMV_GROUPS, GEMV_MAX_N, fused_gemv, fused_glu, fused_linear
+from orcd.quant.kernels.fused_linear import GEMV_GROUPS, fused_glu, fused_linear, gemv_plan, launch_gemv
 from orcd.quant.kernels.gemv_multi import fused_gemv3
 from orcd.quant.kernels.norm_ops import gelu_mul, norm_add, qk_norm_rope_kv
 
@@ -33,6 +33,20 @@ from orcd.quant.kernels.norm_ops import gelu_mul, norm_add, qk_norm_rope_kv
 def _linear(m, x: torch.Tensor) -> torch.Tensor:
     """A raw-weight QuantLinear without bias applied to x [N, in] -> [N, out]."""
     return fused_linear(x, m.raw, m.out_features, m.in_features, m.qtype)
+
+
+# Batches of up to this many rows run every layer product on the GEMV kernels (one program per row
+# block and token: rows after the first read the layer's ~4 MB of weights from L2); larger ones on
+# fused_linear's batched paths. The LM head (178 MB at Gemma 3 270M) always goes through fused_linear.
+GEMV_ROWS = 4
+
+
+def _gemv(x: torch.Tensor, m, res: torch.Tensor | None = None) -> torch.Tensor:
+    """x [N, in] @ W.T on the GEMV kernel for any N: added into res [N, out] in place when given."""
+    y = res if res is not None else torch.empty((x.shape[0], m.out_features), dtype=x.dtype, device=x.device)
+    launch_gemv(x, m.raw, y, int(m.qtype), m.out_features, m.in_features,
+                *gemv_plan(int(m.qtype), m.out_features, m.in_features), res=res is not None)
+    return y
 
 
 def _check(model: torch.nn.Module) -> None:
@@ -52,11 +66,12 @@ def _check(model: torch.nn.Module) -> None:
 
 
 class QKNormDecoder:
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, gemv_rows: int | None = None):
         """model: a gemma3 (post norms, GELU, embedding scale, local/global layers) or qwen3 model whose
-        weights were kept quantized."""
+        weights were kept quantized. gemv_rows: the most rows on the GEMV path (default GEMV_ROWS)."""
         _check(model)
         self.model = model
+        self.gemv_rows = GEMV_ROWS if gemv_rows is None else gemv_rows
         rot = model.rotary if isinstance(model.rotary, dict) else {False: model.rotary, True: model.rotary}
         d = model.blocks[0].attn.head_dim
         if any(r.rope_dim != d for r in rot.values()):
@@ -86,14 +101,14 @@ class QKNormDecoder:
         return o.view(b, -1)
 
     def _branch_out(self, m, x: torch.Tensor, res: torch.Tensor, post) -> None:
-        """res += post(x @ W.T) (gemma3) or x @ W.T (added inside the GEMV); rows <= GEMV_MAX_N."""
+        """res += post(x @ W.T) (gemma3) or x @ W.T (added inside the GEMV)."""
         if self.post:
-            norm_add(fused_gemv(x, m.raw, m.out_features, m.in_features, m.qtype), res, post.weight, post.eps)
+            norm_add(_gemv(x, m), res, post.weight, post.eps)
         else:
-            fused_gemv(x, m.raw, m.out_features, m.in_features, m.qtype, residual=res)
+            _gemv(x, m, res=res)
 
     def _layer_gemv(self, i: int, res: torch.Tensor, pos, meta: AttnMetadata, kv) -> None:
-        """One layer for <= GEMV_MAX_N rows: norms inside the GEMVs that read them."""
+        """One layer on the GEMV kernels: norms inside the GEMVs that read them."""
         blk = self.model.blocks[i]
         a, mlp = blk.attn, blk.mlp
         q, k, v = fused_gemv3(res, [(m.raw, m.out_features, m.qtype, None) for m in (a.q_proj, a.k_proj,
@@ -129,7 +144,7 @@ class QKNormDecoder:
         """ids, pos [B] -> logits [B, V] float32; writes each token's K/V at meta.slot_mapping."""
         model = self.model
         res = self._embed(ids)  # residual stream [B, H], updated in place
-        if res.shape[0] <= GEMV_MAX_N:
+        if res.shape[0] <= self.gemv_rows:
             for i in range(len(model.blocks)):
                 self._layer_gemv(i, res, pos, meta, kv)
             # the final RMSNorm as a kernel of its own: inside the head GEMV each program would redo it

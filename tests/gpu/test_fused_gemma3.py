@@ -13,7 +13,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 @interpreter_only
 def test_fused_gemma3_under_interpreter():
-    check_under_interpreter("interp_gemma3_fused.py", cases=4)
+    check_under_interpreter("interp_gemma3_fused.py", cases=5)
 
 
 @pytest.mark.gpu
@@ -28,6 +28,17 @@ def test_fused_step_matches_model_on_cuda(tmp_path, name, rows):
     for err, same in decode_checks(path, "cuda", torch.bfloat16, rows, steps=2):
         print(f"{name} rows {rows} bf16 rel err {err:.2e}")
         assert same and err < 5e-2, err
+
+
+@pytest.mark.gpu
+@cuda
+def test_gemv_path_above_four_rows(tmp_path):
+    """gemv_rows 8: six rows on the GEMV kernels (products and norms as for 3)."""
+    for name in ("gemma3-wide", "qwen3-small"):
+        path = write_case(tmp_path, name)
+        for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 5e-2)):
+            for err, same in decode_checks(path, "cuda", dtype, 6, steps=2, gemv_rows=8):
+                assert same and err < tol, (name, dtype, err)
 
 
 @pytest.mark.gpu
