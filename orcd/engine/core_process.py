@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import gc
 import logging
+import select
 import signal
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from multiprocessing import connection as mp_connection
 from pathlib import Path
 
 from orcd.engine import ipc
@@ -109,6 +109,10 @@ class EngineCore:
     def __init__(self, llm, conns: list, idle_wait_s: float, stats_every_s: float = 0.1):
         self.llm, self.idle_wait_s, self.stats_every_s = llm, idle_wait_s, stats_every_s
         self.clients: dict = {conn: k for k, conn in enumerate(conns)}  # Connection -> client index
+        self.by_fd = {conn.fileno(): conn for conn in conns}
+        self.poller = select.poll()  # one, kept: ~2 µs a step, where multiprocessing's wait() builds
+        for fd in self.by_fd:  # a selector per call (~10-20 µs on the dev box)
+            self.poller.register(fd, select.POLLIN)
         self.owner: dict[str, tuple[int, str]] = {}  # engine request id -> (client index, client's id)
         self.pending: list[TokenEvent] = []  # events made outside a step (a failed add)
         self.stats_sent = 0.0  # monotonic time every client last got the stats
@@ -169,10 +173,12 @@ class EngineCore:
     def _read(self, timeout: float) -> None:
         """Handle every command that arrives within `timeout` (then any more already there)."""
         while self.clients:
-            ready = mp_connection.wait(list(self.clients), timeout)
+            ready = [self.by_fd[fd] for fd, _ in self.poller.poll(timeout * 1000) if fd in self.by_fd]
             if not ready:
                 return
             for conn in ready:
+                if conn not in self.clients:  # it left during this round
+                    continue
                 try:
                     msg = ipc.loads(conn.recv_bytes())
                 except (EOFError, OSError):
@@ -205,9 +211,12 @@ class EngineCore:
     def _leave(self, conn) -> None:
         """A client is gone (EOF) or said "stop": its requests end at the next step, unsent."""
         k = self.clients.pop(conn, None)
-        conn.close()
         if k is None:
             return
+        fd = conn.fileno()
+        self.poller.unregister(fd)
+        del self.by_fd[fd]
+        conn.close()
         for rid, (owner, _) in self.owner.items():
             if owner == k:
                 self.llm.abort(rid)
