@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from orcd import env
 from orcd.distributed.partition import TensorParallelError
 from orcd.errors import OrcdError
 
@@ -59,6 +60,20 @@ def resolve_tp_device(device: str, world: int) -> str:
     return device
 
 
+def refuse_engine_process(args) -> None:
+    """`orcd serve --engine-process` (or ORCD_ENGINE_PROCESS=1) with --tensor-parallel: refused by name.
+    Rank 0 runs the engine's step loop on a thread beside the HTTP server (the ranks are processes
+    already); a separate engine process would have to be rank 0 itself, which the launcher does not do.
+    Unset (the CUDA default) means the in-process loop, as before."""
+    if not hasattr(args, "engine_process"):  # orcd generate: no such option
+        return
+    chosen = env.engine_process() if args.engine_process is None else args.engine_process
+    if chosen:
+        raise TensorParallelError("--engine-process (or ORCD_ENGINE_PROCESS=1) is not supported with "
+                                  "--tensor-parallel: rank 0 runs the step loop on a thread of its own "
+                                  "process; pass --no-engine-process")
+
+
 def rank_args_for(args) -> tuple[int, str, object]:
     """Checks `--tensor-parallel N` against the file before any process starts.
     Returns (world, device kind, a copy of args with the resolved model path and device)."""
@@ -70,6 +85,7 @@ def rank_args_for(args) -> tuple[int, str, object]:
     from orcd.hub import resolve_model_path
 
     world = args.tensor_parallel
+    refuse_engine_process(args)
     if world < 1:
         raise TensorParallelError(f"--tensor-parallel {world}: need at least 1 rank")
     device = resolve_tp_device(args.device, world)

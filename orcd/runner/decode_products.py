@@ -1,0 +1,182 @@
+"""The fused decode step's products, one choice of kernels per product, shared by FusedDecoder (one GPU,
+orcd/runner/fused_decode.py) and TPFusedDecoder (one rank's shard, orcd/distributed/fused_tp.py).
+
+Per block, with norms fused (batches <= `fused_rows`): q/k/v in one launch (int8 x: quantize_x with
+the RMSNorm, then gemv3_i8; else fused_gemv3 with the norm inside), o (+ residual), gate/up/SiLU (norm
+fused; int8: the SwiGLU kernel also quantizes its output for down), down (+ residual); then the final
+norm and the head. The callers put what lies between (RoPE + KV write, attention; under TP zeroing the
+stream on ranks > 0 and the all-reduces) around these calls. The linears are plain QuantLinears (a
+row-parallel wrapper's `.inner`), so a shard's slices run the same launches as the whole model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from orcd.models.layers.attention import AttnMetadata
+from orcd.models.layers.attention_triton import paged_decode_attention
+from orcd.quant.kernels import get_fused_linear
+from orcd.quant.kernels.decode_ops import add_rmsnorm, rope_and_write_kv
+from orcd.quant.kernels.fused_linear import GEMV_MAX_N, fused_gemv, fused_glu, fused_linear
+from orcd.quant.kernels.gemv3_int8 import gemv3_i8
+from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8
+from orcd.quant.kernels.gemv_multi import fused_gemv3
+from orcd.quant.kernels.xquant import quantize_x
+
+Q4_K, Q6_K = 12, 14  # GGMLQuantizationType
+I8_TYPES = (Q4_K, Q6_K)
+# Batches of up to this many rows take the norm-fused path when every product runs on the int8 GEMVs
+# (fused_rows). H100, 7B Q4_K_M, sum of one step's products (bench/results/int8_gemv_7b_multi.md):
+# the NT-token int8 kernels take 3.20 / 4.05 / 7.80 / 12.94 ms at 1 / 2 / 4 / 8 rows, the path above
+# GEMV_MAX_N (batched_linear / dequantize + cuBLAS) 8.22 ms at 8: so 4, not more, until the int8
+# kernels stop being instruction-bound at 8 rows.
+I8_MAX_ROWS = 4
+
+Norm = tuple[torch.Tensor, float]  # (RMSNorm weight [H], eps)
+
+
+@dataclass(frozen=True)
+class BlockLinears:
+    """One block's QuantLinears as the kernels read them (under TP: this rank's slices)."""
+
+    q: object
+    k: object
+    v: object
+    o: object
+    gate: object
+    up: object
+    down: object
+
+    def all(self) -> tuple:
+        return (self.q, self.k, self.v, self.o, self.gate, self.up, self.down)
+
+    def qkv(self) -> tuple:
+        return (self.q, self.k, self.v)
+
+
+def linear(m, x: torch.Tensor) -> torch.Tensor:
+    """QuantLinear m on x [N, in]: fused GEMV / batched kernel over raw blocks (+ bias), else dense."""
+    if m.raw is not None:
+        return fused_linear(x, m.raw, m.out_features, m.in_features, m.qtype, m.bias)
+    return F.linear(x, m.weight, m.bias)
+
+
+def attend(a, q, k, v, pos: torch.Tensor, inv_freq: torch.Tensor, k_cache, v_cache,
+           meta: AttnMetadata) -> torch.Tensor:
+    """RoPE + K/V write + paged attention of one block (a: its Attention, for the head counts; q, k, v
+    [B, heads * head_dim] from its products) -> [B, heads * head_dim]."""
+    b = q.shape[0]
+    q = q.view(b, a.n_heads, a.head_dim)
+    k, v = k.view(b, a.n_kv_heads, a.head_dim), v.view(b, a.n_kv_heads, a.head_dim)
+    rope_and_write_kv(q, k, v, pos, inv_freq, k_cache, v_cache, meta.slot_mapping)
+    o = paged_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, a.scale)
+    return o.view(b, a.n_heads * a.head_dim)
+
+
+def glu(g, u, h: torch.Tensor) -> torch.Tensor:
+    """silu(h @ Wg.T) * (h @ Wu.T), h [N, H] already normed: one SwiGLU launch where it can."""
+    if (g.raw is not None and u.raw is not None and g.qtype == u.qtype and h.shape[0] <= GEMV_MAX_N
+            and g.bias is None and u.bias is None):
+        return fused_glu(h, g.raw, u.raw, g.out_features, g.in_features, g.qtype)
+    return F.silu(linear(g, h)) * linear(u, h)
+
+
+def check_fusable(model, blocks: list[BlockLinears]) -> None:
+    """ValueError unless the fused step runs `model`'s blocks: the qwen2/llama block, full-width rotary,
+    a power-of-two head_dim, a fused kernel for every raw weight's type."""
+    if not getattr(model, "fused_decode", True):  # e.g. gemma3, qwen3: blocks this step does not run
+        raise ValueError(f"{model.cfg.arch} has no fused decode step")
+    rot, a0 = model.rotary, model.blocks[0].attn
+    if rot.rope_dim != a0.head_dim or a0.head_dim & (a0.head_dim - 1):
+        raise ValueError("fused decode needs full-width rotary and a power-of-two head_dim")
+    for lin in blocks:
+        for m in lin.all():
+            if m.raw is not None and get_fused_linear(m.qtype, m.raw.device) is None:
+                raise ValueError(f"no fused kernel for {m.qtype.name}")
+
+
+def norm_fusable(blocks: list[BlockLinears], head) -> bool:
+    """Every weight raw, gate/up of one type without bias, o/down without bias: the norm-fused step
+    (norms inside the GEMVs that read them, residual adds inside the ones that write it) can run."""
+    return all(m.raw is not None for lin in blocks for m in lin.all()) and head.raw is not None and all(
+        lin.gate.qtype == lin.up.qtype and lin.gate.bias is None and lin.up.bias is None
+        and lin.o.bias is None and lin.down.bias is None for lin in blocks)
+
+
+class DecodeProducts:
+    """The norm-fused step's launches for one model's (or shard's) linears.
+
+    int8_x: the Q4_K/Q6_K products (gate/up: Q4_K) read x quantized to int8 per 32 (gemv_int8.py,
+    gemv3_int8.py); ~1 % error per product on top of bf16's, as llama.cpp's MMVQ. int8_attn: q/k/v and
+    o too (a bench may switch this part off alone)."""
+
+    def __init__(self, int8_x: bool, int8_attn: bool):
+        self.int8_x, self.int8_attn = int8_x, int8_attn
+
+    def fused_rows(self, blocks: list[BlockLinears], head) -> int:
+        """The most rows the norm-fused step takes: I8_MAX_ROWS where every product (q/k/v, o, gate/up,
+        down, head) runs on the int8 GEMVs, else GEMV_MAX_N (the float GEMVs' limit)."""
+        if not (self.int8_x and self.int8_attn and head.qtype in I8_TYPES):
+            return GEMV_MAX_N
+        for lin in blocks:
+            if not (all(m.qtype in I8_TYPES for m in (*lin.qkv(), lin.o, lin.down))
+                    and lin.gate.qtype == Q4_K and lin.up.qtype == Q4_K and lin.gate.out_features % 32 == 0
+                    and len({m.bias is None for m in lin.qkv()}) == 1):
+                return GEMV_MAX_N
+        return max(I8_MAX_ROWS, GEMV_MAX_N)
+
+    def attn_i8(self, lin: BlockLinears) -> bool:
+        """q/k/v (when their biases agree) and o on the int8 GEMVs."""
+        return self.int8_attn and all(m.qtype in I8_TYPES for m in (*lin.qkv(), lin.o))
+
+    def qkv(self, lin: BlockLinears, res: torch.Tensor, nrm: Norm) -> list[torch.Tensor]:
+        """RMSNorm(res) * w -> [q, k, v], each [B, out_i]; one launch unless only some have a bias."""
+        qkv, k_in = lin.qkv(), lin.q.in_features
+        same_bias = len({m.bias is None for m in qkv}) == 1
+        if self.attn_i8(lin) and same_bias:
+            xq, xs = quantize_x(res, norm=nrm)
+            return gemv3_i8(xq, xs, [(m.raw, m.out_features, m.qtype, m.bias) for m in qkv], k_in, res.dtype)
+        if same_bias:
+            return fused_gemv3(res, [(m.raw, m.out_features, m.qtype, m.bias) for m in qkv], k_in, norm=nrm)
+        return [fused_gemv(res, m.raw, m.out_features, m.in_features, m.qtype, m.bias, norm=nrm) for m in qkv]
+
+    def o(self, lin: BlockLinears, x: torch.Tensor, res: torch.Tensor) -> None:
+        """res [B, H] += x [B, heads * head_dim] @ Wo.T, in place."""
+        m = lin.o
+        if self.attn_i8(lin):
+            xq, xs = quantize_x(x)
+            gemv_i8(xq, xs, m.raw, m.out_features, m.in_features, m.qtype, residual=res)
+        else:
+            fused_gemv(x, m.raw, m.out_features, m.in_features, m.qtype, residual=res)
+
+    def glu(self, lin: BlockLinears, res: torch.Tensor, nrm: Norm) -> tuple:
+        """x = RMSNorm(res) * w -> (silu(x @ Wg.T) * (x @ Wu.T) [B, F], and that quantized for an int8
+        down: (aq, as), else (None, None)). Q4_K gate/up with int8_x: x quantized once (one small kernel)."""
+        g, u, dn = lin.gate, lin.up, lin.down
+        if self.int8_x and g.qtype == Q4_K and u.qtype == Q4_K and g.out_features % 32 == 0:
+            xq, xs = quantize_x(res, norm=nrm)
+            return glu_q4k_i8(xq, xs, g.raw, u.raw, g.out_features, g.in_features, res.dtype,
+                              quant_out=dn.qtype in I8_TYPES)
+        return fused_glu(res, g.raw, u.raw, g.out_features, g.in_features, g.qtype, norm=nrm), None, None
+
+    def down(self, lin: BlockLinears, act: tuple, res: torch.Tensor) -> None:
+        """res [B, H] += act @ Wdown.T in place; act from glu (int8 words when it quantized them)."""
+        y, aq, asc = act
+        dn = lin.down
+        if aq is not None:
+            gemv_i8(aq, asc, dn.raw, dn.out_features, dn.in_features, dn.qtype, residual=res)
+        else:
+            fused_gemv(y, dn.raw, dn.out_features, dn.in_features, dn.qtype, residual=res)
+
+    def head(self, m, res: torch.Tensor, nrm: Norm) -> torch.Tensor:
+        """RMSNorm(res) * w @ W_head.T -> [B, out] in res.dtype (m: the head, or this rank's rows)."""
+        if self.int8_x and m.qtype in I8_TYPES:  # the final RMSNorm inside the x quantization
+            xq, xs = quantize_x(res, norm=nrm)
+            return gemv_i8(xq, xs, m.raw, m.out_features, m.in_features, m.qtype, m.bias, dtype=res.dtype)
+        # the final RMSNorm as one small kernel of its own: inside the head GEMV, each of its ~38k
+        # programs would redo the RMS
+        h = add_rmsnorm(None, res, nrm[0], nrm[1])
+        return fused_gemv(h, m.raw, m.out_features, m.in_features, m.qtype, m.bias)
