@@ -10,7 +10,7 @@ import torch
 from fused_cases import fused_reference
 from gguf import GGMLQuantizationType as T
 from gpu_blocks import random_blocks, rel_err
-from interp_run import check_under_interpreter, interpreter_only
+from interp_run import check_under_interpreter, interpreter_only, run_under_interpreter
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 # (type, out, in): 0.5B q/o, gate/up, down (Q4_K and Q6_K); Gemma 3 270M o and down; 7B k/v; odd: out
@@ -80,3 +80,48 @@ def test_fused_gemv_refuses_fusions_above_mm_max_n():
 @interpreter_only
 def test_batched_fused_under_interpreter():
     check_under_interpreter("interp_batched_fused.py", cases=24)
+
+
+@interpreter_only
+def test_fused_decode_step_at_5_rows_under_interpreter():
+    """FusedDecoder's norm-fused step with fused_rows switched to 64 (the change its owner may make for
+    models whose products all run on batched_fused) matches the dequantized forward at 5 rows."""
+    (name, err, tol), (label, calls) = run_under_interpreter("interp_fused_rows.py", timeout=300)
+    assert float(err) < float(tol), name
+    assert label == "batched_fused_calls" and int(calls) > 0
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("rows", [6, 17])
+@pytest.mark.parametrize("quant", ["Q8_0", "Q4_K_M"])
+@torch.inference_mode()
+def test_fused_decode_step_above_gemv_rows(tmp_path, monkeypatch, quant, rows):
+    """The norm-fused decode step at 6 and 17 rows on batched_fused (fused_rows switched to 64, float x)
+    against model.forward + compute_logits, bf16, four steps."""
+    from orcd.cli.synth import synth_like
+    from orcd.loading.loader import load_model
+    from orcd.models.kv_cache import KVCache
+    from orcd.models.layers.attention import AttnMetadata
+    from orcd.runner.fused_decode import FusedDecoder
+
+    monkeypatch.setattr(FusedDecoder, "fused_rows", lambda self: 64)
+    like = "tiny-qwen2" if quant == "Q8_0" else "tiny-qwen2-256"  # K-quants need widths % 256 == 0
+    path, _ = synth_like(str(tmp_path / "m.gguf"), like, quant)
+    loaded = load_model(path, "cuda", tokenizer=False)
+    model = loaded.model
+    kv = KVCache.allocate(loaded.cfg, 8 * rows, 16, "cuda", loaded.dtype)
+    tables = torch.arange(8 * rows, dtype=torch.int32, device="cuda").view(rows, 8)
+    fused = FusedDecoder(model, int8_x=False)
+    pos = torch.arange(rows, device="cuda") * 5 % 100
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for _ in range(4):
+        slots = tables.gather(1, (pos // 16)[:, None].int()).view(-1).long() * 16 + pos % 16
+        meta = AttnMetadata(cu_seqlens_q=torch.arange(rows + 1, dtype=torch.int32, device="cuda"),
+                            seq_lens=(pos + 1).int(), block_tables=tables, slot_mapping=slots,
+                            max_query_len=1, max_seq_len=int(pos.max()) + 1)
+        ids = torch.randint(0, loaded.cfg.vocab_size, (rows,), device="cuda", generator=gen)
+        out = fused(ids, pos, meta, kv)
+        ref = model.compute_logits(model(ids, pos, meta, kv))
+        assert float((out - ref).norm() / ref.norm()) < 5e-2  # bf16 at other points (test_fused_decode.py)
+        pos = pos + 1
