@@ -21,16 +21,17 @@ import gpt_oss_profile  # noqa: E402
 import kernel_table  # noqa: E402
 import orcd_side  # noqa: E402
 
-from orcd.runner.decode_graphs import DecodeGraphs  # noqa: E402
+from orcd.runner.decode_graphs import DecodeGraphs, buckets_for, table_width  # noqa: E402
 from orcd.runner.fused_gpt_oss import GptOssDecoder  # noqa: E402
 
 
-def use_fused_step(eng) -> float:
-    """Replace the engine runner's decode graphs by graphs of the fused step (same buckets, width and
-    scratch block); returns the capture seconds."""
+def use_fused_step(eng, max_num_seqs: int) -> float:
+    """Replace the engine runner's decode graphs (or its eager decode, where their capture failed) by
+    graphs of the fused step, built as DecodeGraphs.for_engine builds them; returns the capture seconds."""
     runner = eng.runner
-    old = runner.graph
-    new = DecodeGraphs(runner.model, runner.kv, old.block_size, old.width, old.scratch_block, old.buckets,
+    scratch = runner.kv.k[0].shape[0] - 1  # the extra block past the block manager's ids
+    width = table_width(eng.max_model_len, runner.block_size)  # as the engine gives the runner
+    new = DecodeGraphs(runner.model, runner.kv, runner.block_size, width, scratch, buckets_for(max_num_seqs),
                        GptOssDecoder(runner.model))
     secs = new.capture()
     runner.graph = new
@@ -48,7 +49,8 @@ def main() -> None:
     engines: list = []
     res = {"model_forward": orcd_side.measure(a.model, streams, 128, 128, engines=engines)}
     eng = engines[0]
-    res["fused_capture_s"] = use_fused_step(eng)
+    res["runner_graphs"] = eng.runner.graph is not None and eng.runner.graph.fused  # False: model.forward
+    res["fused_capture_s"] = use_fused_step(eng, max(64, max(streams)))  # measure's max_num_seqs
     rng = random.Random(2)
     for c in streams:  # warm-up, as measure does
         orcd_side.decode_round(eng, c, 128, 8, rng)
