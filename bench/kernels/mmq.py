@@ -33,6 +33,7 @@ from products import LAYOUT, blocks, copies_for, copy_bandwidth, graph_time  # n
 
 import orcd.quant.kernels.fused_linear as fused_mod  # noqa: E402
 import orcd.quant.kernels.mmq as mmq_mod  # noqa: E402
+from orcd.quant.kernels.batched_fused import batched_fused  # noqa: E402
 from orcd.quant.kernels.batched_linear import batched_linear  # noqa: E402
 from orcd.quant.kernels.dequant_kernel import dequantize_raw  # noqa: E402
 from orcd.quant.kernels.fused_linear import fused_linear, gemv_plan, launch_gemv  # noqa: E402
@@ -57,6 +58,7 @@ SHAPES = {"7b": P7B, "0.5b": P05, "gemma": PGEMMA}
 SWEEP = {Q.Q4_K: [(32, 4, 3), (64, 4, 3), (64, 4, 2), (64, 4, 4), (128, 4, 3), (128, 8, 3), (64, 8, 3)],
          Q.Q6_K: [(32, 4, 2), (32, 4, 3), (32, 8, 2), (64, 8, 3), (128, 8, 2), (64, 8, 2)]}
 SWEEP_I8 = [(64, 8, 3), (32, 4, 3)]
+FUSED: list = []  # --fused: [True]
 SWEEP_BL = [(32, 4, 2), (128, 4, 2), (64, 8, 2), (32, 2, 1), (64, 4, 3)]  # batched_linear (BN, warps, stages)
 
 
@@ -70,9 +72,22 @@ def _gemv(x, r, n, k, qt):
     return y
 
 
+def _fused(x, r, n, k, qt, mode, bufs={}):  # noqa: B006 (the residual buffers live across calls)
+    """batched_fused alone ("") or with its RMSNorm of x ("norm") or residual add ("res")."""
+    key = (x.shape[0], n, k, x.device)
+    if key not in bufs:
+        bufs[key] = (torch.rand(k, device=x.device, dtype=x.dtype),
+                     torch.zeros(x.shape[0], n, device=x.device, dtype=x.dtype))
+    nw, res = bufs[key]
+    return batched_fused(x, r, n, k, qt, norm=(nw, 1e-6) if mode == "norm" else None,
+                         residual=res if mode == "res" else None)
+
+
 def candidates(qt, m: int, sweep: bool, k: int = 256) -> dict:
     c = {"fused_linear (today)": lambda x, r, n, k: fused_linear(x, r, n, k, int(qt)),
          "batched_linear": lambda x, r, n, k: batched_linear(x, r, n, k, qt)}
+    if FUSED:  # the norm-fused step's products above GEMV_MAX_N rows
+        c |= {f"batched_fused {md}".strip(): partial(_fused, qt=qt, mode=md) for md in ("", "norm", "res")}
     if k % 256 or qt not in mmq_mod.BLOCK_BYTES:  # mmq: K-quants only
         c["dequant+cuBLAS"] = lambda x, r, n, k: _cublas(x, r, n, k, qt)
         for cfg in SWEEP_BL if sweep else []:
@@ -173,10 +188,12 @@ def main() -> None:
     ap.add_argument("--types", default="Q4_K,Q6_K,Q5_0,Q8_0")
     ap.add_argument("--shapes", default="7b", choices=sorted(SHAPES))
     ap.add_argument("--launches", default="", help="sweep only these bf16-w launches, e.g. 256,4,3;128,4,4")
+    ap.add_argument("--fused", action="store_true", help="also batched_fused (plain, +RMSNorm, +residual)")
     ap.add_argument("--warm-job", type=int, default=-1, help=argparse.SUPPRESS)
     a = ap.parse_args()
     ms, sweep_ms = [int(v) for v in a.ms.split(",")], [int(v) for v in a.sweep_ms.split(",") if v]
     P7B[:] = [p for p in SHAPES[a.shapes] if p[1].name in a.types.split(",")]
+    FUSED[:] = [True] if a.fused else []
     if a.launches:
         SWEEP_I8.clear()
         for qt in SWEEP:
@@ -186,7 +203,8 @@ def main() -> None:
     if a.jobs:
         procs = [subprocess.Popen([sys.executable, __file__, a.out, "--ms", a.ms, "--sweep-ms", a.sweep_ms,
                                    "--types", a.types, "--shapes", a.shapes, "--launches", a.launches,
-                                   "--jobs", str(a.jobs), "--warm-job", str(j)]) for j in range(a.jobs)]
+                                   "--jobs", str(a.jobs), *(["--fused"] if a.fused else []),
+                                   "--warm-job", str(j)]) for j in range(a.jobs)]
         print("warm-up exit codes", [p.wait() for p in procs], flush=True)
     if a.warm_only:
         return None
