@@ -75,3 +75,40 @@ def decode_checks(path: Path, device: str, dtype: torch.dtype, rows: int, steps:
         err = float((out.double() - ref.double()).norm() / ref.double().norm())
         yield err, bool(torch.equal(out.argmax(-1), ref.argmax(-1)))
         pos = pos + 1
+
+
+def kernel_checks(device: str, dtype: torch.dtype):
+    """norm_ops' kernels vs the eager layers they replace: yields (name, rel_err)."""
+    from orcd.models.layers.attention_ref import write_kv
+    from orcd.models.layers.norm import RMSNorm
+    from orcd.models.layers.rotary import RotaryEmbedding, apply_rotary
+    from orcd.quant.kernels.norm_ops import gelu_mul, norm_add, qk_norm_rope_kv
+
+    g = torch.Generator().manual_seed(9)
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+
+    def err(a, b):
+        return float((a.double() - b.double()).norm() / b.double().norm())
+
+    t, res, w, w2 = rnd(3, 80), rnd(3, 80), rnd(80), rnd(80)
+    want = res + RMSNorm(w, 1e-6)(t)
+    want_h = RMSNorm(w2, 1e-6)(want)
+    h = norm_add(t, res, w, 1e-6, next_weight=w2)
+    yield f"norm_add-{dtype}", max(err(res, want), err(h, want_h))
+    gate, up = rnd(5, 96), rnd(5, 96)
+    act = torch.nn.functional.gelu(gate, approximate="tanh") * up
+    yield f"gelu_mul-{dtype}", err(gelu_mul(gate, up), act)
+    q, k, v, qw, kw = rnd(3, 4, 32), rnd(3, 2, 32), rnd(3, 2, 32), rnd(32), rnd(32)
+    pos = torch.tensor([0, 7, 300], device=device)
+    rot = RotaryEmbedding(32, 1e4, device=device)
+    cos, sin = rot.cos_sin(pos, dtype)
+    q_ref = apply_rotary(RMSNorm(qw, 1e-6)(q), cos, sin)
+    kc_ref = torch.zeros(4, 4, 2, 32, device=device, dtype=dtype)  # [blocks, page, Hkv, D]
+    vc_ref = torch.zeros_like(kc_ref)
+    slots = torch.tensor([5, 0, 14], device=device)
+    write_kv(apply_rotary(RMSNorm(kw, 1e-6)(k), cos, sin), v, kc_ref, vc_ref, slots)
+    kc, vc = torch.zeros_like(kc_ref), torch.zeros_like(vc_ref)
+    qk_norm_rope_kv(q, k, v, (qw, 1e-6), kw, pos, rot.inv_freq, kc, vc, slots)
+    yield f"qk_norm_rope_kv-{dtype}", max(err(q, q_ref), err(kc, kc_ref), err(vc, vc_ref))

@@ -1,5 +1,6 @@
 """Run under TRITON_INTERPRET=1 (by test_fused_gemma3.py): the QK-norm fused decode step on the CPU vs
-model.forward + compute_logits in float32. Prints one line per case: `name rel_err tolerance`."""
+model.forward + compute_logits in float32, and its small kernels vs the eager layers. Prints one line
+per case: `name rel_err tolerance`."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ assert os.environ.get("TRITON_INTERPRET") == "1"
 sys.path.insert(0, os.path.dirname(__file__))
 
 import torch  # noqa: E402
-from gemma3_fused_cases import decode_checks, write_case  # noqa: E402
+from gemma3_fused_cases import decode_checks, kernel_checks, write_case  # noqa: E402
 
 CPU_CASES = ("gemma3-small", "qwen3-small")
 
 if __name__ == "__main__":
+    # float32 only: the interpreter rounds float32 -> bfloat16 toward zero, torch to nearest
+    for name, err in kernel_checks("cpu", torch.float32):
+        print(f"{name} {err:.3e} 1e-5")
     with tempfile.TemporaryDirectory() as tmp:
         for name in CPU_CASES:
             path = write_case(Path(tmp), name)
