@@ -24,7 +24,7 @@ def test_fused_step_matches_model_on_cuda(tmp_path, name, rows):
     path = write_case(tmp_path, name)
     for err, same in decode_checks(path, "cuda", torch.float32, rows, steps=2):
         assert same and err < 1e-4, err
-    # bf16: rounding happens at other points (fused epilogues, fp32 GEMV sums): measured below 2e-2
+    # bf16: rounding at other points (fp32 GEMV sums, the GLU's fp32 gate): 5.7e-3 .. 1.32e-2 on an H100
     for err, same in decode_checks(path, "cuda", torch.bfloat16, rows, steps=2):
         print(f"{name} rows {rows} bf16 rel err {err:.2e}")
         assert same and err < 5e-2, err
@@ -35,7 +35,8 @@ def test_fused_step_matches_model_on_cuda(tmp_path, name, rows):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_small_kernels_round_as_the_eager_layers(dtype):
     """norm_add, gelu_mul, qk_norm_rope_kv: bf16 within one rounding step of the eager layers (rounding
-    at other points than they do gives ~8e-3: seen under the interpreter, which rounds toward zero)."""
+    at other points than they do gives ~8e-3: seen under the interpreter, which rounds toward zero).
+    H100: 2.0e-3, 0, 2.5e-3."""
     for name, err in kernel_checks("cuda", dtype):
         print(name, f"{err:.2e}")
         assert err < (1e-5 if dtype == torch.float32 else 4e-3), name
