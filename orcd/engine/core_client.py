@@ -12,6 +12,7 @@ EngineStoppedError (HTTP 503): nothing hangs.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import multiprocessing
 import threading
@@ -86,6 +87,8 @@ class ProcessEngine:
         self._accepting = False
         self._stopping = False
         self.failure: str | None = None  # why the engine is gone, once its socket closed unasked
+        self._asked: dict[int, asyncio.Future] = {}  # cancel_shared's questions to the engine, by token
+        self._tokens = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop reading the socket, once started
         self._closed = threading.Event()  # set once the socket is read to its end (the process is gone)
 
@@ -185,6 +188,22 @@ class ProcessEngine:
         self._post(("abort", request_id))
         return True
 
+    async def cancel_shared(self, request_id: str, timeout_s: float = 5.0) -> bool:
+        """Cancel a request (and its other choices, `ID.N`) that another API process over the same engine
+        runs (orcd serve --api-processes): the engine looks it up among every client's. False when no
+        client runs it, and always with an engine of this process's own."""
+        if self.process is not None or not self.running:
+            return False
+        token = next(self._tokens)
+        self._asked[token] = asyncio.get_running_loop().create_future()
+        self._post(("cancel_any", token, request_id))
+        try:
+            return await asyncio.wait_for(self._asked[token], timeout_s)
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            self._asked.pop(token, None)
+
     def stats(self) -> dict[str, Any]:
         """The snapshot the engine process sent with its last step."""
         return dict(self._stats)
@@ -211,6 +230,10 @@ class ProcessEngine:
                 self._stats = msg[2]  # first: see AsyncEngine._publish
                 if msg[1]:
                     self._publish(msg[1])
+            elif msg[0] == "cancelled":  # the answer to a cancel_shared
+                asked = self._asked.get(msg[1])
+                if asked is not None and not asked.done():
+                    asked.set_result(msg[2])
         except (EOFError, OSError):
             self._on_exit()
         except Exception:

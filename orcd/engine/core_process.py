@@ -197,6 +197,12 @@ class EngineCore:
             self.llm.abort(f"{k}:{msg[1]}")
         elif kind == "warm_grammars":  # built on a side thread; add_validated waits on its lock
             threading.Thread(target=self.llm.grammars, name="orcd-grammars", daemon=True).start()
+        elif kind == "cancel_any":  # another client's request, by its id (and its choices, ID.N)
+            rid, prefix = msg[2], msg[2] + "."
+            hits = [e for e, (_, own) in self.owner.items() if own == rid or own.startswith(prefix)]
+            for engine_id in hits:
+                self.llm.abort(engine_id)
+            conn.send_bytes(ipc.dumps(("cancelled", msg[1], bool(hits))))
         elif kind == "stop":
             self._leave(conn)
 

@@ -2,7 +2,9 @@
 per API process, one pickled message per send. Messages are plain tuples whose first item names them.
 
 Down (API -> engine): ("add", request_id, prompt_token_ids, SamplingParams), ("abort", request_id),
-("warm_grammars",), ("stop",) (this client leaves: its requests are aborted, its socket closed).
+("cancel_any", token, request_id) (any client's request of that id, or ID.N; answered
+("cancelled", token, found)), ("warm_grammars",), ("stop",) (this client leaves: its requests are
+aborted, its socket closed).
 Up (engine -> API): ("ready", info dict) or ("failed", message, is_orcd_error) once at start, then
 ("step", [event tuples], stats dict) once per engine step that has events of this client's requests,
 and with no events at most every 0.1 s while the engine is busy and once when it goes idle.

@@ -103,7 +103,13 @@ async def _generate(hub: JobHub, slot: ModelSlot, body: GenerateRequest, request
 @router.post("/v1/cancel", response_model=CancelResponse, responses=_ERRORS)
 async def cancel(body: CancelRequest, request: Request) -> dict:
     hub: JobHub = request.app.state.hub
-    if not hub.cancel(body.request_id):
+    if not hub.cancel(body.request_id) and not await _cancel_shared(hub, body.request_id):
         raise APIError(404, f"no running request {body.request_id!r}", param="request_id",
                        code="request_not_found")
     return {"request_id": body.request_id, "cancelled": True}
+
+
+async def _cancel_shared(hub: JobHub, request_id: str) -> bool:
+    """--api-processes: the request may run in another API process over the same engine."""
+    cancel = getattr(hub.pool.slots[hub.pool.default].engine, "cancel_shared", None)
+    return cancel is not None and not hub.pool.multi and await cancel(request_id)

@@ -2,7 +2,8 @@
 Real servers on loopback and the official `openai` client: both processes answer; concurrent chat and
 generate streams give the same tokens as one process; /metrics sums both processes' counters; a client
 that disconnects frees its blocks; SIGTERM leaves no process; a killed engine process gives 503 on
-/health and on requests; a killed parent leaves no process either. Tests run in file order."""
+/health and on requests; a killed parent leaves no process either; /v1/cancel reaches a request that the
+other process runs. Tests run in file order."""
 
 from __future__ import annotations
 
@@ -104,6 +105,35 @@ def test_same_tokens_as_one_process_and_summed_metrics(two, server):
 def _finished(text: str, route: str) -> float:
     return sum(float(line.split()[-1]) for line in text.splitlines()
                if line.startswith("orcd_requests_total{") and f'route="{route}"' in line)
+
+
+def _client_of(srv: ServerProc, avoid: int | None) -> tuple[httpx.Client, int]:
+    """A client whose kept-alive connection is served by one API process (not `avoid`), and its pid."""
+    for _ in range(50):
+        c = httpx.Client(base_url=srv.url, headers=srv.headers, timeout=60)
+        pid = c.get("/health").json()["pid"]  # the next requests reuse this connection
+        if pid != avoid:
+            return c, pid
+        c.close()
+    raise AssertionError("one API process answered every connection")
+
+
+def test_cancel_by_id_from_the_other_process(two):
+    runner, pid = _client_of(two, None)
+    other, other_pid = _client_of(two, pid)
+    try:
+        body = {"prompt": "x", "max_tokens": LONG, "ignore_eos": True, "request_id": "far-away"}
+        with runner.stream("POST", "/v1/generate", json=body) as r:
+            events = generate_events(r)
+            assert [next(events)[0] for _ in range(2)] == ["started", "token"]
+            assert other.get("/health").json()["pid"] == other_pid != pid
+            assert other.post("/v1/cancel", json={"request_id": "far-away"}).json()["cancelled"] is True
+            end = [d for e, d in events if e == "end"]
+        assert end[0]["stop_reason"] == "cancelled"
+        assert other.post("/v1/cancel", json={"request_id": "far-away"}).status_code == 404
+    finally:
+        runner.close()
+        other.close()
 
 
 def test_disconnect_frees_blocks(two):
