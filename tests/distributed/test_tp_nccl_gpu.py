@@ -58,3 +58,27 @@ def test_nccl_server_streams_cancels_and_stops_on_sigterm(tmp_path):
         check_server(proc, url, PROMPT, want, MAX_TOKENS)
     finally:
         print((tmp_path / "serve.log").read_text()[-4000:])  # the ranks' stderr, for a failing run
+
+
+def test_tp_fused_int8_step_matches_one_gpu(tmp_path):
+    """The TP fused step on the int8-activation GEMVs (bf16, Q4_K_M mix) == one GPU's FusedDecoder."""
+    from gguf import GGMLQuantizationType as Q
+    from tp_workers import fused_int8_rank, fused_steps
+
+    from orcd.gguf.synth import write_model_gguf
+    from orcd.runner.fused_decode import FusedDecoder
+
+    types = {"default": Q.Q4_K, "attn_v": Q.Q6_K, "ffn_down": Q.Q6_K, "output": Q.Q6_K}
+    path = write_model_gguf(tmp_path / "m.gguf", "qwen2", vocab_size=512, hidden=512, n_layers=2, ffn=1024,
+                            n_heads=4, n_kv_heads=2, head_dim=128, context_length=256, qtypes=types,
+                            tied=False, seed=5, tokenizer_metadata={})
+    out = tmp_path / "tp.pt"
+    assert launch(2, "cuda", fused_int8_rank, (str(path), str(out))) == 0
+    got = torch.load(out)
+    assert got["int8"] == [True, True, True]
+    loaded = load_model(path, "cuda:0", dtype=torch.bfloat16, tokenizer=False)
+    with torch.inference_mode():
+        want = fused_steps(FusedDecoder(loaded.model), loaded.cfg, "cuda:0", torch.bfloat16)
+    # bf16 partial sums rounded per rank before the all-reduce; a missing or doubled partial gives O(1)
+    errs = [float((g - w).norm() / w.norm()) for g, w in zip(got["logits"], want, strict=True)]
+    assert max(errs) < 5e-2, errs

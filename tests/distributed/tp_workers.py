@@ -99,3 +99,44 @@ def ordered_sum_rank(ctx, out_path: str) -> int:
         with open(out_path, "w") as f:
             json.dump({"full": full.tolist(), "one": one.tolist()}, f)
     return 0
+
+
+def fused_steps(dec, cfg, device, dtype, batch: int = 3, steps: int = 4):
+    """`steps` decode steps of `batch` sequences from position 0 through dec (a FusedDecoder or a
+    TPFusedDecoder) over a fresh K/V cache of cfg's heads -> logits [steps, batch, V] float32 (CPU)."""
+    import torch
+
+    from orcd.models.kv_cache import KVCache
+    from orcd.models.layers.attention import AttnMetadata
+
+    page = 16
+    kv = KVCache.allocate(cfg, batch * 2, page, device, dtype)
+    tables = torch.arange(batch * 2, dtype=torch.int32, device=device).view(batch, 2)
+    pos, out = torch.zeros(batch, dtype=torch.int64, device=device), []
+    for step in range(steps):
+        slots = tables.gather(1, (pos // page)[:, None].int()).view(-1).long() * page + pos % page
+        meta = AttnMetadata(cu_seqlens_q=torch.arange(batch + 1, dtype=torch.int32, device=device),
+                            seq_lens=(pos + 1).int(), block_tables=tables, slot_mapping=slots,
+                            max_query_len=1, max_seq_len=int(pos.max()) + 1)
+        ids = (torch.arange(batch, device=device) * 37 + step * 11) % cfg.vocab_size
+        out.append(dec(ids, pos, meta, kv).float().cpu())
+        pos = pos + 1
+    return torch.stack(out)
+
+
+def fused_int8_rank(ctx, path: str, out_path: str) -> int:
+    """Every rank: the bf16 shard's TPFusedDecoder (int8 products) for fused_steps; rank 0 saves
+    {"logits": [steps, batch, V], "int8": flags} to out_path."""
+    import torch
+
+    from orcd.distributed.fused_tp import TPFusedDecoder
+    from orcd.runner.decode_products import I8_MAX_ROWS
+
+    loaded = load_sharded(path, ctx, torch.bfloat16)
+    dec = TPFusedDecoder(loaded.model, ctx.rank, ctx.group)
+    flags = [dec.fuse_norm, dec.products.int8_x, dec.fused_rows() == I8_MAX_ROWS]
+    with torch.inference_mode():
+        logits = fused_steps(dec, loaded.cfg, ctx.device, torch.bfloat16)
+    if ctx.rank == 0:
+        torch.save({"logits": logits, "int8": flags}, out_path)
+    return 0
