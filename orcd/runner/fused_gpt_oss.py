@@ -23,11 +23,17 @@ from orcd.models.layers.attention import AttnMetadata
 from orcd.models.layers.attention_triton import paged_decode_attention
 from orcd.quant.kernels import get_fused_linear
 from orcd.quant.kernels.decode_ops import add_rmsnorm, rope_and_write_kv
-from orcd.quant.kernels.fused_linear import GEMV_MAX_N, fused_gemv, fused_linear
+from orcd.quant.kernels.fused_linear import GEMV_MAX_N, fused_gemv, fused_linear, launch_gemv
 from orcd.quant.kernels.gemv_multi import fused_gemv3
 from orcd.quant.kernels.moe_gemv import moe_gemv
 from orcd.quant.kernels.moe_mxfp4 import GEMV_MAX_PAIRS
 from orcd.quant.kernels.moe_router import norm_route
+
+Q8_0 = 8  # GGMLQuantizationType
+# The o GEMV's launch (G, BO, warps, K splits) for Q8_0: H100, gpt-oss-20b's 2880 x 4096, one token,
+# from a CUDA graph (bench/kernels/gpt_oss_q8_sweep.py, bench/results/gpt_oss_q8_sweep.json): 10.9 us
+# against 15.2 us for fused_gemv's plan (8, 4, 1, no split)
+O_LAUNCH_Q8_0 = (8, 4, 1, 2)
 
 
 def _raw_linears(model) -> list:
@@ -106,6 +112,10 @@ class GptOssDecoder:
         o = paged_decode_attention(q, kv.k[i], kv.v[i], meta.block_tables, meta.seq_lens, scale,
                                    window=a.window, sinks=a.sinks).to(res.dtype).view(b, -1)
         m = a.o_proj
+        if b <= GEMV_MAX_N and int(m.qtype) == Q8_0:
+            launch_gemv(o, m.raw, res, Q8_0, m.out_features, m.in_features, *O_LAUNCH_Q8_0, bias=m.bias,
+                        res=True)
+            return None
         if b <= GEMV_MAX_N:
             fused_gemv(o, m.raw, m.out_features, m.in_features, m.qtype, m.bias, residual=res)
             return None

@@ -101,8 +101,10 @@ def test_weights_on_gpu_within_file_size(path):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_fused_step_in_graphs_equals_model_forward(dtype):
     """orcd/runner/fused_gpt_oss.py captured in DecodeGraphs (buckets 1-8: the norm-fused and the
-    unfused-norm paths) against model.forward + compute_logits, eager: fp32 logits < 1e-4 relative,
-    bf16 the same greedy token per row."""
+    unfused-norm paths) against model.forward + compute_logits, eager: fp32 logits < 1e-4 relative; bf16
+    within the model's own bf16 error (test_bf16_logits_close_and_greedy) and the same greedy token where
+    the top two logits are apart (this random model's rows can be near-ties: a 0.0018 gap was seen,
+    below bf16's rounding of the residual)."""
     from gpt_oss_fused_cases import BATCHES, BLOCK, BLOCKS, WIDTH, decode_step, setup, step_inputs
 
     from orcd.runner.decode_graphs import DecodeGraphs
@@ -118,4 +120,7 @@ def test_fused_step_in_graphs_equals_model_forward(dtype):
         if dtype == torch.float32:
             assert rel_err(got, ref) < 1e-4, b
         else:
-            assert torch.equal(got.argmax(-1), ref.argmax(-1)), b
+            assert rel_err(got, ref) < 3e-2, b
+            top2 = ref.topk(2, dim=-1).values
+            clear = (top2[:, 0] - top2[:, 1]) > 0.05
+            assert torch.equal(got.argmax(-1)[clear], ref.argmax(-1)[clear]), b
