@@ -12,7 +12,7 @@
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/tp-out}
-BUDGET=${TP_BUDGET_S:-330}  # seconds for the whole script
+BUDGET=${TP_BUDGET_S:-310}  # seconds for the whole script
 COMMIT=${COMMIT:-unknown}
 mkdir -p "$OUT"
 left() { echo $((BUDGET - SECONDS)); }
@@ -39,11 +39,11 @@ timeout 60 python3 -m orcd synth --like qwen2.5-7b --quant Q4_K_M "$F7" >"$OUT/s
 echo "[synth] done at ${SECONDS} s"
 
 mkdir -p "$OUT/7b"
-timeout 185 python3 bench/tp/tp_scaling.py --file "$F7" --ranks 1,2 --streams 1,8,32,64 --modes tp-graphs \
+timeout 175 python3 bench/tp/tp_scaling.py --file "$F7" --ranks 1,2 --streams 1,8,32,64 --modes tp-graphs \
   --prompt-len 512 --decode-tokens 64 --out "$OUT/7b" >"$OUT/7b/bench.log" 2>&1
 echo "[orcd tp 1,2] rc $? at ${SECONDS} s"
 
-T=$(( $(left) - 90 )); [ "$T" -gt 130 ] && T=130
+T=$(( $(left) - 70 )); [ "$T" -gt 100 ] && T=100
 if [ "$T" -gt 20 ]; then
   (CUDA_VISIBLE_DEVICES=0 timeout "$T" python3 -m pytest -q -p no:cacheprovider -rA \
     tests/gpu/test_fused_decode.py >"$OUT/gpu_fused_decode.log" 2>&1) &
@@ -55,7 +55,7 @@ if [ "$T" -gt 20 ]; then
 fi
 echo "[tests] done at ${SECONDS} s"
 
-while [ ! -f "$W/build.rc" ] && [ "$(left)" -gt 70 ]; do sleep 2; done
+while [ ! -f "$W/build.rc" ] && [ "$(left)" -gt 60 ]; do sleep 2; done
 echo "[build] $(cat "$W/build.rc" 2>/dev/null || echo 'not finished') at ${SECONDS} s"
 tail -5 "$W/llama/build.log" >"$OUT/llama_build_tail.log" 2>/dev/null
 if [ -f "$W/build.rc" ] && [ "$(left)" -gt 15 ]; then
