@@ -6,9 +6,11 @@ The grammar engine is llguidance (bench/structured/ compares it with xgrammar). 
   SamplingParams.grammar;
 - the engine builds one GrammarBackend per tokenizer (backend.py: the llguidance tokenizer from orcd's own
   token bytes + EOG ids) and gives each constrained Sequence a matcher;
-- the sampler asks the matchers of its constrained rows for an allowed-token bitmask (int32 words, bit j
-  of word w = token 32w + j), uploads it once per step and masks the logits on their device (mask.py);
-  free rows are not touched;
+- the sampler draws constrained rows from their unmasked logits and checks each token against its
+  grammar; only rows whose token the grammar rejects (and rows with top-k / top-p / min-p, which need
+  the mask first) get an allowed-token bitmask (int32 words, bit j of word w = token 32w + j), uploaded
+  once and applied on the logits' device (mask.py), and are drawn again: the full mask's token, exactly
+  (guide.py); free rows are not touched;
 - Sequence.append_token advances the matcher; when the grammar is complete only EOS is allowed.
 
 Import the modules (orcd.structured.backend, .grammars, ...): this package imports nothing itself, so the
