@@ -1,7 +1,8 @@
 """gpt-oss decode through LLMEngine with and without the fused decode step (orcd/runner/fused_gpt_oss.py),
-on one loaded engine: bench/peers/orcd_side.py's measure (the runner's own decode graphs), then the
-runner's graphs replaced by DecodeGraphs of GptOssDecoder (captured here) and the same decode rounds again;
-then torch.profiler over decode steps of the fused graphs (gpt_oss_profile.profile_round).
+on one loaded engine: bench/peers/orcd_side.py's measure (the runner's own decode graphs, whatever
+decode_graphs.pick_step chose, and prefill), then the runner's graphs replaced by DecodeGraphs of
+model.forward, then of GptOssDecoder (captured here), the same decode rounds on each; then torch.profiler
+over decode steps of the fused graphs (gpt_oss_profile.profile_round).
 
 usage: python bench/kernels/gpt_oss_fused.py MODEL.gguf OUT.json [--streams 1,8,32,64] [--profile 1,8]
 Prints tok/s per stream count both ways, then the profiled kernels of the fused step.
@@ -25,17 +26,26 @@ from orcd.runner.decode_graphs import DecodeGraphs, buckets_for, table_width  # 
 from orcd.runner.fused_gpt_oss import GptOssDecoder  # noqa: E402
 
 
-def use_fused_step(eng, max_num_seqs: int) -> float:
-    """Replace the engine runner's decode graphs (or its eager decode, where their capture failed) by
-    graphs of the fused step, built as DecodeGraphs.for_engine builds them; returns the capture seconds."""
+def use_step(eng, max_num_seqs: int, fused: bool) -> float:
+    """Replace the engine runner's decode graphs by graphs of the fused step (fused) or of model.forward,
+    built as DecodeGraphs.for_engine builds them; returns the capture seconds."""
     runner = eng.runner
     scratch = runner.kv.k[0].shape[0] - 1  # the extra block past the block manager's ids
     width = table_width(eng.max_model_len, runner.block_size)  # as the engine gives the runner
+    step = GptOssDecoder(runner.model) if fused else None
+    runner.graph = None  # the old graphs' memory goes before the new ones are captured
     new = DecodeGraphs(runner.model, runner.kv, runner.block_size, width, scratch, buckets_for(max_num_seqs),
-                       GptOssDecoder(runner.model))
+                       step)
     secs = new.capture()
     runner.graph = new
     return secs
+
+
+def rounds(eng, streams: list[int], rng: random.Random) -> dict:
+    """Decode tok/s at each stream count (orcd_side.decode_round, after a warm-up round of each)."""
+    for c in streams:
+        orcd_side.decode_round(eng, c, 128, 8, rng)
+    return {str(c): orcd_side.decode_round(eng, c, 128, 128, rng) for c in streams}
 
 
 def main() -> None:
@@ -47,21 +57,22 @@ def main() -> None:
     a = ap.parse_args()
     streams = [int(s) for s in a.streams.split(",")]
     engines: list = []
-    res = {"model_forward": orcd_side.measure(a.model, streams, 128, 128, engines=engines)}
+    res: dict = {"runner": orcd_side.measure(a.model, streams, 128, 128, engines=engines)}
     eng = engines[0]
-    res["runner_graphs"] = eng.runner.graph is not None and eng.runner.graph.fused  # False: model.forward
-    res["fused_capture_s"] = use_fused_step(eng, max(64, max(streams)))  # measure's max_num_seqs
+    graph = eng.runner.graph
+    res["runner_step"] = type(graph.step_fn).__name__ if graph is not None and graph.fused else (
+        "model.forward" if graph is not None else "eager (graph capture failed)")
     rng = random.Random(2)
-    for c in streams:  # warm-up, as measure does
-        orcd_side.decode_round(eng, c, 128, 8, rng)
-    res["fused"] = {str(c): orcd_side.decode_round(eng, c, 128, 128, rng) for c in streams}
+    for name, fused in (("model_forward", False), ("fused", True)):
+        res[name + "_capture_s"] = use_step(eng, max(64, max(streams)), fused)  # measure's max_num_seqs
+        res[name] = rounds(eng, streams, rng)
     res["profile"] = [gpt_oss_profile.profile_round(eng, int(s), rng) for s in a.profile.split(",")]
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
-    print("streams | model.forward tok/s | fused step tok/s")
-    for c in streams:
-        print(f"{c} | {res['model_forward']['decode'][str(c)]['decode_tok_s']:,.0f} | "
-              f"{res['fused'][str(c)]['decode_tok_s']:,.0f}")
+    print(f"streams | runner's own graphs ({res['runner_step']}) | model.forward graphs | fused step (tok/s)")
+    for c in map(str, streams):
+        row = [res["runner"]["decode"][c], res["model_forward"][c], res["fused"][c]]
+        print(c, *(f"{r['decode_tok_s']:,.0f}" for r in row), sep=" | ")
     for p in res["profile"]:
         print(f"-- fused, {p['streams']} streams: {p['kernel_us_per_step']:,.0f} us of kernels per step")
         kernel_table.print_rows(p["kernels"], "step", 14, 80)
