@@ -1,11 +1,11 @@
 """gemma3 (or qwen3) decode through LLMEngine with the runner's decode graphs replaced by each step variant,
 on one loaded engine: bench/peers/orcd_side.py's measure (the runner's own graphs: pick_step's choice),
 then graphs of model.forward (the step before orcd/runner/fused_gemma3.py) and of QKNormDecoder with
-other GEMV row limits, the same decode rounds each; then torch.profiler over decode steps of the
-default fused step (kernels grouped by name, us per step).
+other GEMV / norm-fused-layer row limits, the same decode rounds each; then torch.profiler over decode
+steps of the default fused step (kernels grouped by name, us per step).
 
 usage: python bench/kernels/gemma3_fused.py MODEL.gguf OUT_STEM [--streams 1,8,32,64] [--gemv-rows 8]
-       [--profile 1,8]
+       [--fused-rows 64] [--profile 1,8]
 Writes OUT_STEM.json and OUT_STEM.md; prints tok/s per stream count per variant, then the profiles.
 """
 
@@ -92,6 +92,7 @@ def main() -> None:
     ap.add_argument("out_stem")
     ap.add_argument("--streams", default="1,8,32,64")
     ap.add_argument("--gemv-rows", default="8", help="other GEMV row limits to run, comma-separated")
+    ap.add_argument("--fused-rows", default="64", help="norm-fused layer row limits (batched_fused) to run")
     ap.add_argument("--profile", default="1,8")
     a = ap.parse_args()
     streams = [int(s) for s in a.streams.split(",")]
@@ -105,6 +106,9 @@ def main() -> None:
     for k in (int(x) for x in a.gemv_rows.split(",") if x):
         use_step(eng, QKNormDecoder(eng.runner.model, gemv_rows=k))
         res["variants"][f"fused gemv<={k}"] = rounds(eng, streams, rng)
+    for k in (int(x) for x in a.fused_rows.split(",") if x):
+        use_step(eng, QKNormDecoder(eng.runner.model, fused_rows=k))
+        res["variants"][f"fused layer<={k}"] = rounds(eng, streams, rng)
     use_step(eng, QKNormDecoder(eng.runner.model))
     res["profile"] = [gpt_oss_profile.profile_round(eng, int(s), rng) for s in a.profile.split(",") if s]
     Path(a.out_stem + ".json").write_text(json.dumps(res, indent=1))

@@ -7,10 +7,12 @@ norms, the residual add):
   paged decode attention (sliding window on local layers; split-K: 1-2 launches) -> o GEMV ->
   [gemma3: res += RMSNorm(t) * w_post] -> gate/up GEMV with GELU(tanh) or SiLU (FFN RMSNorm fused) ->
   down GEMV -> [gemma3: res += RMSNorm(t) * w_post]
-= 8-9 launches (gemma3) or 6-7 (qwen3) instead of ~40. Larger batches run each product on
-fused_linear's batched paths and fold each norm into the kernel that adds to the residual (norm_add /
-add_rmsnorm), ~13 launches per layer. gemma3's embeddings are scaled by sqrt(hidden) rounded to the model
-dtype (as HF does); the LM head is a raw-block GEMV after the final norm, soft-capped if the file says so.
+= 8-9 launches (gemma3) or 6-7 (qwen3) instead of ~40. The same layer up to `fused_rows` rows takes
+fused_linear's batched_fused for its products above GEMV_ROWS (q, k, v then 3 launches; off by default:
+not measured on the GPU yet). Larger batches run each product on fused_linear's batched paths and fold
+each norm into the kernel that adds to the residual (norm_add / add_rmsnorm), ~13 launches per layer.
+gemma3's embeddings are scaled by sqrt(hidden) rounded to the model dtype (as HF does); the LM head is a
+raw-block product after the final norm, soft-capped if the file says so.
 
 Meant to be captured by `DecodeGraphs(step_fn=QKNormDecoder(model))`; models it cannot run raise
 ValueError at construction (orcd.runner.decode_graphs.pick_step picks the step for a model).
@@ -25,7 +27,15 @@ from orcd.models.layers.attention import AttnMetadata
 from orcd.models.layers.attention_triton import paged_decode_attention
 from orcd.models.layers.mlp import GeluGLU
 from orcd.quant.kernels.decode_ops import add_rmsnorm
-from orcd.quant.kernels.fused_linear import GEMV_GROUPS, fused_glu, fused_linear, gemv_plan, launch_gemv
+from orcd.quant.kernels.fused_linear import (
+    GEMV_GROUPS,
+    MM_MAX_N,
+    fused_gemv,
+    fused_glu,
+    fused_linear,
+    gemv_plan,
+    launch_gemv,
+)
 from orcd.quant.kernels.gemv_multi import fused_gemv3
 from orcd.quant.kernels.norm_ops import gelu_mul, norm_add, qk_norm_rope_kv
 
@@ -66,12 +76,16 @@ def _check(model: torch.nn.Module) -> None:
 
 
 class QKNormDecoder:
-    def __init__(self, model: torch.nn.Module, gemv_rows: int | None = None):
+    def __init__(self, model: torch.nn.Module, gemv_rows: int | None = None, fused_rows: int | None = None):
         """model: a gemma3 (post norms, GELU, embedding scale, local/global layers) or qwen3 model whose
-        weights were kept quantized. gemv_rows: the most rows on the GEMV path (default GEMV_ROWS)."""
+        weights were kept quantized. gemv_rows: the most rows on the GEMV kernels (default GEMV_ROWS).
+        fused_rows (<= MM_MAX_N; default gemv_rows): the most rows on the norm-fused layer, its products
+        above gemv_rows on fused_linear's batched_fused (RMSNorm, residual, GLU inside; not measured
+        on the GPU for these shapes yet); above fused_rows, the per-product layer."""
         _check(model)
         self.model = model
         self.gemv_rows = GEMV_ROWS if gemv_rows is None else gemv_rows
+        self.fused_rows = min(MM_MAX_N, max(self.gemv_rows, fused_rows or 0))
         rot = model.rotary if isinstance(model.rotary, dict) else {False: model.rotary, True: model.rotary}
         d = model.blocks[0].attn.head_dim
         if any(r.rope_dim != d for r in rot.values()):
@@ -101,19 +115,25 @@ class QKNormDecoder:
         return o.view(b, -1)
 
     def _branch_out(self, m, x: torch.Tensor, res: torch.Tensor, post) -> None:
-        """res += post(x @ W.T) (gemma3) or x @ W.T (added inside the GEMV)."""
-        if self.post:
-            norm_add(_gemv(x, m), res, post.weight, post.eps)
+        """res += post(x @ W.T) (gemma3) or x @ W.T (added inside the product)."""
+        if x.shape[0] > self.gemv_rows:  # batched_fused adds into res
+            y = _linear(m, x) if self.post else fused_gemv(x, m.raw, m.out_features, m.in_features, m.qtype,
+                                                           residual=res)
         else:
-            _gemv(x, m, res=res)
+            y = _gemv(x, m, res=None if self.post else res)
+        if self.post:
+            norm_add(y, res, post.weight, post.eps)
 
-    def _layer_gemv(self, i: int, res: torch.Tensor, pos, meta: AttnMetadata, kv) -> None:
-        """One layer on the GEMV kernels: norms inside the GEMVs that read them."""
+    def _layer_fused(self, i: int, res: torch.Tensor, pos, meta: AttnMetadata, kv) -> None:
+        """One layer with each norm inside the products that read it (GEMV kernels up to gemv_rows)."""
         blk = self.model.blocks[i]
         a, mlp = blk.attn, blk.mlp
-        q, k, v = fused_gemv3(res, [(m.raw, m.out_features, m.qtype, None) for m in (a.q_proj, a.k_proj,
-                                                                                     a.v_proj)],
-                              a.q_proj.in_features, norm=(blk.attn_norm.weight, blk.attn_norm.eps))
+        qkv, nrm = (a.q_proj, a.k_proj, a.v_proj), (blk.attn_norm.weight, blk.attn_norm.eps)
+        if res.shape[0] <= self.gemv_rows:  # one launch for the three
+            q, k, v = fused_gemv3(res, [(m.raw, m.out_features, m.qtype, None) for m in qkv],
+                                  a.q_proj.in_features, norm=nrm)
+        else:
+            q, k, v = (fused_gemv(res, m.raw, m.out_features, m.in_features, m.qtype, norm=nrm) for m in qkv)
         o = self._attention(i, q, k, v, pos, meta, kv)
         self._branch_out(a.o_proj, o, res, getattr(blk, "post_attn_norm", None))
         g, u = mlp.gate, mlp.up
@@ -144,9 +164,9 @@ class QKNormDecoder:
         """ids, pos [B] -> logits [B, V] float32; writes each token's K/V at meta.slot_mapping."""
         model = self.model
         res = self._embed(ids)  # residual stream [B, H], updated in place
-        if res.shape[0] <= self.gemv_rows:
+        if res.shape[0] <= self.fused_rows:
             for i in range(len(model.blocks)):
-                self._layer_gemv(i, res, pos, meta, kv)
+                self._layer_fused(i, res, pos, meta, kv)
             # the final RMSNorm as a kernel of its own: inside the head GEMV each program would redo it
             h = add_rmsnorm(None, res, model.norm.weight, model.norm.eps)
         else:

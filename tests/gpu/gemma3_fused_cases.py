@@ -49,16 +49,16 @@ def _meta(pos: torch.Tensor, tables: torch.Tensor) -> AttnMetadata:
 
 @torch.inference_mode()
 def decode_checks(path: Path, device: str, dtype: torch.dtype, rows: int, steps: int = 1,
-                  gemv_rows: int | None = None):
+                  gemv_rows: int | None = None, fused_rows: int | None = None):
     """Yields (rel_err, argmax equal) of the fused step's logits (raw weights) vs the model's (the same
-    weights dequantized: plain torch products), per step. gemv_rows: the step's GEMV row limit."""
+    weights dequantized: plain torch products), per step. gemv_rows, fused_rows: the step's row limits."""
     loaded = load_model(path, device, dtype=dtype, keep_quantized=True, tokenizer=False)
     model = load_model(path, device, dtype=dtype, keep_quantized=False, tokenizer=False).model
     cfg = loaded.cfg
     step = pick_step(loaded.model)
     assert type(step).__name__ == "QKNormDecoder"
-    if gemv_rows is not None:  # every layer product on the GEMV kernels up to this many rows
-        step.gemv_rows = gemv_rows
+    if gemv_rows is not None or fused_rows is not None:  # the step's row limits (QKNormDecoder's args)
+        step = type(step)(loaded.model, gemv_rows=gemv_rows, fused_rows=fused_rows)
     width = 24  # blocks per sequence: 96 positions
     kv = KVCache.allocate(cfg, rows * width, PAGE, device, dtype)
     gen = torch.Generator().manual_seed(rows)

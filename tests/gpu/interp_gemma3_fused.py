@@ -27,7 +27,11 @@ if __name__ == "__main__":
             for rows in (3, 6):
                 for i, (err, same) in enumerate(decode_checks(path, "cpu", torch.float32, rows)):
                     print(f"{name}-rows{rows}-step{i} {err if same else 1.0:.3e} 1e-4")
-        # six rows on the GEMV kernels, qwen3 (the residual adds inside the o and down GEMVs)
+        # six rows on the GEMV kernels, qwen3 (the residual adds inside the o and down GEMVs); six rows on
+        # the norm-fused layer with batched_fused products (post norms / residual adds, GELU / SiLU GLU)
         for err, same in decode_checks(write_case(Path(tmp), "qwen3-small"), "cpu", torch.float32, 6,
                                        gemv_rows=8):
             print(f"qwen3-small-rows6-gemv {err if same else 1.0:.3e} 1e-4")
+        for name in CPU_CASES:
+            for err, same in decode_checks(Path(tmp) / f"{name}.gguf", "cpu", torch.float32, 6, fused_rows=8):
+                print(f"{name}-rows6-batched-fused {err if same else 1.0:.3e} 1e-4")

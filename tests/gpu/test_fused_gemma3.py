@@ -13,7 +13,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 @interpreter_only
 def test_fused_gemma3_under_interpreter():
-    check_under_interpreter("interp_gemma3_fused.py", cases=8)
+    check_under_interpreter("interp_gemma3_fused.py", cases=10)
 
 
 @pytest.mark.gpu
@@ -44,12 +44,13 @@ def test_small_kernels_round_as_the_eager_layers(dtype):
 
 @pytest.mark.gpu
 @cuda
-def test_gemv_path_above_four_rows(tmp_path):
-    """gemv_rows 8: six rows on the GEMV kernels (products and norms as for 3)."""
+@pytest.mark.parametrize("limits", [{"gemv_rows": 8}, {"fused_rows": 64}])
+def test_fused_layer_above_four_rows(tmp_path, limits):
+    """Six rows on the norm-fused layer: on the GEMV kernels (gemv_rows 8) or on batched_fused."""
     for name in ("gemma3-wide", "qwen3-small"):
         path = write_case(tmp_path, name)
         for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 5e-2)):
-            for err, same in decode_checks(path, "cuda", dtype, 6, steps=2, gemv_rows=8):
+            for err, same in decode_checks(path, "cuda", dtype, 6, steps=2, **limits):
                 assert same and err < tol, (name, dtype, err)
 
 
