@@ -49,6 +49,9 @@ def _linear(m, x: torch.Tensor) -> torch.Tensor:
 # block and token: rows after the first read the layer's ~4 MB of weights from L2); larger ones on
 # fused_linear's batched paths. The LM head (178 MB at Gemma 3 270M) always goes through fused_linear.
 GEMV_ROWS = 4
+# Batches of up to this many rows (<= MM_MAX_N) run the norm-fused layer, its products above GEMV_ROWS on
+# batched_fused; kept at GEMV_ROWS until bench/kernels/gemma3_fused.py --fused-rows measures it faster.
+FUSED_ROWS = GEMV_ROWS
 
 
 def _gemv(x: torch.Tensor, m, res: torch.Tensor | None = None) -> torch.Tensor:
@@ -79,13 +82,13 @@ class QKNormDecoder:
     def __init__(self, model: torch.nn.Module, gemv_rows: int | None = None, fused_rows: int | None = None):
         """model: a gemma3 (post norms, GELU, embedding scale, local/global layers) or qwen3 model whose
         weights were kept quantized. gemv_rows: the most rows on the GEMV kernels (default GEMV_ROWS).
-        fused_rows (<= MM_MAX_N; default gemv_rows): the most rows on the norm-fused layer, its products
-        above gemv_rows on fused_linear's batched_fused (RMSNorm, residual, GLU inside; not measured
-        on the GPU for these shapes yet); above fused_rows, the per-product layer."""
+        fused_rows (<= MM_MAX_N; default FUSED_ROWS): the most rows on the norm-fused layer, its products
+        above gemv_rows on fused_linear's batched_fused (RMSNorm, residual, GLU inside); above
+        fused_rows, the per-product layer."""
         _check(model)
         self.model = model
         self.gemv_rows = GEMV_ROWS if gemv_rows is None else gemv_rows
-        self.fused_rows = min(MM_MAX_N, max(self.gemv_rows, fused_rows or 0))
+        self.fused_rows = min(MM_MAX_N, max(self.gemv_rows, FUSED_ROWS if fused_rows is None else fused_rows))
         rot = model.rotary if isinstance(model.rotary, dict) else {False: model.rotary, True: model.rotary}
         d = model.blocks[0].attn.head_dim
         if any(r.rope_dim != d for r in rot.values()):
