@@ -1,6 +1,8 @@
 """MoE MXFP4 kernels (orcd/quant/kernels/moe_mxfp4.py, moe_gemv.py) against the torch reference: each case
 prints `name rel_err tol`. GEMV cases also check the down projection with the k-slot sum fused (per token)
 and that a token's fused output is bitwise the same alone as in the batch (`invariant-...`, tol 1e-30).
+GEMV cases also add the summed down projection into a residual in place (`residual-...`). The router:
+topk_softmax, and norm_route (the fused decode step's add + RMSNorm + router + top-k + softmax).
 Run on CUDA by test_moe_kernels.py, and on the CPU under TRITON_INTERPRET=1."""
 
 from __future__ import annotations
@@ -91,6 +93,11 @@ def check_sum(name, dev, h_ref, ids, sd, bd, rw, y_ref, tokens, top_k, dtype, la
     if tokens > 1:
         diff = (down(slice(top_k, 2 * top_k)).float() - ysum[1:2].float()).abs().max().item()
         print(f"invariant-{name.replace(' ', '')} {diff:.3e} 1e-30")
+    res = torch.randn(ref.shape, generator=torch.Generator().manual_seed(1))
+    got = moe_gemv(dev(h_ref).to(dtype), dev(ids), sd, None, dev(bd).to(dtype), None, dev(rw), top_k,
+                   slots=top_k, launch=launch, residual=dev(res).to(dtype).clone())  # += the sum
+    err = ((got.float().cpu() - (res + ref)).norm() / (res + ref).norm()).item()
+    print(f"residual-{name.replace(' ', '')} {err:.3e} {1e-5 if dtype == torch.float32 else 2e-2}")
 
 
 def report(name, h, y, h_ref, y_ref, dtype):
@@ -119,6 +126,27 @@ def router_case(device: str, gen: torch.Generator) -> None:
     print(f"router-fp32 {err:.3e} 1e-6")
 
 
+def norm_route_case(device: str, gen: torch.Generator) -> None:
+    """norm_route (one launch: residual += delta, RMSNorm, router GEMV + bias, top-k, softmax) against
+    torch in fp32: the updated residual, h, the same experts in descending order, the weights."""
+    from orcd.quant.kernels.moe_router import norm_route
+
+    t, h, e, k, eps = 5, 200, 12, 4, 1e-5  # h: two 128-wide K tiles, the second masked
+    res, delta = torch.randn(t, h, generator=gen), torch.randn(t, h, generator=gen)
+    nw, w = torch.rand(h, generator=gen) + 0.5, torch.randn(e, h, generator=gen) * 0.2
+    b = torch.randn(e, generator=gen)
+    r_dev = res.to(device).clone()  # updated in place
+    hn, ids, rw = (x.cpu() for x in norm_route(r_dev, nw.to(device), eps, w.to(device), b.to(device), k,
+                                               delta.to(device)))
+    r = res + delta
+    h_ref = r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + eps) * nw
+    top, want = torch.topk(h_ref @ w.T + b, k, dim=-1)
+    errs = [(r_dev.cpu() - r).abs().max().item(), (hn - h_ref).abs().max().item(),
+            (rw - torch.softmax(top, -1)).abs().max().item()]
+    ok = torch.equal(ids, want)
+    print(f"norm-route-fp32 {max(errs) if ok else 1.0:.3e} 1e-5")
+
+
 def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtypes = (torch.float32, torch.bfloat16) if device == "cuda" else (torch.float32,)
@@ -127,6 +155,7 @@ def main() -> None:
         for tokens, grouped in CASES[device]:
             run_case(device, dtype, tokens, grouped, gen)
     router_case(device, gen)
+    norm_route_case(device, gen)
 
 
 if __name__ == "__main__":
