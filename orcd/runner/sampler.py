@@ -184,6 +184,13 @@ def sample(logits: torch.Tensor, rows: list[SampleRow], greedy: torch.Tensor | N
     else:
         tokens = greedy.clone() if greedy is not None else _race(logits, rows, seeds)
     redo = guide.rejected(tokens)
+    if not redo:
+        return tokens
+    one = guide.single(redo)  # rows whose grammar allows one token: that token, no device work
+    if one:
+        tokens[torch.tensor(list(one), device=logits.device)] = torch.tensor(list(one.values()),
+                                                                            device=logits.device)
+    redo = [i for i in redo if i not in one]
     if redo:
         idx = torch.tensor(redo, device=logits.device)
         masked = apply_mask(logits.index_select(0, idx), list(range(len(redo))), guide.masks(redo))

@@ -17,14 +17,17 @@ Logprobs are the model's, before the mask (SamplingParams.logprobs), from the sa
 Overlap: on CUDA this runs while the device still computes the logits. Every row's pending tokens are
 applied then, and rows' masks are filled ahead while the device is busy (rows rejected last step first,
 rows whose last mask took over SLOW_FILL_S never: inside a maxLength string llguidance walks the whole
-vocabulary); a filled row is checked by one bit test, the others by llguidance (Matcher.allows). Which
-rows were filled ahead changes the time, never the tokens.
+vocabulary); a filled row is checked by one bit test, the others by llguidance (Matcher.quick_check).
+Which rows were filled ahead changes the time, never the tokens. A rejected row whose mask allows one
+token (forced bytes: JSON keys and punctuation) gets it on the CPU; the others are drawn again on the
+device from their masked logits, one batch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from orcd.structured.backend import GrammarBackend, Matcher
@@ -121,10 +124,32 @@ class GuidedStep:
             out[j] = b
         return out
 
-    def masks(self, rows: list[int]) -> torch.Tensor:
-        """Bitmask [len(rows), W] int32 of these rows (filled now where not filled ahead), in order."""
+    def ensure(self, rows: list[int]) -> None:
+        """Fill the masks of these rows that were not filled yet."""
         have = set(self.filled)
         new = [i for i in rows if i not in have]
         self._fill(new)
         self.backend.eos_if_empty(self.bitmask, [self.slot[i] for i in new])
-        return self.bitmask[torch.tensor([self.slot[i] for i in rows])]
+
+    def masks(self, rows: list[int]) -> torch.Tensor:
+        """Bitmask [len(rows), W] int32 of these rows (filled now where not filled ahead), in order
+        (pinned like the step's buffer)."""
+        self.ensure(rows)
+        out = torch.empty((len(rows), self.bitmask.shape[1]), dtype=torch.int32,
+                          pin_memory=self.bitmask.is_pinned())
+        return torch.index_select(self.bitmask, 0, torch.tensor([self.slot[i] for i in rows]), out=out)
+
+    def single(self, rows: list[int]) -> dict[int, int]:
+        """row -> token for the rows whose mask (filled now where not filled yet) allows one token (forced
+        bytes: a key, punctuation): the masked draw is that token whatever the logits, unless its logit
+        is -inf or NaN, where the full mask's draw is no allowed token either."""
+        self.ensure(rows)
+        bits = self.bitmask.numpy()[[self.slot[i] for i in rows]]
+        nz = np.count_nonzero(bits, axis=1)
+        out = {}
+        for j in np.flatnonzero(nz == 1).tolist():
+            w = int(np.flatnonzero(bits[j])[0])
+            word = int(bits[j, w]) & 0xFFFFFFFF
+            if word & (word - 1) == 0:  # one bit
+                out[rows[j]] = 32 * w + word.bit_length() - 1
+        return out

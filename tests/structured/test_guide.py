@@ -131,6 +131,20 @@ def test_rejected_row_gets_a_valid_token_and_only_it_is_masked(tokenizer):
     assert b.rows_filled == 1 and ms[0].rejected and not ms[1].rejected
 
 
+def test_a_rejected_row_in_a_forced_state_gets_the_forced_token(tokenizer):
+    """A regex that forces "abc": the mask allows one token; a greedy and a sampled row whose unmasked
+    token is another get it."""
+    b = GrammarBackend(tokenizer)
+    ms = [b.matcher(regex_grammar("abc", "r")) for _ in range(2)]
+    only = allowed_of(b, ms[0]).nonzero().flatten().tolist()
+    assert len(only) == 1
+    logits = torch.randn(2, b.vocab_size)
+    logits[:, (only[0] + 1) % b.vocab_size] = 50.0
+    rows = [SampleRow(SP(temperature=0.0), [], 0, ms[0]),
+            SampleRow(SP(temperature=1.0, seed=3), [], 0, ms[1])]
+    assert sample(logits, rows, busy=lambda: False).tolist() == only * 2
+
+
 def test_a_row_in_its_error_state_ends_with_eos(tokenizer):
     b = GrammarBackend(tokenizer)
     m = b.matcher(regex_grammar("ab", "r"))
