@@ -77,3 +77,46 @@ def test_check_first_gives_the_same_tokens_in_the_engine(loaded):
             assert m.is_accepting(), rid
             ended += 1
     assert ended >= 3
+
+
+ENDLESS = {"type": "object", "properties": {"items": {"type": "array", "minItems": 400, "items": {
+    "type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
+    "required": ["name", "n"], "additionalProperties": False}}}, "required": ["items"]}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_check_first_equals_the_full_mask_and_free_rows_keep_their_tokens(tmp_path):
+    """CUDA graphs, masks filled while the graph runs, pinned uploads: a batch of 8 (4 held to a schema
+    that cannot end within max_tokens, so the batch never shrinks) gives the same tokens on both paths,
+    and its 4 free rows equal an all-free batch's. Prefix caching off: a prompt served from the cache is
+    prefilled as a shorter step, whose kernels may round differently and flip a random model's argmax
+    (what bench/results/mask_cost.md saw at 8 streams with the cache on)."""
+    from gguf import GGMLQuantizationType as Q
+
+    path = write_model_gguf(tmp_path / "m.gguf", "qwen2", vocab_size=1024, hidden=256, n_layers=2, ffn=512,
+                            n_heads=4, n_kv_heads=2, context_length=1024, tied=False,
+                            qtypes={"default": Q.Q8_0, "attn_q": Q.Q5_0, "ffn_down": Q.Q4_K}, seed=2)
+    model = load_model(path, "cuda")
+    grammar = json_schema_grammar(ENDLESS, "s")
+    prompts = [[(7 * i + 3 * j) % 1000 + 1 for j in range(20)] for i in range(8)]
+
+    def batch(n_held: int, check_first: bool) -> list[list[int]]:
+        engine = LLMEngine(model, num_kv_blocks=256, max_num_seqs=8, enable_prefix_caching=False)
+        engine.grammars().check_first = check_first
+        for i, p in enumerate(prompts):
+            sp = SamplingParams(max_tokens=32, temperature=0.0, grammar=grammar if i < n_held else None,
+                                ignore_eos=i >= n_held)
+            engine.add_request(EngineRequest(f"r{i}", p, sp))
+        out: dict[str, list[int]] = {f"r{i}": [] for i in range(8)}
+        while engine.has_work():
+            for ev in engine.step():
+                assert not ev.error, ev.error
+                if ev.token_id is not None:
+                    out[ev.request_id].append(ev.token_id)
+        return [out[f"r{i}"] for i in range(8)]
+
+    fast, full, free = batch(4, True), batch(4, False), batch(0, True)
+    assert fast == full
+    assert fast[4:] == free[4:]
+    assert all(len(t) == 32 for t in fast)
