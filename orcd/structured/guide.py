@@ -85,7 +85,7 @@ class GuidedStep:
 
     def rejected(self, tokens: torch.Tensor) -> list[int]:
         """The checked rows whose token in `tokens` [N] (drawn unmasked) the grammar forbids; one host
-        copy of the checked rows' tokens (the step's sync). Sets each checked matcher's `rejected`."""
+        copy of `tokens` (the step's sync). Sets each checked matcher's `rejected`."""
         if not self.check:
             return []
         every = tokens.tolist()
@@ -98,8 +98,7 @@ class GuidedStep:
                 if ok[i] is None:
                     ask.append(i)
         if ask:
-            self._fill(ask)
-            self.backend.eos_if_empty(self.bitmask, [self.slot[i] for i in ask])
+            self.ensure(ask)
             for i, b in zip(ask, self._bits([every[i] for i in ask], ask), strict=True):
                 ok[i] = b
         for i in self.check:
