@@ -22,6 +22,7 @@ from test_engine_process import alive
 
 GEN = {"max_tokens": 12, "temperature": 0.8, "ignore_eos": True}
 PROMPTS = ["The quick brown fox", "Once upon a time", "Hello there", "A B C D"]
+N = 4  # streams per route
 
 
 def descendants(pid: int) -> list[int]:
@@ -75,8 +76,8 @@ def _chat(srv: ServerProc, i: int) -> str:
 
 def _all(srv: ServerProc, workers: int) -> tuple[list, list]:
     with ThreadPoolExecutor(workers) as pool:
-        gens = pool.map(lambda i: _generate(srv, i), range(6))
-        chats = pool.map(lambda i: _chat(srv, i), range(6))
+        gens = pool.map(lambda i: _generate(srv, i), range(N))
+        chats = pool.map(lambda i: _chat(srv, i), range(N))
         return list(gens), list(chats)
 
 
@@ -91,15 +92,15 @@ def test_both_processes_answer(two):
 
 def test_same_tokens_as_one_process_and_summed_metrics(two, server):
     want = _all(server, 1)  # one process, one request at a time (its queue holds 3)
-    assert _all(two, 12) == want  # 12 at once over two processes
+    assert _all(two, 2 * N) == want  # all at once over two processes
     seen, deadline = [], time.monotonic() + 10
     while len(seen) < 4:  # whichever process answers, the counters are both processes' together
         text = httpx.get(two.url + "/metrics", headers=two.headers, timeout=5).text
         counts = [_finished(text, route) for route in ("generate", "chat")]
-        if counts == [6, 6]:  # (a job is counted just after its last byte went out: wait for it)
+        if counts == [N, N]:  # (a job is counted just after its last byte went out: wait for it)
             seen.append(metric(text, "orcd_generation_tokens_total"))
         assert time.monotonic() < deadline, counts
-    assert len(set(seen)) == 1 and 6 * 12 + 6 <= seen[0] <= 12 * 12  # chats may end early, at EOS
+    assert len(set(seen)) == 1 and N * 12 + N <= seen[0] <= 2 * N * 12  # chats may end early, at EOS
 
 
 def _finished(text: str, route: str) -> float:
