@@ -4,7 +4,9 @@ With it on, every row of a step (a token) is computed by the same kernels with t
 whatever else shares the step: how many rows, prefill or decode, which chunk of its prompt, whether it is
 recomputed after preemption. So a seeded request returns the same tokens alone or among 64 others.
 
-What changes on CUDA while it is on (CPU is batch-invariant already: one code path per row):
+What changes on the CPU while it is on: QuantLinear runs its GEMM on fixed chunks of 16 rows (the CPU
+GEMM's blocking, so its summation order, follows M); norms, attention and the rest are one code path per row.
+What changes on CUDA while it is on:
   - QuantLinear: a Triton tensor-core GEMM with one fixed tile shape for every M (dequantizing raw GGUF
     blocks in its K loop) instead of GEMVs for <= 4 rows and dequantize + cuBLAS above;
   - attention: one Triton kernel for prefill, chunked prefill and decode rows alike, each query row

@@ -87,10 +87,13 @@ def _check_2d(t: GGUFTensor) -> tuple[int, int]:
     return t.shape[0], t.shape[1]
 
 
+INVARIANT_CPU_ROWS = 16  # rows per GEMM call of the batch-invariant CPU path (QuantLinear._invariant_cpu)
+
+
 class QuantLinear(nn.Module):
     """y = x @ W.T + b with W [out, in] held dense (`weight`) or as raw GGUF blocks (`raw`)."""
 
-    batch_invariant = False  # on CUDA, the fixed-tile invariant GEMM (orcd.numerics.batch_invariant_mode)
+    batch_invariant = False  # fixed-tile GEMM on CUDA, fixed-shape chunks on the CPU (orcd.numerics)
 
     def __init__(self, out_features: int, in_features: int, qtype: GGMLQuantizationType, dtype: torch.dtype,
                  weight: torch.Tensor | None = None, raw: torch.Tensor | None = None,
@@ -123,11 +126,25 @@ class QuantLinear(nn.Module):
             return self.weight
         return dequantize_to(self.raw, self.qtype, (self.out_features, self.in_features), self.dtype)
 
+    def _invariant_cpu(self, x2: torch.Tensor) -> torch.Tensor:
+        """x2 [M, in] -> [M, out] on the CPU with every row computed by the same GEMM shape whatever M:
+        rows in chunks of INVARIANT_CPU_ROWS, the last one padded with zeros. The CPU GEMM picks its
+        blocking, and with it the summation order, from M: one prompt prefilled alone or beside two
+        others gave logprobs 1e-7 apart."""
+        w = self.weight if self.weight is not None else self.dense_weight()
+        m = x2.shape[0]
+        pad = -m % INVARIANT_CPU_ROWS
+        if pad:
+            x2 = torch.cat([x2, x2.new_zeros(pad, x2.shape[1])])
+        y = torch.cat([F.linear(chunk, w, self.bias) for chunk in x2.split(INVARIANT_CPU_ROWS)])
+        return y[:m]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in] -> [..., out] in self.dtype."""
         x = x.to(self.dtype)
-        if self.batch_invariant and x.is_cuda:
-            return self._invariant(x.reshape(-1, self.in_features)).reshape(*x.shape[:-1], self.out_features)
+        if self.batch_invariant:
+            invariant = self._invariant if x.is_cuda else self._invariant_cpu
+            return invariant(x.reshape(-1, self.in_features)).reshape(*x.shape[:-1], self.out_features)
         if self.weight is not None:
             return F.linear(x, self.weight, self.bias)
         lead = x.shape[:-1]
