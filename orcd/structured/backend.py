@@ -167,12 +167,16 @@ class GrammarBackend:
         m.fill_s = time.perf_counter() - t0
 
     def eos_if_empty(self, bitmask: torch.Tensor, rows: list[int] | None = None) -> None:
-        """Rows of `bitmask` (those in `rows`, default all) with nothing allowed (a matcher in its error
-        state) allow the EOS tokens. One scan of the whole buffer."""
-        empty = (bitmask == 0).all(dim=1).nonzero().flatten().tolist()
-        for i in empty if rows is None else sorted(set(empty) & set(rows)):
+        """Rows of `bitmask` (CPU; those in `rows`, default all) with nothing allowed (a matcher in its
+        error state) allow the EOS tokens. Reads only those rows (numpy: ~1 µs per 152k-token row)."""
+        if rows is not None and not rows:
+            return
+        words = bitmask.numpy()
+        nonempty = (words if rows is None else words[rows]).any(axis=1).tolist()
+        rows = list(range(words.shape[0])) if rows is None else rows
+        for i in (r for r, ok in zip(rows, nonempty, strict=True) if not ok):
             for t in self.eos_ids:
-                bitmask[i, t // 32] |= _bit(t % 32)
+                words[i, t // 32] |= _bit(t % 32)  # numpy view of the bitmask's memory
 
 
 def _bit(j: int) -> int:
