@@ -114,11 +114,11 @@ class GuidedStep:
         out: list[bool | None] = [None] * len(rows)
         if not js:
             return out
-        t = torch.tensor([toks[j] for j in js], dtype=torch.int64)
+        t = np.array([toks[j] for j in js], dtype=np.int64)
         w = self.bitmask.shape[1]
-        slots = torch.tensor([self.slot[rows[j]] for j in js])
-        words = self.bitmask[slots, (t >> 5).clamp(max=w - 1)].long()  # sign-extended: bit 31 reads as 1
-        bits = ((((words >> (t & 31)) & 1) == 1) & (t < 32 * w)).tolist()
+        slots = np.array([self.slot[rows[j]] for j in js])
+        words = self.bitmask.numpy()[slots, np.minimum(t >> 5, w - 1)].astype(np.int64)  # bit 31: sign
+        bits = ((((words >> (t & 31)) & 1) == 1) & (t >= 0) & (t < 32 * w)).tolist()
         for j, b in zip(js, bits, strict=True):
             out[j] = b
         return out

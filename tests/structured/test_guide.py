@@ -80,6 +80,20 @@ def test_allows_is_the_mask_bit_for_every_token(backends, tokenizer):
     assert stopped.m.is_stopped() and error.m.is_error()
 
 
+def test_filled_ahead_bit_test_is_the_mask_bit_for_every_token(backends, tokenizer):
+    """A row filled ahead (busy) is checked by a bit test of its mask: right for every token id, bit 31
+    of a word (the sign) included, and for ids past the vocabulary."""
+    from orcd.structured.guide import GuidedStep
+
+    b = backends[0]
+    m = b.matcher(regex_grammar("[a-z ]+", "r"))
+    allowed = allowed_of(b, m).tolist()
+    step = GuidedStep([m], [False], busy=lambda: True, pin=False)
+    ids = list(range(b.vocab_size)) + [b.vocab_size + 40]
+    assert step._bits(ids, [0] * len(ids)) == allowed + [False]
+    assert any(allowed[t] for t in range(31, b.vocab_size, 32))
+
+
 def rows_for(i: int, m, step: int) -> SampleRow:
     """Row i's sampling: greedy, seeded T=0.8, seeded with penalties, seeded top-k 20 (masked first)."""
     kind = i % 4
