@@ -132,7 +132,7 @@ def fused_int8_rank(ctx, path: str, out_path: str) -> int:
     from orcd.distributed.fused_tp import TPFusedDecoder
     from orcd.runner.decode_products import I8_MAX_ROWS
 
-    loaded = load_sharded(path, ctx, torch.bfloat16)
+    loaded = load_sharded(path, ctx, torch.bfloat16, tokenizer=False)  # the file has no tokenizer
     dec = TPFusedDecoder(loaded.model, ctx.rank, ctx.group)
     flags = [dec.fuse_norm, dec.products.int8_x, dec.fused_rows() == I8_MAX_ROWS]
     with torch.inference_mode():
