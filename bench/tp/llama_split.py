@@ -12,7 +12,7 @@ new tokens per stream) per mode; `none` runs on GPU 0 alone (llama.cpp's one-GPU
 llama.json is rewritten after each run, so a cut-short stage keeps what finished.
 report: tp.json (bench/tp/tp_scaling.py) + llama.json -> DIR/peers_tp.json rows {model, streams,
 metric, orcd, llama_cpp, device, tp, split_mode} and DIR/peers_tp.md: orcd TP=1 beside llama.cpp
-`none`, orcd TP=2 beside `layer` and `row`.
+`none`, orcd TP=2 beside `layer` and `row`; DIR/peers_tp.png (decode tok/s bars).
 """
 
 from __future__ import annotations
@@ -127,6 +127,37 @@ def markdown(rows: list[dict], llama: dict, command: str, commit: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(rows: list[dict], path: Path) -> None:
+    """Decode tok/s by stream count: orcd per TP, llama.cpp per split mode (bars; none where missing)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    dec = [r for r in rows if r["metric"] == "decode tok/s"]
+    streams = sorted({r["streams"] for r in dec})
+    series: dict[str, dict[int, float]] = {}
+    for r in dec:
+        series.setdefault(f"orcd TP={r['tp']}", {})[r["streams"]] = r["orcd"]
+        if r["llama_cpp"]:
+            series.setdefault(f"llama.cpp -sm {r['split_mode']}", {})[r["streams"]] = r["llama_cpp"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.8 / max(1, len(series))
+    for i, (name, vals) in enumerate(series.items()):
+        xs = [j + i * width for j in range(len(streams))]
+        ax.bar(xs, [vals.get(s, 0) for s in streams], width, label=name)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(streams))], [str(s) for s in streams])
+    ax.set_xlabel("streams")
+    ax.set_ylabel("decode tok/s")
+    ax.set_title(f"{dec[0]['model']}, {dec[0]['device']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -155,6 +186,7 @@ def main() -> int:
     out = Path(a.out)
     (out / "peers_tp.json").write_text(json.dumps(rows, indent=1))
     (out / "peers_tp.md").write_text(markdown(rows, llama, a.command, a.commit))
+    plot(rows, out / "peers_tp.png")
     print((out / "peers_tp.md").read_text())
     return 0
 
