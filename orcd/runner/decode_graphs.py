@@ -75,9 +75,14 @@ def fill_decode_inputs(seqs: list[ScheduledSeq], bucket: int, block_size: int, s
 
 def pick_step(model: torch.nn.Module):
     """The fused decode step for the model's blocks: QKNormDecoder where the model says
-    `qk_norm_decode` (gemma3, qwen3), FusedDecoder for the qwen2/llama block (`fused_decode`), or None
-    (the graphs replay model.forward) where neither runs it. Imports triton: only when fusing."""
+    `qk_norm_decode` (gemma3, qwen3), GptOssDecoder where it says `moe_decode` (gpt-oss), FusedDecoder
+    for the qwen2/llama block (`fused_decode`), or None (the graphs replay model.forward) where none runs
+    it. Imports triton: only when fusing."""
     try:
+        if getattr(model, "moe_decode", False):
+            from orcd.runner.fused_gpt_oss import GptOssDecoder
+
+            return GptOssDecoder(model)
         if getattr(model, "qk_norm_decode", False):
             from orcd.runner.fused_gemma3 import QKNormDecoder
 

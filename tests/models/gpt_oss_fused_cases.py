@@ -22,6 +22,7 @@ from test_gpt_oss import DIMS as GPT_OSS_DIMS  # noqa: E402
 from orcd.gguf.synth_gpt_oss import write_gpt_oss_gguf  # noqa: E402
 from orcd.loading.loader import load_model  # noqa: E402
 from orcd.models.layers.attention import AttnMetadata  # noqa: E402
+from orcd.runner.decode_graphs import pick_step  # noqa: E402
 from orcd.runner.fused_gpt_oss import GptOssDecoder  # noqa: E402
 from orcd.runner.model_runner import ModelRunner  # noqa: E402
 
@@ -83,7 +84,8 @@ def setup(device: str, dtype: torch.dtype):
 def main() -> None:
     torch.set_num_threads(1)
     model, kv, seqs = setup("cpu", torch.float32)
-    fused = GptOssDecoder(model)
+    fused = pick_step(model)  # the runner's choice for this model
+    assert isinstance(fused, GptOssDecoder), fused
     for b in BATCHES:
         inputs = step_inputs(seqs[:b])
         ref = decode_step(None, model, kv, inputs)  # both write the same K/V at the step's slots
