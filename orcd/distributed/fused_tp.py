@@ -31,6 +31,7 @@ from orcd.runner.decode_products import (
     BlockLinears,
     DecodeProducts,
     attend,
+    check_block_kind,
     check_fusable,
     glu,
     linear,
@@ -58,6 +59,7 @@ class TPFusedDecoder:
         """model: this rank's shard; group: the tensor collectives' (None = the world group).
         int8_x: as FusedDecoder's (off for float32 models whatever it says)."""
         check_sharded(model)
+        check_block_kind(model)  # before block_linears: other blocks have no gate/up
         self.linears = [block_linears(blk) for blk in model.blocks]
         check_fusable(model, self.linears)
         self.model, self.rank, self.group = model, rank, group

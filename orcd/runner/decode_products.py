@@ -84,11 +84,17 @@ def glu(g, u, h: torch.Tensor) -> torch.Tensor:
     return F.silu(linear(g, h)) * linear(u, h)
 
 
+def check_block_kind(model) -> None:
+    """ValueError unless `model` says its blocks are the qwen2/llama block (`fused_decode`). Called
+    before the blocks' linears are gathered: other blocks (gpt2, gpt-oss) have no gate/up to gather."""
+    if not getattr(model, "fused_decode", True):  # e.g. gemma3, qwen3: blocks this step does not run
+        raise ValueError(f"{model.cfg.arch} has no fused decode step")
+
+
 def check_fusable(model, blocks: list[BlockLinears]) -> None:
     """ValueError unless the fused step runs `model`'s blocks: the qwen2/llama block, full-width rotary,
     a power-of-two head_dim, a fused kernel for every raw weight's type."""
-    if not getattr(model, "fused_decode", True):  # e.g. gemma3, qwen3: blocks this step does not run
-        raise ValueError(f"{model.cfg.arch} has no fused decode step")
+    check_block_kind(model)
     rot, a0 = model.rotary, model.blocks[0].attn
     if rot.rope_dim != a0.head_dim or a0.head_dim & (a0.head_dim - 1):
         raise ValueError("fused decode needs full-width rotary and a power-of-two head_dim")

@@ -24,6 +24,7 @@ from orcd.runner.decode_products import (
     BlockLinears,
     DecodeProducts,
     attend,
+    check_block_kind,
     check_fusable,
     glu,
     linear,
@@ -43,6 +44,7 @@ class FusedDecoder:
         int8_x (with fuse_norm): the Q4_K/Q6_K products read x quantized to int8 (DecodeProducts); not
         for float32 models (they are run for exactness: they keep float x)."""
         self.model = model
+        check_block_kind(model)  # before block_linears: other blocks have no gate/up
         self.linears = [block_linears(blk) for blk in model.blocks]
         check_fusable(model, self.linears)
         int8 = int8_x and model.blocks[0].attn_norm.weight.dtype != torch.float32

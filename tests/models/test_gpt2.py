@@ -108,3 +108,17 @@ def test_last_position_logits_match_hf(case):
 
 def test_greedy_batch_of_mixed_lengths_matches_hf(case):
     check_greedy_batch_matches_hf(*case, PROMPTS, N_NEW)
+
+
+def test_pick_step_refuses_gpt2_by_name(tmp_path):
+    """decode_graphs.pick_step on gpt2 (no gate/up): None, so the graphs replay model.forward. It once
+    raised AttributeError from gathering the block's linears, which cost a model its CUDA graphs."""
+    pytest.importorskip("triton")
+    from orcd.runner.decode_graphs import pick_step
+    from orcd.runner.fused_decode import FusedDecoder
+
+    path = write_gpt2(tmp_path / "g.gguf", False, Q.Q8_0)
+    model = load_model(path, device="cpu", dtype=torch.float32, tokenizer=False, keep_quantized=True).model
+    with pytest.raises(ValueError, match="gpt2 has no fused decode step"):
+        FusedDecoder(model)
+    assert pick_step(model) is None
