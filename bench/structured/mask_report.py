@@ -95,9 +95,9 @@ def _plot(results: list[dict], path: Path) -> None:
         lines: dict[tuple[str, bool], list[dict]] = {}
         for r in shares(res):
             lines.setdefault((_schema(r), _path(r), r["constrained"] == r["streams"]), []).append(r)
-        for (schema, path, every), rows in sorted(lines.items()):
+        for (schema, kind, every), rows in sorted(lines.items()):  # kind: mask / check (not `path`)
             ax.plot([r["streams"] for r in rows], [100 * r["share"] for r in rows], "-" if every else "--",
-                    marker="o", label=f"{res['tag']} {path}, {schema}: {'all' if every else 'half'} held")
+                    marker="o", label=f"{res['tag']} {kind}, {schema}: {'all' if every else 'half'} held")
     ax.axhline(10, color="tab:red", linestyle=":", label="10 % limit")
     ax.set(xlabel="streams", ylabel="mask share of step time (%)", xscale="log", title=results[0]["device"])
     ax.legend(fontsize=7)
