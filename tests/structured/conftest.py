@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import torch
 from serve_proc import ServeProcess
 
 from orcd.gguf.synth import write_model_gguf
 from orcd.gguf.synth_vocab import synthetic_tokenizer_metadata
 from orcd.hub import DEMO_MODEL_PATH
+from orcd.loading.loader import load_model
 
 API_KEY = "sk-orcd-structured-test"
 THINK_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -60,3 +62,15 @@ def demo_server(tmp_path_factory) -> Iterator[ServeProcess]:
 def oai(demo_server):
     openai = pytest.importorskip("openai")
     return openai.OpenAI(base_url=demo_server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    """The tiny random qwen2 model on the CPU that the engine-level grammar tests run (one thread: tiny ops
+    only spin on a busy box)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    path = write_model_gguf(tmp_path_factory.mktemp("g") / "tiny.gguf", "qwen2", vocab_size=320, hidden=64,
+                            n_layers=2, ffn=128, n_heads=4, n_kv_heads=2, context_length=1024, seed=3)
+    yield load_model(path, "cpu")
+    torch.set_num_threads(threads)

@@ -5,14 +5,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
-import torch
-
 from orcd.engine.io import EngineRequest
 from orcd.engine.llm_engine import LLMEngine
 from orcd.engine.sampling_params import SamplingParams
-from orcd.gguf.synth import write_model_gguf
-from orcd.loading.loader import load_model
 from orcd.structured.grammars import response_format_grammar
 
 SCHEMA = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999},
@@ -21,15 +16,6 @@ SCHEMA = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 
           "required": ["id", "tag", "note"], "additionalProperties": False}
 GRAMMAR = response_format_grammar({"type": "json_schema", "json_schema": {"name": "t", "schema": SCHEMA}})
 
-
-@pytest.fixture(scope="module")
-def loaded(tmp_path_factory):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    path = write_model_gguf(tmp_path_factory.mktemp("g") / "tiny.gguf", "qwen2", vocab_size=320, hidden=64,
-                            n_layers=2, ffn=128, n_heads=4, n_kv_heads=2, context_length=1024, seed=3)
-    yield load_model(path, "cpu")
-    torch.set_num_threads(threads)
 
 
 def run(engine: LLMEngine, reqs: dict[str, SamplingParams], prompt: list[int], cancel: str | None = None,

@@ -24,15 +24,6 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
     "type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"]}}}]
 
 
-@pytest.fixture(scope="module")
-def loaded(tmp_path_factory):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    path = write_model_gguf(tmp_path_factory.mktemp("g") / "tiny.gguf", "qwen2", vocab_size=320, hidden=64,
-                            n_layers=2, ffn=128, n_heads=4, n_kv_heads=2, context_length=1024, seed=3)
-    yield load_model(path, "cpu")
-    torch.set_num_threads(threads)
-
 
 def requests() -> dict[str, SamplingParams]:
     grammars = {"json": json_schema_grammar(SCHEMA, "s"), "re": regex_grammar("(ab|c)+d", "r"),
