@@ -60,7 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "default: after=this checkout)")
     ap.add_argument("--api-processes", default=None, metavar="N[,N...]",
                     help="measure each --server with `orcd serve --api-processes N` for each N, tagged "
-                         "TAG-apiN (N=1 passes no flag, so an older checkout runs too)")
+                         "TAG-apiN")
     ap.add_argument("--skip-engine", action="store_true", help="HTTP only (engine_tok_s left empty)")
     ap.add_argument("--out-dir", default=None, help="default: bench/results on CUDA, else /tmp/orcd-serving")
     ap.add_argument("--max-seconds", type=float, default=900.0, help="time guard: later rounds are skipped")
@@ -83,7 +83,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.api_processes:
         counts = to_ints(args.api_processes)
         args.mixed_tags = [f"{t}-api{n}" for t in args.mixed_tags for n in counts]
-        args.servers = [(f"{tag}-api{n}", repo, extra, own + ([] if n == 1 else ["--api-processes", str(n)]))
+        args.servers = [(f"{tag}-api{n}", repo, extra, own + ["--api-processes", str(n)])
                         for tag, repo, extra, own in args.servers for n in counts]
     return args
 

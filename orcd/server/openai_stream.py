@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -133,6 +134,41 @@ async def _merged(hub: JobHub, jobs: list[Job]) -> AsyncIterator[tuple[int, list
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+class TextFrames:
+    """The commonest chunk pre-encoded: one choice, a plain text piece, no logprobs, not the last. Each
+    choice's frame is built once by `emit` around a marker text and split there, so the bytes equal
+    emit's for every text that sse_event would not escape (checked per text; others take emit)."""
+
+    MARK = "\ue000orcd-text\ue001"  # private-use characters: never a real piece
+
+    def __init__(self, emit: Callable[[list], bytes], chat: bool):
+        self.emit, self.chat = emit, chat
+        self.parts: dict[int, tuple[bytes, bytes]] = {}  # choice index -> (before, after the text's JSON)
+
+    def text_of(self, part: dict) -> str | None:
+        if len(part) != 1:
+            return None
+        if not self.chat:
+            return part.get("text")
+        delta = part.get("delta")
+        return delta.get("content") if delta is not None and len(delta) == 1 else None
+
+    def get(self, index: int, part: dict) -> bytes | None:
+        text = self.text_of(part)
+        if not isinstance(text, str):
+            return None
+        quoted = json.dumps(text, ensure_ascii=False)
+        if "\x85" in quoted or "\u2028" in quoted or "\u2029" in quoted:
+            return None
+        if index not in self.parts:
+            piece = {"delta": {"content": self.MARK}} if self.chat else {"text": self.MARK}
+            frame = self.emit([{"index": index, **piece, "logprobs": None, "finish_reason": None}])
+            before, mark, after = frame.partition(json.dumps(self.MARK, ensure_ascii=False).encode())
+            self.parts[index] = (before, after)
+        before, after = self.parts[index]
+        return before + quoted.encode() + after
+
+
 async def stream_choices(hub: JobHub, jobs: list[Job], fmt: ChoiceFormat, chunk: Callable[[list], dict],
                          include_usage: bool) -> AsyncIterator[bytes]:
     """`chunk(choices)` wraps a list of choices into the route's chunk object."""
@@ -146,6 +182,7 @@ async def stream_choices(hub: JobHub, jobs: list[Job], fmt: ChoiceFormat, chunk:
         return {"index": i, **part, "logprobs": fmt.logprobs(i, events) if events else None,
                 "finish_reason": reason}
 
+    frames = TextFrames(emit, fmt.chat)
     if (first := fmt.first()) is not None:
         yield b"".join(emit([{"index": i, **first, "logprobs": None, "finish_reason": None}])
                        for i in range(len(jobs)))
@@ -158,7 +195,9 @@ async def stream_choices(hub: JobHub, jobs: list[Job], fmt: ChoiceFormat, chunk:
             out: list[bytes] = []  # a batch of events goes out as one write
             for ev in batch:
                 part = fmt.piece(ev.text, i, ev.finished)
-                if part is not None or (fmt.names is not None and scored([ev])):
+                if part is not None and fmt.names is None and (frame := frames.get(i, part)) is not None:
+                    out.append(frame)  # the commonest chunk, pre-encoded
+                elif part is not None or (fmt.names is not None and scored([ev])):
                     out.append(emit([choice(i, part or fmt.blank(), [ev])]))
                 if ev.finished and jobs[i].finish_reason == "error":
                     out.append(sse_event(error_body(500, ev.error or "generation failed", None,

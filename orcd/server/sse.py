@@ -22,6 +22,8 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 def sse_event(data: Any, event: str | None = None) -> bytes:
     """One framed event. `data` is JSON-encoded unless it is already a str."""
     payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    if event is None and "\n" not in payload and payload.isascii():  # the common case: one plain line
+        return b"data: " + payload.encode() + b"\n\n"
     # Clients that split lines with str.splitlines (httpx's aiter_lines) also break at NEL, LS and PS:
     # escape them so every JSON payload stays on its line (same decoded string).
     payload = payload.replace("\x85", "\\u0085").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")

@@ -172,6 +172,9 @@ class GGUFTokenizer:
             cut = None
         if len(pieces) == 1 and (cut is None or len(pieces[0]) <= _CHUNK):
             return [self._hf.encode(pieces[0], add_special_tokens=False).ids]
+        if sum(map(len, pieces)) <= _CHUNK:  # a chat template's few short pieces: one by one, not through
+            # the batch call's thread pool (140 -> 92 µs for a short chat turn on the 2-core dev box)
+            return [self._hf.encode(piece, add_special_tokens=False).ids for piece in pieces]
         parts, owner = [], []
         for k, piece in enumerate(pieces):
             chunks = [piece] if cut is None else _chunks(piece, cut)

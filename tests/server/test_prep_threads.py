@@ -1,4 +1,4 @@
-"""Where request preparation runs: short prompts on the event loop, long ones and chat templates on a
+"""Where request preparation runs: short prompts and short chats on the event loop, long ones on a
 worker thread (orcd.server.prep); labelled metric children looked up once (orcd.server.metrics)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class ThreadRecordingTokenizer:
         return [7] * len(messages)
 
 
-def test_short_prompts_on_the_loop_long_ones_and_chat_off_it():
+def test_short_prompts_and_chats_on_the_loop_long_ones_off_it():
     tok = ThreadRecordingTokenizer()
 
     async def run() -> tuple[threading.Thread, list]:
@@ -33,12 +33,13 @@ def test_short_prompts_on_the_loop_long_ones_and_chat_off_it():
         at_limit = await encode_text(tok, "x" * INLINE_PROMPT_CHARS, chat=False, ctx=100)
         long = await encode_text(tok, "a " * INLINE_PROMPT_CHARS, chat=False, ctx=10**6)
         chat = await encode_text(tok, "hi", chat=True, ctx=100)
-        return threading.current_thread(), [short, at_limit, long, chat]
+        long_chat = await encode_text(tok, "x" * (INLINE_PROMPT_CHARS + 1), chat=True, ctx=100)
+        return threading.current_thread(), [short, at_limit, long, chat, long_chat]
 
     loop_thread, results = asyncio.run(run())
-    assert results == [[0, 1, 2], [0], list(range(INLINE_PROMPT_CHARS)), [7]]
+    assert results == [[0, 1, 2], [0], list(range(INLINE_PROMPT_CHARS)), [7], [7]]
     on_loop = [t is loop_thread for t in tok.threads]
-    assert on_loop == [True, True, False, False]
+    assert on_loop == [True, True, False, True, False]
 
 
 def test_metric_children_are_cached_and_counted():

@@ -62,5 +62,6 @@ def test_api_processes_expand_the_servers():
 
     args = parse_args(["--device", "cpu", "--api-processes", "1,2", "--server", "after=. --engine-process"])
     assert [(tag, own) for tag, _, _, own in args.servers] == [
-        ("after-api1", ["--engine-process"]), ("after-api2", ["--engine-process", "--api-processes", "2"])]
+        ("after-api1", ["--engine-process", "--api-processes", "1"]),
+        ("after-api2", ["--engine-process", "--api-processes", "2"])]
     assert args.mixed_tags == ["after-api1", "after-api2"]

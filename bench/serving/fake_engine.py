@@ -1,0 +1,133 @@
+"""A stand-in for LLMEngine in `orcd serve`'s engine process, for measuring the HTTP layer on any CPU.
+
+No model: each step sleeps as long as a GPU step of that many rows takes (step_ms = base + per_row x
+rows + per prefill token), then gives every running request one token of fixed text. The defaults are
+fitted to the H100's 0.5B Q4_K_M figures (session 7, bench/results/serving.md: 979 tok/s at 1 stream,
+13,714 at 64), so on a CPU box the API process sees the token rate it sees on the H100, while the engine
+process costs almost no CPU. Everything around the step is the real code: the engine process's loop and
+IPC (orcd/engine/core_process.py), ProcessEngine, uvicorn, the routes.
+
+Used by fake_serve.py (`orcd serve` with this engine) and serving_cpu.py (HTTP ÷ engine on the CPU).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+from orcd.engine.io import EngineRequest, TokenEvent
+
+
+@dataclass(frozen=True)
+class FakeBuild:
+    """Picklable like EngineBuild (it crosses to the spawned engine process); build() -> FakeEngine."""
+
+    path: Path  # the GGUF whose header (config, tokenizer) the API process reads; its weights are unused
+    base_ms: float = 0.95  # step time = base_ms + row_ms * rows + prefill_ms * prefill tokens
+    row_ms: float = 0.057
+    prefill_ms: float = 0.01
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    text: str = " tok"  # every token's text
+
+    def build(self) -> FakeEngine:
+        return FakeEngine(self)
+
+    def step_s(self, rows: int, prefill_tokens: int) -> float:
+        return (self.base_ms + self.row_ms * rows + self.prefill_ms * prefill_tokens) / 1000
+
+
+
+def engine_alone(build: FakeBuild, streams: int, prompt_len: int, gen_len: int) -> float:
+    """End-to-end tok/s of the fake engine alone (all requests added at once, stepped to the end), as
+    batching_engine.py measures LLMEngine."""
+    from orcd.engine.sampling_params import SamplingParams
+
+    engine, t0, tokens = build.build(), time.perf_counter(), 0
+    for i in range(streams):
+        engine.add_validated(EngineRequest(str(i), [1] * prompt_len, SamplingParams(max_tokens=gen_len)))
+    while engine.has_work():
+        tokens += sum(e.token_id is not None for e in engine.step())
+    return tokens / (time.perf_counter() - t0)
+
+
+class FakeEngine:
+    """The LLMEngine surface that EngineCore uses: add_validated, abort, abort_all, has_work, step,
+    stats, grammars, loaded.device, kv_capacity_tokens."""
+
+    def __init__(self, build: FakeBuild):
+        self.build = build
+        self.loaded = SimpleNamespace(device="cpu")
+        self.kv_capacity_tokens = 1 << 20
+        self.waiting: deque[EngineRequest] = deque()
+        self.running: dict[str, list] = {}  # request id -> [request, tokens generated, arrival time]
+        self.aborts: set[str] = set()
+        self.counters = {"steps": 0, "generation_tokens": 0, "requests_finished": 0}
+
+    def add_validated(self, req: EngineRequest) -> None:
+        self.waiting.append(req)
+
+    def abort(self, request_id: str, reason: str = "cancelled") -> bool:
+        self.aborts.add(request_id)
+        return True
+
+    def abort_all(self, reason: str = "cancelled", error: str | None = None) -> list[TokenEvent]:
+        ids = [r.request_id for r in self.waiting] + list(self.running)
+        self.waiting.clear()
+        self.running.clear()
+        return [TokenEvent(rid, None, "", 0, finished=True, finish_reason=reason, error=error) for rid in ids]
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def grammars(self):
+        return None
+
+    def step(self) -> list[TokenEvent]:
+        events = self._apply_aborts()
+        budget, new = self.build.max_num_batched_tokens, 0
+        while self.waiting and len(self.running) < self.build.max_num_seqs:
+            n = len(self.waiting[0].prompt_token_ids)
+            if new and n > budget:
+                break
+            req = self.waiting.popleft()
+            self.running[req.request_id] = [req, 0, time.monotonic()]
+            budget, new = budget - n, new + n
+        if not self.running:
+            return events
+        time.sleep(self.build.step_s(len(self.running), new))
+        self.counters["steps"] += 1
+        for rid, state in list(self.running.items()):
+            req, done = state[0], state[1] + 1
+            state[1] = done
+            last = done >= req.sampling.max_tokens
+            events.append(TokenEvent(rid, 100 + done % 1000, self.build.text, done - 1, finished=last,
+                                     finish_reason="length" if last else None,
+                                     prompt_tokens=len(req.prompt_token_ids), generated_tokens=done,
+                                     queue_s=0.0 if done == 1 else None))
+            if last:
+                del self.running[rid]
+                self.counters["requests_finished"] += 1
+        self.counters["generation_tokens"] += len(events)
+        return events
+
+    def _apply_aborts(self) -> list[TokenEvent]:
+        events = []
+        for rid in self.aborts:
+            if self.running.pop(rid, None) is not None:
+                events.append(TokenEvent(rid, None, "", 0, finished=True, finish_reason="cancelled"))
+        for req in [r for r in self.waiting if r.request_id in self.aborts]:
+            self.waiting.remove(req)
+            events.append(TokenEvent(req.request_id, None, "", 0, finished=True, finish_reason="cancelled"))
+        self.aborts.clear()
+        return events
+
+    def stats(self) -> dict:
+        return {"kv_capacity_tokens": self.kv_capacity_tokens, "kv_blocks_total": 1, "kv_blocks_used": 0,
+                "kv_block_size": 16, "kv_usage": 0.0, "running": len(self.running),
+                "waiting": len(self.waiting), "max_num_seqs": self.build.max_num_seqs,
+                "max_num_batched_tokens": self.build.max_num_batched_tokens, **self.counters,
+                "time": time.time()}

@@ -1,0 +1,36 @@
+"""`orcd serve` over the fake engine (fake_engine.py): every `orcd serve` argument, plus --fake-base-ms,
+--fake-row-ms, --fake-prefill-ms. Always an engine process (it is what the fake replaces).
+
+Usage: python bench/serving/fake_serve.py --model F.gguf --port 8000 [--api-processes N] [--fake-row-ms X]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # spawned processes inherit sys.path
+from fake_engine import FakeBuild  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    from orcd.cli import serve
+    from orcd.cli.main import build_parser
+
+    pre = argparse.ArgumentParser(add_help=False)
+    for name, default in (("base", 0.95), ("row", 0.057), ("prefill", 0.01)):
+        pre.add_argument(f"--fake-{name}-ms", type=float, default=default)
+    fake, rest = pre.parse_known_args(argv)
+    args = build_parser("serve").parse_args(["serve", "--engine-process", *rest])
+
+    def engine_build(args, path) -> FakeBuild:  # in place of the model's EngineBuild
+        return FakeBuild(Path(path), fake.fake_base_ms, fake.fake_row_ms, fake.fake_prefill_ms,
+                         args.max_num_seqs, args.max_num_batched_tokens)
+
+    serve.engine_build = engine_build  # this process only: the one place serve builds an engine
+    return serve.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

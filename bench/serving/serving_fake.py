@@ -1,0 +1,78 @@
+"""HTTP ÷ engine on any CPU, with the fake engine (fake_engine.py) in place of the model (issue 19).
+
+The engine process sleeps each step as long as the H100 takes for the 0.5B shape, so the API process(es)
+see the H100's token rate while the engine costs almost no CPU: what the HTTP side loses shows on a
+2-core box. The engine-alone figure is the same fake engine stepped in this process. Each --server
+'TAG [ARG...]' is `orcd serve` arguments (e.g. --api-processes 2); rows as serving.py's, printed and
+written to OUT/serving_fake.json. Not a GPU figure: it tells where the API process is the limit.
+
+Usage: python bench/serving/serving_fake.py --server 'api1' --server 'api2 --api-processes 2' \
+           [--model F.gguf] [--streams 1,8,32,64] [--routes generate,chat] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from batching_common import Deadline  # noqa: E402
+from batching_http import ServerProcess  # noqa: E402
+from fake_engine import FakeBuild, engine_alone  # noqa: E402
+from serving_run import http_rows  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=str(REPO / "orcd/assets/demo.gguf"), help="header only: tokenizer")
+    ap.add_argument("--server", action="append", default=None, metavar="'TAG [ARG...]'")
+    ap.add_argument("--streams", default="1,8,32,64")
+    ap.add_argument("--routes", default="generate,chat")
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--gen-len", type=int, default=128)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--client-procs", type=int, default=1)
+    ap.add_argument("--out-dir", default="/tmp/orcd-serving")
+    args = ap.parse_args(argv)
+    args.streams = [int(x) for x in args.streams.split(",")]
+    args.routes = args.routes.split(",")
+    args.servers = [shlex.split(s) for s in (args.server or ["api1"])]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    from orcd.gguf import open_gguf
+    from orcd.tokenizer import load_tokenizer
+
+    args = parse_args(argv)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    build = FakeBuild(Path(args.model))
+    engine = {c: engine_alone(build, c, args.prompt_len, args.gen_len) for c in args.streams}
+    print("fake engine alone tok/s: " + ", ".join(f"{c}: {v:,.0f}" for c, v in engine.items()), flush=True)
+    tok, rows = load_tokenizer(open_gguf(args.model).metadata), []
+    for tag, *serve_args in args.servers:
+        server = ServerProcess(args.model, "cpu", ["--served-model-name", "m", *serve_args],
+                               out / f"serving-fake-{tag}.log")
+        server.cmd = [sys.executable, str(Path(__file__).with_name("fake_serve.py")), *server.cmd[4:]]
+        try:
+            server.start(timeout_s=120)
+            rows += http_rows(args, "m", tag, tok, server.port, engine, Deadline.after(3600))
+        finally:
+            server.stop()
+    (out / "serving_fake.json").write_text(json.dumps(rows, indent=1))
+    print("| server | route | streams | HTTP ÷ engine | TTFT p50 ms | ITL p50 / p99 ms |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['tag']} | {r['route']} | {r['streams']} | {r['http_over_engine'] or 0:.2f} | "
+              f"{r['ttft_p50_ms']} | {r['itl_p50_ms']} / {r['itl_p99_ms']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
