@@ -6,7 +6,9 @@ that cannot end sooner (an array of at least 400 objects), so every stream decod
 ms/step counts from the step after every stream has its first token. The mask's share of the step is
 (ms/step(b) - ms/step(a)) / ms/step(b). (b) and (c) run once per --paths entry (GrammarBackend.check_first):
 - mask: every constrained row's bitmask before sampling (the path before check first);
-- check: rows drawn unmasked, masked only where the grammar rejects the token (orcd/structured/guide.py).
+- check: rows drawn unmasked, masked only where the grammar rejects the token (orcd/structured/guide.py);
+- auto: check first, but rows whose mask was filled while the forward ran are masked before the draw
+  (GrammarBackend.mask_ahead, the default).
 Split of the mask's work, per decode step:
 - fill: CPU wall time of GrammarBackend.fill_row (pending tokens, then one row's bitmask), on CUDA partly
   while the forward pass runs; masks: rows filled per step;
@@ -20,7 +22,7 @@ prompts then come from the prefix cache: --no-prefix-cache prefills every round 
 too (--device cpu).
 
     python bench/structured/mask_cost.py --model F.gguf --tag after [--concurrency 1,8,32,64] [--steps 64]
-        [--paths mask,check]
+        [--paths mask,check,auto]
     python bench/structured/mask_cost.py --report before.json after.json --out bench/results
 """
 
@@ -126,7 +128,8 @@ def one_round(engine, probe: Probe, c: int, n_constrained: int, steps: int, prom
     from orcd.structured.grammars import json_schema_grammar
 
     grammar = json_schema_grammar(SCHEMAS[schema], "schema")
-    engine.grammars().check_first = path == "check"
+    engine.grammars().check_first = path in ("check", "auto")
+    engine.grammars().mask_ahead = path == "auto"
     rng = random.Random(seed)
     free = SamplingParams(max_tokens=steps, temperature=0.0, ignore_eos=True)
     held = SamplingParams(max_tokens=steps, temperature=0.0, grammar=grammar)
@@ -231,7 +234,7 @@ def main() -> int:
     ap.add_argument("--check-free", action="store_true",
                     help="(c)'s free rows equal (a)'s; (a) run twice equals itself")
     ap.add_argument("--no-prefix-cache", action="store_true", help="every round prefills its prompts anew")
-    ap.add_argument("--paths", default="mask,check", help="constrained paths to time: mask, check")
+    ap.add_argument("--paths", default="mask,check,auto", help="constrained paths to time: mask, check, auto")
     ap.add_argument("--out", default=".")
     ap.add_argument("--report", nargs="+", help="JSON files of earlier runs -> OUT/mask_cost.md/.json/.png")
     args = ap.parse_args()

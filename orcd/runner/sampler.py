@@ -8,9 +8,10 @@ Rows with a grammar (SampleRow.matcher) go through orcd.structured.guide: their 
 previous step's tokens on the CPU before anything here waits for the device (on CUDA that overlaps the
 forward pass still running); rows are drawn from their unmasked logits and only those whose token the
 grammar rejects are drawn again from masked logits (-inf at forbidden tokens, from an allowed-token
-bitmask uploaded once), which gives the token the full mask gives. Rows with top-k / top-p / min-p are
-masked before the draw. This runs on the logits the decode CUDA graph returns, outside the graph; rows
-without a grammar are not touched.
+bitmask uploaded once), which gives the token the full mask gives. Rows with top-k / top-p / min-p, and
+rows whose mask was filled while the device ran (GrammarBackend.mask_ahead), are masked before the draw.
+This runs on the logits the decode CUDA graph returns, outside the graph; rows without a grammar are not
+touched.
 """
 
 from __future__ import annotations
@@ -159,10 +160,11 @@ def _device_busy(logits: torch.Tensor) -> Callable[[], bool]:
 
 def _guide(logits: torch.Tensor, rows: list[SampleRow], busy: Callable[[], bool] | None) -> GuidedStep:
     matchers = [r.matcher for r in rows]
-    check_first = next(m for m in matchers if m is not None).backend.check_first
-    first = [m is not None and masks_first(r.params, logits.shape[1], check_first)
+    backend = next(m for m in matchers if m is not None).backend
+    first = [m is not None and masks_first(r.params, logits.shape[1], backend.check_first)
              for r, m in zip(rows, matchers, strict=True)]
-    return GuidedStep(matchers, first, busy or _device_busy(logits), pin=logits.is_cuda)
+    return GuidedStep(matchers, first, busy or _device_busy(logits), pin=logits.is_cuda,
+                      mask_ahead=backend.mask_ahead)
 
 
 def sample(logits: torch.Tensor, rows: list[SampleRow], greedy: torch.Tensor | None = None,

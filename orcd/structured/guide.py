@@ -21,6 +21,12 @@ vocabulary); a filled row is checked by one bit test, the others by llguidance (
 Which rows were filled ahead changes the time, never the tokens. A rejected row whose mask allows one
 token (forced bytes: JSON keys and punctuation) gets it on the CPU; the others are drawn again on the
 device from their masked logits, one batch.
+
+Per-row policy (GrammarBackend.mask_ahead, the default): a row whose mask was filled ahead is masked
+before the draw like a masks_first row, not checked after it, so it never pays the second pass (the
+step's sync, its mask upload, a second draw) when its unmasked token is rejected; the rows left unfilled
+when the device finished (or slow to fill) are checked. Both draws give the same token, so the policy
+changes the time only.
 """
 
 from __future__ import annotations
@@ -49,18 +55,20 @@ class GuidedStep:
     """The constrained rows of one batch: row i of the batch -> matchers[i] (None: a free row)."""
 
     def __init__(self, matchers: list[Matcher | None], first: list[bool], busy: Callable[[], bool],
-                 pin: bool):
+                 pin: bool, mask_ahead: bool = False):
         """first[i]: row i is masked before sampling (masks_first). busy(): whether the device still
-        computes the logits (fill masks ahead while it does). pin: pinned bitmask (CUDA uploads)."""
+        computes the logits (fill masks ahead while it does). pin: pinned bitmask (CUDA uploads).
+        mask_ahead: rows filled ahead join self.first (masked before the draw) instead of being checked."""
         rows = [i for i, m in enumerate(matchers) if m is not None]
         self.first = [i for i in rows if first[i]]
         self.check = [i for i in rows if not first[i]]
         self.matchers = matchers
         self.backend: GrammarBackend = matchers[rows[0]].backend
-        # slot j of the bitmask: self.first's rows, then self.check's (the first rows' block uploads as is)
-        self.slot = {i: j for j, i in enumerate(self.first + self.check)}
+        # row -> slot of the bitmask, given in fill order: self.first's rows hold slots 0..len(first)-1
+        # (that block uploads as is), then the rows filled later
+        self.slot: dict[int, int] = {}
         self.bitmask = torch.zeros((len(rows), self.backend.words), dtype=torch.int32, pin_memory=pin)
-        self.filled: list[int] = []  # rows whose mask is in the bitmask
+        self.filled: list[int] = []  # rows whose mask is in the bitmask, in slot order
         self._fill(self.first)
         for i in self.check:
             matchers[i].flush()
@@ -71,11 +79,15 @@ class GuidedStep:
                 break
             self._fill([i])
         self.backend.eos_if_empty(self.bitmask, [self.slot[i] for i in self.filled])
+        if mask_ahead:  # filled ahead -> masked first: slots stay in self.first's order
+            self.first = list(self.filled)
+            self.check = [i for i in self.check if i not in self.slot]
 
     def _fill(self, rows: list[int]) -> None:
-        """Fill these rows' masks (without the EOS rule: eos_if_empty after)."""
+        """Fill these rows' masks (without the EOS rule: eos_if_empty after); each takes the next slot."""
         for i in rows:
-            self.backend.fill_row(self.matchers[i], self.bitmask, self.slot[i])
+            self.slot[i] = len(self.slot)
+        self.backend.fill_rows([self.matchers[i] for i in rows], self.bitmask, [self.slot[i] for i in rows])
         self.filled += rows
 
     def first_masks(self) -> torch.Tensor:

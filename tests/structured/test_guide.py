@@ -27,8 +27,8 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
 class CountingBackend(GrammarBackend):
     """A GrammarBackend that counts the masks it computes."""
 
-    def __init__(self, tokenizer, check_first: bool = True):
-        super().__init__(tokenizer, check_first)
+    def __init__(self, tokenizer, check_first: bool = True, mask_ahead: bool = True):
+        super().__init__(tokenizer, check_first, mask_ahead)
         self.rows_filled = 0
 
     def fill_row(self, m, bitmask, i):
@@ -102,11 +102,13 @@ def rows_for(i: int, m, step: int) -> SampleRow:
     return SampleRow(params, [7, 9, 7] if kind == 2 else [], step, m)
 
 
+@pytest.mark.parametrize("mask_ahead", [True, False])
 @pytest.mark.parametrize("ahead", ["never", "always", "some"])
-def test_check_first_gives_the_full_mask_tokens(backends, ahead):
+def test_check_first_gives_the_full_mask_tokens(tokenizer, backends, ahead, mask_ahead):
     """12 rows (3 grammars x 4 samplings) + 2 free rows walk 8 steps on random logits biased now and then
-    toward an allowed token; both paths draw the same token every step, every token allowed."""
-    fast, full = backends
+    toward an allowed token; both paths draw the same token every step, every token allowed -- with the
+    rows filled ahead masked first (mask_ahead) or checked."""
+    fast, full = CountingBackend(tokenizer, mask_ahead=mask_ahead), backends[1]
     rng, gen = random.Random(2), torch.Generator().manual_seed(3)
     gs = grammars()
     ms = [[b.matcher(gs[i % 3]) for i in range(12)] + [None, None] for b in (fast, full)]
@@ -167,10 +169,12 @@ def test_a_row_in_its_error_state_ends_with_eos(tokenizer):
     assert sample(logits, [SampleRow(SP(temperature=0.0), [], 0, m)]).item() in b.eos_ids
 
 
+@pytest.mark.parametrize("busy", [False, True])
 @pytest.mark.parametrize("seeded", [True, False])
-def test_sampled_distribution_is_the_masked_distribution(backends, seeded):
+def test_sampled_distribution_is_the_masked_distribution(backends, seeded, busy):
     """1,000 draws at a regex's start from p over 4 tokens, 2 allowed (mass 0.5): the draws follow p / Z
-    (chi-square, 1 degree of freedom, below 10.83: p = 0.001), seeded draws equal the full-mask path's.
+    (chi-square, 1 degree of freedom, below 10.83: p = 0.001), seeded draws equal the full-mask path's;
+    busy: every row filled ahead and masked first (mask_ahead), else checked and redrawn.
     The logits cover the vocabulary up to the largest of the 4 (the mask is cut to the logits' width)."""
     fast, full = backends
     g = regex_grammar("(ab|c)+d", "r")
@@ -184,7 +188,7 @@ def test_sampled_distribution_is_the_masked_distribution(backends, seeded):
     for b in (fast, full) if seeded else (fast,):
         rows = [SampleRow(SP(temperature=1.0, seed=s if seeded else None), [], 0, b.matcher(g))
                 for s in range(n)]
-        draws.append(sample(logits.expand(n, -1).clone(), rows, busy=lambda: False))
+        draws.append(sample(logits.expand(n, -1).clone(), rows, busy=lambda: busy))
     counts = torch.bincount(draws[0], minlength=logits.shape[0])
     assert counts[ok].sum() == n
     expected = torch.tensor([0.7, 0.3]) * n
@@ -192,3 +196,30 @@ def test_sampled_distribution_is_the_masked_distribution(backends, seeded):
     assert chi2 < 10.83, (counts[ok], expected)
     if seeded:
         assert torch.equal(draws[0], draws[1])
+
+
+@pytest.mark.parametrize("mask_ahead", [True, False])
+def test_a_row_filled_ahead_is_masked_first_and_never_redrawn(tokenizer, mask_ahead):
+    """Rows 0 and 2's argmax is forbidden, row 1's allowed. Rows 0 and 1 are filled ahead (busy):
+    mask_ahead masks them before the draw, never checked or redrawn; without it they are checked by
+    their masks' bits and row 0 is redrawn. Row 2, whose last mask was slow (fill_s over SLOW_FILL_S),
+    is never filled ahead: checked and redrawn either way."""
+    from orcd.structured.guide import SLOW_FILL_S, GuidedStep
+
+    b = CountingBackend(tokenizer, mask_ahead=mask_ahead)
+    ms = [b.matcher(regex_grammar("(ab|c)+d", "r")) for _ in range(3)]
+    allowed = allowed_of(b, ms[0])
+    ms[2].fill_s = 2 * SLOW_FILL_S
+    b.rows_filled = 0
+    step = GuidedStep(ms, [False] * 3, busy=lambda: True, pin=False, mask_ahead=mask_ahead)
+    assert (step.first, step.check) == (([0, 1], [2]) if mask_ahead else ([], [0, 1, 2]))
+    assert b.rows_filled == 2
+    logits = torch.zeros(3, b.vocab_size)
+    bad, good = (~allowed).nonzero()[0, 0], allowed.nonzero()[-1, 0]
+    logits[:, bad], logits[:, good], logits[1, good] = 9.0, 5.0, 10.0  # row 1's argmax is allowed
+    rows = [SampleRow(SP(temperature=0.0), [], 0, m) for m in ms]
+    b.rows_filled = 0
+    assert sample(logits, rows, busy=lambda: True).tolist() == [good] * 3
+    assert not ms[1].rejected and ms[2].rejected
+    assert ms[0].rejected is not mask_ahead  # masked first: never checked
+    assert b.rows_filled == 3  # rows 0 and 1 ahead, row 2 (slow) after its rejection
