@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import llguidance
 import torch
@@ -11,6 +13,7 @@ import torch
 from orcd.errors import RequestError
 from orcd.tokenizer.vocab import CONTROL
 
+PAR_MIN_S = 5e-4  # rows whose last masks took less in all are filled on the caller's thread
 SPECIAL = b"\xff"  # llguidance's marker for a special token's bytes (matched only by name, never as text)
 
 
@@ -108,11 +111,17 @@ class GrammarBackend:
     check_first (default): the sampler draws each constrained row from its unmasked logits and computes
     a row's mask only where the grammar rejects that token, or where the row needs it before sampling
     (orcd.structured.guide); False: every constrained row's mask before sampling (the path before,
-    kept for bench/structured/mask_cost.py to compare)."""
+    kept for bench/structured/mask_cost.py to compare). mask_ahead (default, with check_first): rows
+    whose mask was filled while the device ran are masked before the draw, the others checked; False:
+    every row without top-k / top-p / min-p is checked (session 8's check first)."""
 
-    def __init__(self, tokenizer, check_first: bool = True):
+    def __init__(self, tokenizer, check_first: bool = True, mask_ahead: bool = True, fill_threads: int = 0):
+        """fill_threads: threads that fill a batch's masks (fill_rows); 0: min(8, CPUs); 1: the caller's."""
         self.tokenizer = tokenizer
         self.check_first = check_first
+        self.mask_ahead = mask_ahead
+        self.fill_threads = fill_threads or min(8, os.cpu_count() or 1)
+        self._pool: ThreadPoolExecutor | None = None
         self._lltok: llguidance.LLTokenizer | None = None
         self._lock = threading.Lock()
         self.eos_ids = eos_ids(tokenizer)
@@ -143,15 +152,41 @@ class GrammarBackend:
         nothing allowed (a matcher in its error state) allows the EOS tokens only, so the request ends
         instead of sampling from an empty set.
 
-        One matcher after another on this thread. On the H100 host (16 cores), 64 rows walking valid JSON
-        took 1.0 ms that way and 7.1 ms through llguidance's parallel executor (LLExecutor, 12 threads);
-        3.5 vs 8.2 ms with maxLength strings. The executor wins only where most rows walk the whole vocabulary
-        at once (random weights filling maxLength strings: 38.8 vs 15.5 ms; bench/results/mask_cost.md)."""
+        Through fill_rows: one matcher after another on this thread where the rows' last masks were cheap.
+        On the H100 host (16 cores), 64 rows walking valid JSON took 1.0 ms that way and 7.1 ms through
+        llguidance's parallel executor (LLExecutor, 12 threads); 3.5 vs 8.2 ms with maxLength strings."""
         bitmask = torch.zeros((len(matchers), self.words), dtype=torch.int32, pin_memory=pin)
-        for i, m in enumerate(matchers):
-            self.fill_row(m, bitmask, i)
+        self.fill_rows(matchers, bitmask, list(range(len(matchers))))
         self.eos_if_empty(bitmask)
         return bitmask
+
+    def fill_rows(self, matchers: list[Matcher], bitmask: torch.Tensor, slots: list[int]) -> None:
+        """fill_row(matchers[j], bitmask, slots[j]) for each j. Where their last masks (Matcher.fill_s)
+        took PAR_MIN_S or more in all, on fill_threads threads (llguidance releases the GIL while it
+        computes a mask; this thread waits), the slowest rows spread first over the least loaded threads:
+        inside maxLength strings one mask walks the whole vocabulary (1-20 ms)."""
+        n = min(self.fill_threads, len(matchers))
+        if n < 2 or sum(m.fill_s for m in matchers) < PAR_MIN_S:
+            for m, j in zip(matchers, slots, strict=True):
+                self.fill_row(m, bitmask, j)
+            return
+        loads: list[tuple[float, list]] = [(0.0, []) for _ in range(n)]
+        for m, j in sorted(zip(matchers, slots, strict=True), key=lambda r: -r[0].fill_s):
+            k = min(range(n), key=lambda t: loads[t][0])
+            loads[k] = (loads[k][0] + m.fill_s, loads[k][1] + [(m, j)])
+        pool = self._executor()
+        for f in [pool.submit(self._fill_chunk, rows, bitmask) for _, rows in loads if rows]:
+            f.result()
+
+    def _fill_chunk(self, rows: list[tuple[Matcher, int]], bitmask: torch.Tensor) -> None:
+        for m, j in rows:
+            self.fill_row(m, bitmask, j)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.fill_threads, thread_name_prefix="orcd-mask")
+            return self._pool
 
     @property
     def words(self) -> int:

@@ -10,7 +10,7 @@ import torch
 
 from orcd.errors import RequestError
 from orcd.structured.grammars import response_format_grammar
-from orcd.structured.mask import apply_mask, bits_numpy, bits_shift, unpack_bitmask
+from orcd.structured.mask import apply_mask, bits_lut, bits_numpy, unpack_bitmask
 from orcd.structured.tool_grammar import forced_tool_grammar
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -76,7 +76,8 @@ def test_unpack_bitmask_matches_a_bit_loop():
             want[r, t] = bool((int(bitmask[r, t // 32]) >> (t % 32)) & 1)
     assert torch.equal(unpack_bitmask(bitmask, vocab), want)
     assert torch.equal(unpack_bitmask(bitmask, 100), want[:, :100])
-    assert torch.equal(bits_shift(bitmask), bits_numpy(bitmask))  # the device path computes the same
+    assert torch.equal(bits_lut(bitmask), bits_numpy(bitmask))  # the device path computes the same
+    assert torch.equal(bits_lut(bitmask)[:, :128], want[:, :128])
 
 
 def test_apply_mask_touches_only_constrained_rows():

@@ -38,16 +38,23 @@ def reference_mask(b, m: llguidance.LLMatcher) -> torch.Tensor:
     return torch.from_numpy(words)
 
 
-def test_batched_deferred_mask_equals_per_request_token_by_token(backend):
+@pytest.mark.parametrize("threads", [1, 4])
+def test_batched_deferred_mask_equals_per_request_token_by_token(backend, threads):
     """8 requests (a schema, a regex) walk at random among their allowed tokens, now and then a forbidden
     one (error state) or tokens past the end; sometimes two tokens pend before a fill, sometimes a row
-    skips a step. Every fill equals the per-request masks."""
+    skips a step. Every fill equals the per-request masks -- filled one after another, or on 4 threads
+    (rows marked slow, so fill_rows takes its thread pool)."""
+    from orcd.structured.backend import GrammarBackend
+
+    backend = GrammarBackend(backend.tokenizer, fill_threads=threads)
     rng = random.Random(0)
     grammars = [json_schema_grammar(SCHEMA, "s"), regex_grammar("(ab|c)+d", "r")]
     ours = [backend.matcher(grammars[i % 2]) for i in range(8)]
     refs = [llguidance.LLMatcher(backend.lltok, grammars[i % 2], log_level=0) for i in range(8)]
     for _ in range(40):
         rows = [i for i in range(8) if rng.random() < 0.85]
+        for m in ours:
+            m.fill_s = 1.0 if threads > 1 else 0.0  # a slow last mask: the pool (PAR_MIN_S)
         bitmask = backend.fill([ours[i] for i in rows])
         for j, i in enumerate(rows):
             assert torch.equal(bitmask[j], reference_mask(backend, refs[i])), (i, j)
@@ -62,6 +69,7 @@ def test_batched_deferred_mask_equals_per_request_token_by_token(backend):
                     refs[i].consume_token(t)
     assert any(r.is_error() for r in refs) and any(not r.is_error() for r in refs)
     assert [m.done for m in ours] == [r.is_stopped() or r.is_error() for r in refs]
+    assert (backend._pool is not None) == (threads > 1)
 
 
 def test_consume_is_applied_before_any_read(backend):
