@@ -6,6 +6,8 @@ see the H100's token rate while the engine costs almost no CPU: what the HTTP si
 'TAG [ARG...]' is `orcd serve` arguments (e.g. --api-processes 2); rows as serving.py's, printed and
 written to OUT/serving_fake.json. Not a GPU figure: it tells where the API process is the limit.
 
+A tag TAG@CHECKOUT runs that checkout's orcd (e.g. an older commit, for a before/after pair).
+
 Usage: python bench/serving/serving_fake.py --server 'api1' --server 'api2 --api-processes 2' \
            [--model F.gguf] [--streams 1,8,32,64] [--routes generate,chat] [--repeat 3]
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -45,6 +48,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def markdown(rows: list[dict], command: str) -> str:
+    import platform
+
+    lines = [f"`{command}` on {platform.machine()}, {os.cpu_count()} cores (fake engine: CPU figures)", "",
+             "| server | route | streams | engine tok/s | HTTP tok/s | HTTP ÷ engine | TTFT p50 ms "
+             "| ITL p50 / p99 ms |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['tag']} | {r['route']} | {r['streams']} | {r['engine_tok_s'] or 0:,.0f} | "
+              f"{r['http_tok_s'] or 0:,.0f} | {r['http_over_engine'] or 0:.2f} | {r['ttft_p50_ms']} | "
+              f"{r['itl_p50_ms']} / {r['itl_p99_ms']} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     from orcd.gguf import open_gguf
     from orcd.tokenizer import load_tokenizer
@@ -56,9 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     engine = {c: engine_alone(build, c, args.prompt_len, args.gen_len) for c in args.streams}
     print("fake engine alone tok/s: " + ", ".join(f"{c}: {v:,.0f}" for c, v in engine.items()), flush=True)
     tok, rows = load_tokenizer(open_gguf(args.model).metadata), []
-    for tag, *serve_args in args.servers:
+    for head, *serve_args in args.servers:
+        tag, _, repo = head.partition("@")  # TAG@CHECKOUT: that checkout's orcd (a before/after pair)
         server = ServerProcess(args.model, "cpu", ["--served-model-name", "m", *serve_args],
-                               out / f"serving-fake-{tag}.log")
+                               out / f"serving-fake-{tag}.log", repo=Path(repo).resolve() if repo else REPO)
         server.cmd = [sys.executable, str(Path(__file__).with_name("fake_serve.py")), *server.cmd[4:]]
         try:
             server.start(timeout_s=120)
@@ -66,11 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.stop()
     (out / "serving_fake.json").write_text(json.dumps(rows, indent=1))
-    print("| server | route | streams | HTTP ÷ engine | TTFT p50 ms | ITL p50 / p99 ms |")
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['tag']} | {r['route']} | {r['streams']} | {r['http_over_engine'] or 0:.2f} | "
-              f"{r['ttft_p50_ms']} | {r['itl_p50_ms']} / {r['itl_p99_ms']} |")
+    (out / "serving_fake.md").write_text(markdown(rows, " ".join(["python", *sys.argv])))
+    print(markdown(rows, ""))
     return 0
 
 
