@@ -68,7 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "engine thread may wait for the GIL while the HTTP loop holds it")
     p.add_argument("--api-processes", type=int, default=1, metavar="N",
                    help="N API processes (HTTP, chat templates, tokenization, SSE) over one engine process, "
-                        "sharing the port (default 1; one model only)")
+                        "sharing the port (default 1: on the H100 one kept up with the 0.5B at 64 streams, "
+                        "docs/performance.md; more when per-request work is the limit; one model only)")
     p.add_argument("--engine-process", action=argparse.BooleanOptionalAction, default=None,
                    help="run each model's engine step loop in a process of its own, so HTTP work never "
                         "holds its GIL (default: $ORCD_ENGINE_PROCESS, else on with CUDA, off on the CPU)")
