@@ -6,6 +6,8 @@ file's. Not a test.
 
 threads -1: GrammarBackend.fill (one matcher after another on the caller's thread); 0 and up: the same
 rows through llguidance's parallel executor (LLExecutor(threads); 0: its default, 80 % of the CPUs).
+--pools P,..: GrammarBackend(fill_threads=P).fill (fill_rows: a Python thread pool of P, taken only where
+the rows' last masks took 0.5 ms or more in all), reported as threads "poolP".
 Prints ms per fill (all rows) per schema and writes OUT/fill_scaling.json.
 """
 
@@ -67,6 +69,7 @@ def main() -> int:
     ap.add_argument("--model", required=True)
     ap.add_argument("--rows", default="1,8,64")
     ap.add_argument("--threads", default="-1,0,16")
+    ap.add_argument("--pools", default="", help="GrammarBackend fill_threads values to time too")
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--out", default=".")
     args = ap.parse_args()
@@ -81,11 +84,17 @@ def main() -> int:
     backend.lltok  # noqa: B018 - built before timing
     res = {"cpus": os.cpu_count(), "model": args.model, "tokens": args.tokens,
            "command": " ".join(["python", *sys.argv]), "rows": []}
-    for schema, threads in [(s, t) for s in SCHEMAS for t in map(int, args.threads.split(","))]:
-        executor = llguidance.LLExecutor(threads or None) if threads >= 0 else None
+    modes = [int(t) for t in args.threads.split(",")] + [f"pool{p}" for p in args.pools.split(",") if p]
+    for schema, threads in [(s, t) for s in SCHEMAS for t in modes]:
+        by = backend
+        if isinstance(threads, str):  # the thread pool of fill_rows, on the same llguidance tokenizer
+            by = GrammarBackend(backend.tokenizer, fill_threads=int(threads[4:]))
+            by._lltok = backend.lltok
+        native = isinstance(threads, int) and threads >= 0
+        executor = llguidance.LLExecutor(threads or None) if native else None
         grammar = json_schema_grammar(SCHEMAS[schema], "schema")
         for rows in map(int, args.rows.split(",")):
-            times = walk(backend, grammar, rows, args.tokens, rows, executor)[8:]  # past the first fills
+            times = walk(by, grammar, rows, args.tokens, rows, executor)[8:]  # past the first fills
             r = {"schema": schema, "threads": threads, "rows": rows, "mean_ms": 1e3 * statistics.fmean(times),
                  "median_ms": 1e3 * statistics.median(times), "max_ms": 1e3 * max(times)}
             res["rows"].append(r)
