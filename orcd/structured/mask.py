@@ -13,16 +13,13 @@ def bits_numpy(bitmask: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(np.unpackbits(raw.numpy(), axis=1, bitorder="little")).bool()
 
 
-def bits_lut(bitmask: torch.Tensor) -> torch.Tensor:
-    """The same on bitmask's device through a 256 x 8 table (the CUDA path): each byte of the words
-    (little-endian: token 32w + 8b + j is bit j of byte b of word w) indexes its 8 bits. One gather
-    writes the [k, 32W] bool result: ~10 MB moved at 64 x 152k, against ~130 MB of int32 temporaries
-    for shifting each word by 0..31 (bench/structured/apply_cost.py)."""
+def bits_shift(bitmask: torch.Tensor) -> torch.Tensor:
+    """The same on bitmask's device in four small ops (the CUDA path): each word shifted right by
+    0..31 (arithmetic shift: bit 31, the sign, comes out as 1 too), then & 1. (A 256 x 8 byte table,
+    one gather, was slower on the H100: bench/structured/apply_cost.py.)"""
     k, w = bitmask.shape
-    dev = bitmask.device
-    table = ((torch.arange(256, dtype=torch.int32, device=dev)[:, None]
-              >> torch.arange(8, dtype=torch.int32, device=dev)) & 1).bool()  # [256, 8]
-    return table[bitmask.contiguous().view(torch.uint8).int()].view(k, 32 * w)
+    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
+    return ((bitmask[:, :, None] >> shifts) & 1).view(k, 32 * w) != 0
 
 
 def unpack_bitmask(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -30,7 +27,7 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
     bitmask's device. Tokens at or past 32 * W (a model vocabulary padded beyond the tokenizer's) are
     not allowed."""
     k, w = bitmask.shape
-    bits = bits_numpy(bitmask) if bitmask.device.type == "cpu" else bits_lut(bitmask)
+    bits = bits_numpy(bitmask) if bitmask.device.type == "cpu" else bits_shift(bitmask)
     if 32 * w >= vocab:
         return bits[:, :vocab]
     return torch.cat([bits, bits.new_zeros(k, vocab - 32 * w)], dim=1)
@@ -38,14 +35,17 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
 
 def apply_mask(logits: torch.Tensor, rows: list[int], bitmask: torch.Tensor) -> torch.Tensor:
     """logits [N, V] with -inf at the tokens the grammar forbids in `rows` (bitmask row i masks logits row
-    rows[i]); other rows are untouched. bitmask: [len(rows), W] int32 on the CPU, copied to logits'
-    device once (non-blocking when pinned: GrammarBackend.fill(pin=True)). Returns a new tensor when
-    rows is non-empty."""
+    rows[i], rows in any order); other rows are untouched. bitmask: [len(rows), W] int32 on the CPU,
+    copied to logits' device once (non-blocking when pinned: GrammarBackend.fill(pin=True)). Returns a
+    new tensor when rows is non-empty."""
     if not rows:
         return logits
     dev = logits.device
-    allowed = unpack_bitmask(bitmask.to(dev, non_blocking=bitmask.is_pinned()), logits.shape[1])
-    if len(rows) == logits.shape[0]:
-        return logits.where(allowed, float("-inf"))
+    words = bitmask.to(dev, non_blocking=bitmask.is_pinned())
+    if len(rows) == logits.shape[0]:  # every row: the bitmask's rows put in batch order, one `where`
+        if rows != list(range(len(rows))):
+            words = words[torch.tensor(sorted(range(len(rows)), key=rows.__getitem__), device=dev)]
+        return logits.where(unpack_bitmask(words, logits.shape[1]), float("-inf"))
+    allowed = unpack_bitmask(words, logits.shape[1])
     idx = torch.tensor(rows, device=dev)
     return logits.index_copy(0, idx, logits.index_select(0, idx).where(allowed, float("-inf")))

@@ -10,7 +10,7 @@ import torch
 
 from orcd.errors import RequestError
 from orcd.structured.grammars import response_format_grammar
-from orcd.structured.mask import apply_mask, bits_lut, bits_numpy, unpack_bitmask
+from orcd.structured.mask import apply_mask, bits_numpy, bits_shift, unpack_bitmask
 from orcd.structured.tool_grammar import forced_tool_grammar
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -76,8 +76,7 @@ def test_unpack_bitmask_matches_a_bit_loop():
             want[r, t] = bool((int(bitmask[r, t // 32]) >> (t % 32)) & 1)
     assert torch.equal(unpack_bitmask(bitmask, vocab), want)
     assert torch.equal(unpack_bitmask(bitmask, 100), want[:, :100])
-    assert torch.equal(bits_lut(bitmask), bits_numpy(bitmask))  # the device path computes the same
-    assert torch.equal(bits_lut(bitmask)[:, :128], want[:, :128])
+    assert torch.equal(bits_shift(bitmask), bits_numpy(bitmask))  # the device path computes the same
 
 
 def test_apply_mask_touches_only_constrained_rows():
@@ -88,6 +87,18 @@ def test_apply_mask_touches_only_constrained_rows():
     assert torch.equal(out[[0, 1, 3]], logits[[0, 1, 3]])
     assert out[2].argmax() == 35 and torch.isinf(out[2]).sum() == 63
     assert apply_mask(logits, [], bitmask) is logits
+
+
+def test_apply_mask_on_every_row_in_any_order():
+    """Every row masked, bitmask rows given out of batch order (guide.py's fill order): row rows[i] gets
+    bitmask row i, as one row at a time would."""
+    gen = torch.Generator().manual_seed(4)
+    logits = torch.randn(4, 64, generator=gen)
+    bitmask = torch.randint(-2**31, 2**31 - 1, (4, 2), generator=gen, dtype=torch.int64).to(torch.int32)
+    rows = [2, 0, 3, 1]
+    want = torch.stack([apply_mask(logits[r:r + 1], [0], bitmask[rows.index(r)][None])[0] for r in range(4)])
+    assert torch.equal(apply_mask(logits, rows, bitmask), want)
+    assert torch.equal(apply_mask(logits, [0, 1, 2, 3], bitmask[[1, 3, 0, 2]]), want)
 
 
 @pytest.fixture(scope="module")

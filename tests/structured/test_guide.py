@@ -102,20 +102,22 @@ def rows_for(i: int, m, step: int) -> SampleRow:
     return SampleRow(params, [7, 9, 7] if kind == 2 else [], step, m)
 
 
+@pytest.mark.parametrize("free", [2, 0])
 @pytest.mark.parametrize("mask_ahead", [True, False])
 @pytest.mark.parametrize("ahead", ["never", "always", "some"])
-def test_check_first_gives_the_full_mask_tokens(tokenizer, backends, ahead, mask_ahead):
-    """12 rows (3 grammars x 4 samplings) + 2 free rows walk 8 steps on random logits biased now and then
-    toward an allowed token; both paths draw the same token every step, every token allowed -- with the
-    rows filled ahead masked first (mask_ahead) or checked."""
+def test_check_first_gives_the_full_mask_tokens(tokenizer, backends, ahead, mask_ahead, free):
+    """12 rows (3 grammars x 4 samplings) + `free` free rows walk 8 steps on random logits biased now and
+    then toward an allowed token; both paths draw the same token every step, every token allowed -- with
+    the rows filled ahead masked first (mask_ahead) or checked. No free rows: the masked-first rows are
+    the whole batch, in fill order (top-k rows first), not batch order."""
     fast, full = CountingBackend(tokenizer, mask_ahead=mask_ahead), backends[1]
     rng, gen = random.Random(2), torch.Generator().manual_seed(3)
     gs = grammars()
-    ms = [[b.matcher(gs[i % 3]) for i in range(12)] + [None, None] for b in (fast, full)]
+    ms = [[b.matcher(gs[i % 3]) for i in range(12)] + [None] * free for b in (fast, full)]
     busy = {"never": lambda: False, "always": lambda: True, "some": lambda: rng.random() < 0.5}[ahead]
     fills = fast.rows_filled
     for step in range(8):
-        logits = torch.randn(14, fast.vocab_size, generator=gen) * 3
+        logits = torch.randn(12 + free, fast.vocab_size, generator=gen) * 3
         for i in range(12):
             if rng.random() < 0.5:
                 ok = allowed_of(full, ms[1][i]).nonzero().flatten().tolist()

@@ -106,11 +106,14 @@ def cuda_model(tmp_path_factory):
 
 
 @pytest.mark.gpu
-def test_on_cuda_check_first_equals_the_full_mask(cuda_model):
-    """CUDA graphs, masks filled while the graph runs, pinned uploads: a batch of 8, 4 held to a schema
-    that cannot end within max_tokens (the batch never shrinks), gives the same tokens on both paths."""
+@pytest.mark.parametrize("n_held", [4, 8])
+def test_on_cuda_check_first_equals_the_full_mask(cuda_model, n_held):
+    """CUDA graphs, masks filled while the graph runs, pinned uploads: a batch of 8, n_held held to a
+    schema that cannot end within max_tokens (the batch never shrinks), gives the same tokens on both
+    paths. All 8 held: the rows filled ahead (mask_ahead) are the whole batch, in fill order."""
     grammar = json_schema_grammar(ENDLESS, "s")
-    fast, full = _cuda_batch(cuda_model, grammar, 4, True), _cuda_batch(cuda_model, grammar, 4, False)
+    fast = _cuda_batch(cuda_model, grammar, n_held, True)
+    full = _cuda_batch(cuda_model, grammar, n_held, False)
     assert fast == full and all(len(t) == 32 for t in fast)
 
 
