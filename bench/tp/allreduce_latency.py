@@ -56,6 +56,53 @@ def _graph_us(x, reps: int) -> float:
     return (time.perf_counter() - t0) / (5 * reps) * 1e6
 
 
+def _symm_graph_us(x, reps: int) -> float | None:
+    """As _graph_us with orcd's SymmAllReduce (one-shot, peer loads); None where it is unavailable."""
+    import torch
+
+    from orcd.distributed.symm_allreduce import make_all_reduce
+
+    ar = make_all_reduce("symm", x.numel(), x.dtype, x.device)
+    if ar is None:
+        return None
+    ar(x, 0)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(reps):
+            ar(x, i % 2)
+    g.replay()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(5):
+        g.replay()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / (5 * reps) * 1e6
+
+
+def _symm_check(ctx) -> bool | None:
+    """SymmAllReduce in a graph sums rank-dependent values exactly (small integers in bf16)."""
+    import torch
+
+    from orcd.distributed.symm_allreduce import make_all_reduce
+
+    x = torch.empty(8, 8192, dtype=torch.bfloat16, device=ctx.device)
+    ar = make_all_reduce("symm", x.numel(), x.dtype, x.device)
+    if ar is None:
+        return None
+    g = torch.cuda.CUDAGraph()
+    x.fill_(ctx.rank + 1)
+    ar(x, 0)  # eager warm-up
+    with torch.cuda.graph(g):
+        x.fill_(ctx.rank + 1)
+        ar(x, 1)
+        ar(x, 0)  # sum twice: world * (world + 1) / 2 * world
+    g.replay()
+    torch.cuda.synchronize()
+    want = ctx.world * (ctx.world + 1) // 2 * ctx.world
+    return bool((x == want).all().item())
+
+
 def rank_fn(ctx, reps: int, env: str, out: str) -> int:
     import torch
 
@@ -66,7 +113,10 @@ def rank_fn(ctx, reps: int, env: str, out: str) -> int:
         x = torch.zeros(b, h, dtype=torch.bfloat16, device=ctx.device)  # zeros: sums stay finite
         row = {"world": ctx.world, "env": env, "hidden": h, "batch": b, "eager_us": _eager_us(x, reps, sync)}
         row["graph_us"] = _graph_us(x, reps) if cuda else None
+        row["symm_graph_us"] = _symm_graph_us(x, reps) if cuda else None
         rows.append(row)
+    if cuda:
+        rows[0]["symm_sums_exact"] = _symm_check(ctx)
     if ctx.rank == 0:
         Path(out).write_text(json.dumps(rows))
     return 0
@@ -99,11 +149,13 @@ def main() -> int:
         finally:
             for k, v in saved.items():
                 os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-    print("| world | env | batch x hidden | graph us | eager us |\n|---|---|---|---|---|")
+    print("| world | env | batch x hidden | NCCL graph us | symm one-shot graph us | NCCL eager us |\n"
+          "|---|---|---|---|---|---|")
     for r in rows:
-        g = f"{r['graph_us']:.1f}" if r["graph_us"] is not None else "-"
-        print(f"| {r['world']} | {r['env'] or 'default'} | {r['batch']} x {r['hidden']} | {g} | "
+        g, s = (f"{r[k]:.1f}" if r.get(k) is not None else "-" for k in ("graph_us", "symm_graph_us"))
+        print(f"| {r['world']} | {r['env'] or 'default'} | {r['batch']} x {r['hidden']} | {g} | {s} | "
               f"{r['eager_us']:.1f} |")
+    print("symm sums exact:", [r.get("symm_sums_exact") for r in rows if "symm_sums_exact" in r])
     return 0
 
 

@@ -48,6 +48,8 @@ def bench_rank(ctx, path: str, args: dict, out_json: str) -> int:
     """Every rank: load the shard; rank 0 measures prefill and decode through the leader engine."""
     from orcd.distributed.driver import load_sharded, run_rank
 
+    if args["mode"] == "tp-symm":  # tp-graphs with the one-shot symmetric-memory all-reduce
+        ctx.all_reduce = "symm"
     t0 = time.perf_counter()
     loaded = load_sharded(path, ctx)
     load_s = time.perf_counter() - t0
@@ -100,7 +102,8 @@ def main() -> int:
     ap.add_argument("--streams", default="1", help="comma-separated counts of concurrent decode streams")
     ap.add_argument("--modes", default="tp-graphs",
                     help="comma-separated: tp-graphs (decode graphs of the fused TP step, collectives "
-                         "inside; at 1 rank the engine's fused step), tp-eager, engine (1 GPU only: the "
+                         "inside; at 1 rank the engine's fused step), tp-symm (tp-graphs with the "
+                         "symmetric-memory one-shot all-reduce), tp-eager, engine (1 GPU only: the "
                          "plain engine, fused decode graphs and prefill graphs)")
     ap.add_argument("--out", default="bench/results")
     a = ap.parse_args()

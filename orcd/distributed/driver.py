@@ -110,7 +110,7 @@ def _build_runner(ctx: TPContext, loaded, spec: RunnerSpec) -> TPModelRunner:
     n = _agree_blocks(ctx, loaded, spec.num_kv_blocks, spec.kv_fraction, spec.block_size)
     return TPModelRunner(loaded, n, spec.block_size, decode_graphs=spec.decode_graphs,
                          max_num_seqs=spec.max_num_seqs, batch_invariant=spec.batch_invariant,
-                         rank=ctx.rank, group=ctx.group)
+                         rank=ctx.rank, group=ctx.group, all_reduce=ctx.all_reduce)
 
 
 # What a follower needs of a sequence's sampling: only whether it has a seed (orcd.numerics' "seeded"

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from orcd.distributed.layers import RowParallelLinear, VocabParallelEmbedding, VocabParallelHead
+from orcd.distributed.symm_allreduce import make_all_reduce
 from orcd.models.layers.attention import AttnMetadata
 from orcd.quant.kernels.decode_ops import add_rmsnorm
 from orcd.runner.decode_products import (
@@ -55,9 +56,12 @@ def check_sharded(model) -> None:
 
 
 class TPFusedDecoder:
-    def __init__(self, model: torch.nn.Module, rank: int, group=None, int8_x: bool = True):
+    def __init__(self, model: torch.nn.Module, rank: int, group=None, int8_x: bool = True,
+                 all_reduce: str = "nccl"):
         """model: this rank's shard; group: the tensor collectives' (None = the world group).
-        int8_x: as FusedDecoder's (off for float32 models whatever it says)."""
+        int8_x: as FusedDecoder's (off for float32 models whatever it says). all_reduce: "nccl", or
+        "symm" for the norm-fused path's residual all-reduces (symm_allreduce.py; NCCL where
+        unavailable, on every rank alike)."""
         check_sharded(model)
         check_block_kind(model)  # before block_linears: other blocks have no gate/up
         self.linears = [block_linears(blk) for blk in model.blocks]
@@ -67,6 +71,11 @@ class TPFusedDecoder:
         int8 = int8_x and model.blocks[0].attn_norm.weight.dtype != torch.float32
         self.products = DecodeProducts(int8_x=int8, int8_attn=int8)
         self.fuse_norm = self._agree(norm_fusable(self.linears, model.lm_head.inner))
+        w = model.blocks[0].attn_norm.weight  # the residual's dtype; hidden = its length
+        ar = make_all_reduce(all_reduce, self.fused_rows() * w.shape[0], w.dtype, w.device,
+                             group) if self.fuse_norm else None
+        self.symm = ar if self._agree(ar is not None) else None
+        self.all_reduce_kind = "symm" if self.symm is not None else "nccl"
 
     def _agree(self, ok: bool) -> bool:
         """ok on every rank (one all-reduce, MIN): rank 0 alone holds o/down's bias (shard.py), so the
@@ -101,12 +110,19 @@ class TPFusedDecoder:
             if self.rank:
                 res.zero_()
             p.o(lin, o, res)
-            dist.all_reduce(res, group=self.group)
+            self._reduce_res(res, 0)
             act = p.glu(lin, res, (blk.ffn_norm.weight, blk.ffn_norm.eps))
             if self.rank:
                 res.zero_()
             p.down(lin, act, res)
+            self._reduce_res(res, 1)
+
+    def _reduce_res(self, res: torch.Tensor, slot: int) -> None:
+        """res <- sum over ranks, in place (slot: the call's position, o = 0, down = 1; symm_allreduce.py)."""
+        if self.symm is None:
             dist.all_reduce(res, group=self.group)
+        else:
+            self.symm(res, slot)
 
     def _blocks(self, res: torch.Tensor, pos, meta, kv) -> torch.Tensor:
         """Any batch: add+RMSNorm kernels stand alone, the row-parallel products are all-reduced.

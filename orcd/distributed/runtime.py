@@ -39,6 +39,7 @@ class TPContext:
     device: torch.device
     group: object  # tensor collectives (NCCL on CUDA, gloo on CPU); None = the default group
     control: object  # gloo group for pickled control messages
+    all_reduce: str = "nccl"  # the TP decode graphs' residual all-reduce: "nccl" or "symm" (fused_tp.py)
 
 
 def free_port() -> int:

@@ -31,8 +31,10 @@ class TPModelRunner(ModelRunner):
     """ModelRunner whose decode graphs replay the TP fused step (collectives inside); no prefill graphs."""
 
     def __init__(self, loaded, num_kv_blocks: int, block_size: int, *, decode_graphs: bool,
-                 max_num_seqs: int, batch_invariant: str | bool, rank: int = 0, group=None):
+                 max_num_seqs: int, batch_invariant: str | bool, rank: int = 0, group=None,
+                 all_reduce: str = "nccl"):
         self.num_kv_blocks = num_kv_blocks  # the block manager's; with graphs the cache holds one more
+        self.all_reduce = all_reduce  # TPFusedDecoder's residual all-reduce: "nccl" or "symm"
         self.rank, self.group = rank, group  # read by _capture, which the base __init__ calls
         super().__init__(loaded, num_kv_blocks, block_size, decode_graphs=decode_graphs, prefill_graphs=False,
                          max_num_seqs=max_num_seqs, batch_invariant=batch_invariant)
@@ -50,7 +52,7 @@ class TPModelRunner(ModelRunner):
         try:
             if not isinstance(self.model.embed, VocabParallelEmbedding):  # one rank: nothing was split
                 return FusedDecoder(self.model)
-            return TPFusedDecoder(self.model, self.rank, self.group)
+            return TPFusedDecoder(self.model, self.rank, self.group, all_reduce=self.all_reduce)
         except ValueError as err:
             log.warning("fused decode unavailable under TP (%s): graphs replay model.forward", err)
             return None

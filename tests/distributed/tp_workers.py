@@ -124,19 +124,20 @@ def fused_steps(dec, cfg, device, dtype, batch: int = 3, steps: int = 4):
     return torch.stack(out)
 
 
-def fused_int8_rank(ctx, path: str, out_path: str) -> int:
-    """Every rank: the bf16 shard's TPFusedDecoder (int8 products) for fused_steps; rank 0 saves
-    {"logits": [steps, batch, V], "int8": flags} to out_path."""
+def fused_int8_rank(ctx, path: str, out_path: str, all_reduce: str = "nccl") -> int:
+    """Every rank: the bf16 shard's TPFusedDecoder (int8 products; all_reduce: its residual
+    all-reduce) for fused_steps; rank 0 saves {"logits": [steps, batch, V], "int8": flags,
+    "all_reduce": the kind in use} to out_path."""
     import torch
 
     from orcd.distributed.fused_tp import TPFusedDecoder
     from orcd.runner.decode_products import I8_MAX_ROWS
 
     loaded = load_sharded(path, ctx, torch.bfloat16, tokenizer=False)  # the file has no tokenizer
-    dec = TPFusedDecoder(loaded.model, ctx.rank, ctx.group)
+    dec = TPFusedDecoder(loaded.model, ctx.rank, ctx.group, all_reduce=all_reduce)
     flags = [dec.fuse_norm, dec.products.int8_x, dec.fused_rows() == I8_MAX_ROWS]
     with torch.inference_mode():
         logits = fused_steps(dec, loaded.cfg, ctx.device, torch.bfloat16)
     if ctx.rank == 0:
-        torch.save({"logits": logits, "int8": flags}, out_path)
+        torch.save({"logits": logits, "int8": flags, "all_reduce": dec.all_reduce_kind}, out_path)
     return 0
