@@ -22,11 +22,12 @@ Which rows were filled ahead changes the time, never the tokens. A rejected row 
 token (forced bytes: JSON keys and punctuation) gets it on the CPU; the others are drawn again on the
 device from their masked logits, one batch.
 
-Per-row policy (GrammarBackend.mask_ahead, the default): a row whose mask was filled ahead is masked
-before the draw like a masks_first row, not checked after it, so it never pays the second pass (the
-step's sync, its mask upload, a second draw) when its unmasked token is rejected; the rows left unfilled
-when the device finished (or slow to fill) are checked. Both draws give the same token, so the policy
-changes the time only.
+Per-row policy (GrammarBackend.mask_ahead, the default): a row whose last mask was cheap (SLOW_FILL_S
+or less) is filled every step, busy or not, and a slow row rejected at its last check is filled while
+the device is busy; every filled row is masked before the draw like a masks_first row, not checked after
+it, so it never pays the second pass (the step's sync, its mask upload, a second draw) when its unmasked
+token is rejected. Only slow rows (inside maxLength strings) not filled are checked. Both draws give the
+same token, so the policy changes the time only.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ class GuidedStep:
                  pin: bool, mask_ahead: bool = False):
         """first[i]: row i is masked before sampling (masks_first). busy(): whether the device still
         computes the logits (fill masks ahead while it does). pin: pinned bitmask (CUDA uploads).
-        mask_ahead: rows filled ahead join self.first (masked before the draw) instead of being checked."""
+        mask_ahead: the per-row policy (_ahead); rows filled join self.first (masked before the draw)
+        instead of being checked."""
         rows = [i for i, m in enumerate(matchers) if m is not None]
         self.first = [i for i in rows if first[i]]
         self.check = [i for i in rows if not first[i]]
@@ -72,16 +74,27 @@ class GuidedStep:
         self._fill(self.first)
         for i in self.check:
             matchers[i].flush()
-        ahead = sorted((i for i in self.check if matchers[i].fill_s <= SLOW_FILL_S),
-                       key=lambda i: not matchers[i].rejected)
+        self._ahead(busy, mask_ahead)
+        self.backend.eos_if_empty(self.bitmask, [self.slot[i] for i in self.filled])
+        if mask_ahead:  # filled -> masked first: slots stay in self.first's order
+            self.first = list(self.filled)
+            self.check = [i for i in self.check if i not in self.slot]
+
+    def _ahead(self, busy: Callable[[], bool], mask_ahead: bool) -> None:
+        """Fill checked rows' masks before the draw. mask_ahead: every cheap row (its last mask took
+        SLOW_FILL_S or less), then slow rows rejected at their last check while busy(). Else cheap rows
+        while busy(), those rejected last step first."""
+        ms = self.matchers
+        cheap = [i for i in self.check if ms[i].fill_s <= SLOW_FILL_S]
+        if mask_ahead:
+            self._fill(cheap)
+            ahead = [i for i in self.check if ms[i].fill_s > SLOW_FILL_S and ms[i].rejected]
+        else:
+            ahead = sorted(cheap, key=lambda i: not ms[i].rejected)
         for i in ahead:
             if not busy():
                 break
             self._fill([i])
-        self.backend.eos_if_empty(self.bitmask, [self.slot[i] for i in self.filled])
-        if mask_ahead:  # filled ahead -> masked first: slots stay in self.first's order
-            self.first = list(self.filled)
-            self.check = [i for i in self.check if i not in self.slot]
 
     def _fill(self, rows: list[int]) -> None:
         """Fill these rows' masks (without the EOS rule: eos_if_empty after); each takes the next slot."""

@@ -130,14 +130,17 @@ def test_check_first_gives_the_full_mask_tokens(tokenizer, backends, ahead, mask
             assert ms[1][i].allows(t)
             ms[0][i].consume(t)
             ms[1][i].consume(t)
-    if ahead == "never":  # masks only for rejected rows, checked rows in forced states, top-k rows
+    if ahead == "never" and not mask_ahead:  # masks only for rejected rows, forced states, top-k rows
         assert fast.rows_filled - fills < 12 * 8
+    if mask_ahead:  # the demo vocabulary's masks are cheap: every row filled once a step, masked first
+        assert fast.rows_filled - fills == 12 * 8
 
 
 def test_rejected_row_gets_a_valid_token_and_only_it_is_masked(tokenizer):
     """Row 0's argmax is forbidden, row 1's allowed: one mask computed (row 0's), row 0 gets the
-    masked argmax, row 1 keeps its token."""
-    b = CountingBackend(tokenizer)
+    masked argmax, row 1 keeps its token (check first without the per-row policy: with it, these cheap
+    rows would be masked first)."""
+    b = CountingBackend(tokenizer, mask_ahead=False)
     ms = [b.matcher(regex_grammar("(ab|c)+d", "r")) for _ in range(2)]
     allowed = allowed_of(b, ms[0])
     b.rows_filled = 0
@@ -151,8 +154,8 @@ def test_rejected_row_gets_a_valid_token_and_only_it_is_masked(tokenizer):
 
 def test_a_rejected_row_in_a_forced_state_gets_the_forced_token(tokenizer):
     """A regex that forces "abc": the mask allows one token; a greedy and a sampled row whose unmasked
-    token is another get it."""
-    b = GrammarBackend(tokenizer)
+    token is another get it (checked first: mask_ahead off, or these cheap rows would be masked first)."""
+    b = GrammarBackend(tokenizer, mask_ahead=False)
     ms = [b.matcher(regex_grammar("abc", "r")) for _ in range(2)]
     only = allowed_of(b, ms[0]).nonzero().flatten().tolist()
     assert len(only) == 1
@@ -171,14 +174,14 @@ def test_a_row_in_its_error_state_ends_with_eos(tokenizer):
     assert sample(logits, [SampleRow(SP(temperature=0.0), [], 0, m)]).item() in b.eos_ids
 
 
-@pytest.mark.parametrize("busy", [False, True])
+@pytest.mark.parametrize("mask_ahead", [False, True])
 @pytest.mark.parametrize("seeded", [True, False])
-def test_sampled_distribution_is_the_masked_distribution(backends, seeded, busy):
+def test_sampled_distribution_is_the_masked_distribution(tokenizer, backends, seeded, mask_ahead):
     """1,000 draws at a regex's start from p over 4 tokens, 2 allowed (mass 0.5): the draws follow p / Z
     (chi-square, 1 degree of freedom, below 10.83: p = 0.001), seeded draws equal the full-mask path's;
-    busy: every row filled ahead and masked first (mask_ahead), else checked and redrawn.
+    mask_ahead: every row (cheap) masked first, else checked and redrawn.
     The logits cover the vocabulary up to the largest of the 4 (the mask is cut to the logits' width)."""
-    fast, full = backends
+    fast, full = CountingBackend(tokenizer, mask_ahead=mask_ahead), backends[1]
     g = regex_grammar("(ab|c)+d", "r")
     allowed = allowed_of(fast, fast.matcher(g))
     ok, no = allowed.nonzero().flatten().tolist()[:2], (~allowed).nonzero().flatten().tolist()[:2]
@@ -190,7 +193,7 @@ def test_sampled_distribution_is_the_masked_distribution(backends, seeded, busy)
     for b in (fast, full) if seeded else (fast,):
         rows = [SampleRow(SP(temperature=1.0, seed=s if seeded else None), [], 0, b.matcher(g))
                 for s in range(n)]
-        draws.append(sample(logits.expand(n, -1).clone(), rows, busy=lambda: busy))
+        draws.append(sample(logits.expand(n, -1).clone(), rows, busy=lambda: False))
     counts = torch.bincount(draws[0], minlength=logits.shape[0])
     assert counts[ok].sum() == n
     expected = torch.tensor([0.7, 0.3]) * n
@@ -204,8 +207,9 @@ def test_sampled_distribution_is_the_masked_distribution(backends, seeded, busy)
 def test_a_row_filled_ahead_is_masked_first_and_never_redrawn(tokenizer, mask_ahead):
     """Rows 0 and 2's argmax is forbidden, row 1's allowed. Rows 0 and 1 are filled ahead (busy):
     mask_ahead masks them before the draw, never checked or redrawn; without it they are checked by
-    their masks' bits and row 0 is redrawn. Row 2, whose last mask was slow (fill_s over SLOW_FILL_S),
-    is never filled ahead: checked and redrawn either way."""
+    their masks' bits and row 0 is redrawn. With mask_ahead cheap rows are filled even when the device
+    is idle, and a slow row (fill_s over SLOW_FILL_S) only when it was rejected at its last check and the
+    device is busy; row 2, slow and not rejected, is checked and redrawn either way."""
     from orcd.structured.guide import SLOW_FILL_S, GuidedStep
 
     b = CountingBackend(tokenizer, mask_ahead=mask_ahead)
@@ -216,6 +220,12 @@ def test_a_row_filled_ahead_is_masked_first_and_never_redrawn(tokenizer, mask_ah
     step = GuidedStep(ms, [False] * 3, busy=lambda: True, pin=False, mask_ahead=mask_ahead)
     assert (step.first, step.check) == (([0, 1], [2]) if mask_ahead else ([], [0, 1, 2]))
     assert b.rows_filled == 2
+    idle = GuidedStep(ms, [False] * 3, busy=lambda: False, pin=False, mask_ahead=mask_ahead)
+    assert idle.first == ([0, 1] if mask_ahead else [])  # cheap rows: filled whether or not busy
+    ms[2].rejected = True  # a slow row rejected last step: filled while busy (mask_ahead)
+    slow = GuidedStep(ms, [False] * 3, busy=lambda: True, pin=False, mask_ahead=mask_ahead)
+    assert slow.first == ([0, 1, 2] if mask_ahead else [])
+    ms[2].rejected, ms[2].fill_s = False, 2 * SLOW_FILL_S
     logits = torch.zeros(3, b.vocab_size)
     bad, good = (~allowed).nonzero()[0, 0], allowed.nonzero()[-1, 0]
     logits[:, bad], logits[:, good], logits[1, good] = 9.0, 5.0, 10.0  # row 1's argmax is allowed
@@ -225,3 +235,4 @@ def test_a_row_filled_ahead_is_masked_first_and_never_redrawn(tokenizer, mask_ah
     assert not ms[1].rejected and ms[2].rejected
     assert ms[0].rejected is not mask_ahead  # masked first: never checked
     assert b.rows_filled == 3  # rows 0 and 1 ahead, row 2 (slow) after its rejection
+    assert ms[2].fill_s <= SLOW_FILL_S  # measured again (the demo vocabulary's masks are cheap)

@@ -35,9 +35,10 @@ def requests() -> dict[str, SamplingParams]:
     return reqs | {f"free{i}": SamplingParams(max_tokens=40, seed=i, ignore_eos=True) for i in range(2)}
 
 
-def run(loaded, check_first: bool) -> tuple[dict[str, list[int]], LLMEngine]:
+def run(loaded, check_first: bool, mask_ahead: bool = True) -> tuple[dict[str, list[int]], LLMEngine]:
     engine = LLMEngine(loaded, num_kv_blocks=256, max_num_seqs=16)
     engine.grammars().check_first = check_first
+    engine.grammars().mask_ahead = mask_ahead
     prompt = loaded.tokenizer.encode("give me json")
     reqs = requests()
     for rid, sp in reqs.items():
@@ -51,8 +52,11 @@ def run(loaded, check_first: bool) -> tuple[dict[str, list[int]], LLMEngine]:
     return out, engine
 
 
-def test_check_first_gives_the_same_tokens_in_the_engine(loaded):
-    fast, engine = run(loaded, True)
+@pytest.mark.parametrize("mask_ahead", [True, False])
+def test_check_first_gives_the_same_tokens_in_the_engine(loaded, mask_ahead):
+    """Check first, with the per-row policy (cheap rows masked first) or without (every row checked),
+    gives the full mask's tokens in the engine; outputs valid, some ended by EOS."""
+    fast, engine = run(loaded, True, mask_ahead)
     full, _ = run(loaded, False)
     assert fast == full
     eos, ended = engine.grammars().eos_ids, 0
