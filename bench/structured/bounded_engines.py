@@ -6,6 +6,7 @@ Two walks per schema, both engines fed the same tokens:
 - random: each step a random token of llguidance's mask (what the random-weight model in mask_cost.py
   writes: strings up to their maxLength), where llguidance walks the whole vocabulary per token.
 Control tokens are given to xgrammar as empty strings (never text), as orcd marks them for llguidance.
+xgrammar is not an orcd dependency: `pip install xgrammar` first.
 
     python bench/structured/bounded_engines.py [--tokens 200] [--out bench/results]
 """
