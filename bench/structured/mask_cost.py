@@ -7,8 +7,8 @@ ms/step counts from the step after every stream has its first token. The mask's 
 (ms/step(b) - ms/step(a)) / ms/step(b). (b) and (c) run once per --paths entry (GrammarBackend.check_first):
 - mask: every constrained row's bitmask before sampling (the path before check first);
 - check: rows drawn unmasked, masked only where the grammar rejects the token (orcd/structured/guide.py);
-- auto: check first, but rows whose mask was filled while the forward ran are masked before the draw
-  (GrammarBackend.mask_ahead, the default).
+- auto: the per-row policy (GrammarBackend.mask_ahead, the default): rows whose last mask was cheap, and
+  slow rows rejected last step while the forward runs, are masked before the draw; the rest checked.
 Split of the mask's work, per decode step:
 - fill: CPU wall time of GrammarBackend.fill_row (pending tokens, then one row's bitmask), on CUDA partly
   while the forward pass runs; masks: rows filled per step;
