@@ -19,8 +19,9 @@ import torch.nn.functional as F
 from orcd.models.layers.attention import AttnMetadata
 from orcd.models.layers.attention_triton import paged_decode_attention
 from orcd.quant.kernels import get_fused_linear
+from orcd.quant.kernels.batched_qkv import batched_qkv, qkv_routed
 from orcd.quant.kernels.decode_ops import add_rmsnorm, rope_and_write_kv
-from orcd.quant.kernels.fused_linear import GEMV_MAX_N, fused_gemv, fused_glu, fused_linear
+from orcd.quant.kernels.fused_linear import GEMV_MAX_N, MM_MAX_N, fused_gemv, fused_glu, fused_linear
 from orcd.quant.kernels.gemv3_int8 import gemv3_i8
 from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8
 from orcd.quant.kernels.gemv_multi import fused_gemv3
@@ -117,10 +118,11 @@ class DecodeProducts:
 
     int8_x: the Q4_K/Q6_K products (gate/up: Q4_K) read x quantized to int8 per 32 (gemv_int8.py,
     gemv3_int8.py); ~1 % error per product on top of bf16's, as llama.cpp's MMVQ. int8_attn: q/k/v and
-    o too (a bench may switch this part off alone)."""
+    o too (a bench may switch this part off alone). batched_qkv: above the norm-fused rows (5..64),
+    q/k/v in one launch (batched_qkv.py) instead of three products."""
 
-    def __init__(self, int8_x: bool, int8_attn: bool):
-        self.int8_x, self.int8_attn = int8_x, int8_attn
+    def __init__(self, int8_x: bool, int8_attn: bool, batched_qkv: bool = False):
+        self.int8_x, self.int8_attn, self.batched_qkv = int8_x, int8_attn, batched_qkv
 
     def fused_rows(self, blocks: list[BlockLinears], head) -> int:
         """The most rows the norm-fused step takes: I8_MAX_ROWS where every product (q/k/v, o, gate/up,
@@ -148,6 +150,16 @@ class DecodeProducts:
         if same_bias:
             return fused_gemv3(res, [(m.raw, m.out_features, m.qtype, m.bias) for m in qkv], k_in, norm=nrm)
         return [fused_gemv(res, m.raw, m.out_features, m.in_features, m.qtype, m.bias, norm=nrm) for m in qkv]
+
+    def qkv_rows(self, lin: BlockLinears, h: torch.Tensor) -> list[torch.Tensor]:
+        """The unfused step's q, k, v of h [B, H] (already normed): one batched_qkv launch for
+        GEMV_MAX_N < B <= MM_MAX_N where it is on and takes the three weights, else three products."""
+        qkv = lin.qkv()
+        if self.batched_qkv and GEMV_MAX_N < h.shape[0] <= MM_MAX_N and all(m.raw is not None for m in qkv):
+            weights = [(m.raw, m.out_features, m.qtype, m.bias) for m in qkv]
+            if qkv_routed(weights, lin.q.in_features):
+                return batched_qkv(h, weights, lin.q.in_features)
+        return [linear(m, h) for m in qkv]
 
     def o(self, lin: BlockLinears, x: torch.Tensor, res: torch.Tensor) -> None:
         """res [B, H] += x [B, heads * head_dim] @ Wo.T, in place."""

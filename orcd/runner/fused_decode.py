@@ -38,17 +38,19 @@ def block_linears(blk) -> BlockLinears:
 
 
 class FusedDecoder:
-    def __init__(self, model: torch.nn.Module, fuse_norm: bool = True, int8_x: bool = True):
+    def __init__(self, model: torch.nn.Module, fuse_norm: bool = True, int8_x: bool = True,
+                 batched_qkv: bool = False):
         """fuse_norm: also fold each RMSNorm into the GEMVs that read it and each residual add into the
         GEMV that writes it (~7 kernels per layer), for batches of <= fused_rows() raw-weight models.
         int8_x (with fuse_norm): the Q4_K/Q6_K products read x quantized to int8 (DecodeProducts); not
-        for float32 models (they are run for exactness: they keep float x)."""
+        for float32 models (they are run for exactness: they keep float x).
+        batched_qkv: at 5..64 rows (the unfused step) q/k/v in one launch (DecodeProducts.qkv_rows)."""
         self.model = model
         check_block_kind(model)  # before block_linears: other blocks have no gate/up
         self.linears = [block_linears(blk) for blk in model.blocks]
         check_fusable(model, self.linears)
         int8 = int8_x and model.blocks[0].attn_norm.weight.dtype != torch.float32
-        self.products = DecodeProducts(int8_x=int8, int8_attn=int8)
+        self.products = DecodeProducts(int8_x=int8, int8_attn=int8, batched_qkv=batched_qkv)
         self.inv_freq = model.rotary.inv_freq.float().contiguous()
         self.fuse_norm = fuse_norm and norm_fusable(self.linears, model.lm_head)
 
@@ -77,7 +79,7 @@ class FusedDecoder:
         delta = None
         for i, (blk, lin) in enumerate(zip(model.blocks, self.linears, strict=True)):
             h = add_rmsnorm(delta, res, blk.attn_norm.weight, blk.attn_norm.eps)
-            q, k, v = (linear(m, h) for m in lin.qkv())
+            q, k, v = self.products.qkv_rows(lin, h)
             delta = linear(lin.o, attend(blk.attn, q, k, v, pos, self.inv_freq, kv.k[i], kv.v[i], meta))
             h = add_rmsnorm(delta, res, blk.ffn_norm.weight, blk.ffn_norm.eps)
             delta = linear(lin.down, glu(lin.gate, lin.up, h))

@@ -1,0 +1,131 @@
+"""q, k and v of a decode batch (M = 5..64 rows) in one launch over their raw GGUF blocks.
+
+y_j[M, N_j] = x[M, K] @ W_j[N_j, K].T for the three weights j = q, k, v (each its own type of MM_TILES and
+its own bias, all or none). One grid covers the BN-row tiles of the three weights one after another (as
+gemv_multi.py's GEMV does at <= 4 rows); each program runs batched_linear's loop (W's tile dequantized
+in registers, tl.dot on the tensor cores into an fp32 [BN, BM] accumulator, W as the first operand) on
+its own weight. K is split as in batched_linear when the tiles of all three together are too few to
+fill the GPU: ranges of whole 256-input steps (a multiple of every routed type's K step), fp32 partials
+[splits, M, N_j] per weight summed in split order (split_k.reduce_partials: deterministic).
+This takes the place of three launches (two products and, for a Q6_K v under MM_ROUTE's floor,
+dequantize + cuBLAS) at 7B's 3584 / 512 / 512 rows, whose tiles alone fill a third of an H100 at best.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from orcd.quant.kernels.batched_linear import MM_LAUNCH, MM_TILES, mm_dot, w_tile
+from orcd.quant.kernels.layout import row_bytes
+from orcd.quant.kernels.split_k import TARGET_PROGRAMS, partials, reduce_partials, row_tile, steps_per_split
+
+SPLIT_STEP = 256  # inputs: split ranges are whole multiples of this (every MM_TILES K step divides it)
+Weight = tuple[torch.Tensor, int, int, torch.Tensor | None]  # (raw [out, row_bytes], out, qtype, bias)
+
+
+@triton.jit
+def _piece(pid_n, pid_m, split, x_ptr, w8, w16, w32, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm, w_row,
+           k_split, QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+           SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr):
+    """One [BM, BN] tile of y = x @ W.T over inputs [split * k_split, +k_split): y [M, N] contiguous, or
+    (SPLIT) the fp32 partial ws [splits, M, N]."""
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    mmask = rm < M
+    nmask = rn < N
+    BK: tl.constexpr = S * G
+    row_off = rn.to(tl.int64)[:, None, None] * w_row  # [BN, 1, 1] byte offset of each weight row
+    acc = tl.zeros([BN, BM], dtype=tl.float32)
+    k_lo = split * k_split
+    k_hi = tl.minimum(k_lo + k_split, K)
+    for k0 in range(k_lo, k_hi, BK):
+        w = w_tile(w8, w16, w32, row_off, nmask[:, None, None], k0, K, QT, S, G)
+        kk = k0 + tl.arange(0, BK)
+        x = tl.load(x_ptr + rm.to(tl.int64)[:, None] * stride_xm + kk[None, :],
+                    mask=mmask[:, None] & (kk[None, :] < K), other=0.0)  # [BM, BK]
+        acc = mm_dot(w.to(x.dtype), tl.trans(x), acc, IEEE)
+    out = tl.trans(acc)  # [BM, BN]
+    omask = mmask[:, None] & nmask[None, :]
+    if SPLIT:
+        tl.store(ws_ptr + (split * M + rm.to(tl.int64))[:, None] * N + rn[None, :], out, mask=omask)
+    else:
+        if HAS_BIAS:
+            out += tl.load(b_ptr + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_ptr + rm.to(tl.int64)[:, None] * N + rn[None, :], out.to(y_ptr.dtype.element_ty),
+                 mask=omask)
+
+
+@triton.jit
+def _qkv_kernel(x_ptr, M, K, stride_xm, k_split,
+                a8, a16, a32, ab, ay, aws, NA, ra, b8, b16, b32, bb, by, bws, NB, rb,
+                c8, c16, c32, cb, cy, cws, NC, rc,
+                QA: tl.constexpr, SA: tl.constexpr, GA: tl.constexpr, QB: tl.constexpr, SB: tl.constexpr,
+                GB: tl.constexpr, QC: tl.constexpr, SC: tl.constexpr, GC: tl.constexpr, BM: tl.constexpr,
+                BN: tl.constexpr, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr):
+    # program (tile t of q's, then k's, then v's BN-row tiles; m tile; split)
+    pid = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    split = tl.program_id(2)
+    na = tl.cdiv(NA, BN)
+    nb = tl.cdiv(NB, BN)
+    if pid < na:
+        _piece(pid, pid_m, split, x_ptr, a8, a16, a32, ab, ay, aws, M, NA, K, stride_xm, ra, k_split,
+               QA, SA, GA, BM, BN, SPLIT, HAS_BIAS, IEEE)
+    elif pid < na + nb:
+        _piece(pid - na, pid_m, split, x_ptr, b8, b16, b32, bb, by, bws, M, NB, K, stride_xm, rb, k_split,
+               QB, SB, GB, BM, BN, SPLIT, HAS_BIAS, IEEE)
+    else:
+        _piece(pid - na - nb, pid_m, split, x_ptr, c8, c16, c32, cb, cy, cws, M, NC, K, stride_xm, rc,
+               k_split, QC, SC, GC, BM, BN, SPLIT, HAS_BIAS, IEEE)
+
+
+def qkv_routed(weights: list[Weight], in_features: int) -> bool:
+    """Whether batched_qkv runs these three weights: MM_TILES types, K a whole number of 256-input
+    steps, biases all present or all absent."""
+    return (len(weights) == 3 and all(int(qt) in MM_TILES for _r, _o, qt, _b in weights)
+            and in_features % SPLIT_STEP == 0 and len({b is None for *_w, b in weights}) == 1)
+
+
+def qkv_plan(m: int, outs: list[int], k: int, bn: int, target: int = TARGET_PROGRAMS) -> tuple[int, int]:
+    """(BM, 256-input steps per split) for x [m, k] times the three weights of `outs` rows."""
+    bm = row_tile(m)
+    return bm, steps_per_split(triton.cdiv(k, SPLIT_STEP), m, sum(outs), bm, bn, target)
+
+
+def batched_qkv(x: torch.Tensor, weights: list[Weight], in_features: int,
+                launch: tuple[int, int, int] = MM_LAUNCH,
+                target: int = TARGET_PROGRAMS) -> list[torch.Tensor]:
+    """x [M, in] (bf16/fp16/fp32) -> [y_j [M, out_j] in x.dtype, each contiguous] for the three weights
+    (qkv_routed); launch: (BN, num_warps, num_stages); target: programs to aim for with split-K."""
+    if not qkv_routed(weights, in_features) or x.dim() != 2 or x.shape[1] != in_features:
+        raise ValueError("batched_qkv: three MM_TILES weights, x [M, in], in % 256 == 0, biases all or none")
+    x = x.contiguous()
+    m, k = x.shape
+    bn, warps, stages = launch
+    outs = [o for _r, o, _q, _b in weights]
+    ys = [torch.empty((m, o), dtype=x.dtype, device=x.device) for o in outs]
+    if m == 0:
+        return ys
+    bm, sps = qkv_plan(m, outs, k, bn, target)
+    splits = triton.cdiv(triton.cdiv(k, SPLIT_STEP), sps)
+    wss = [partials(splits, y) for y in ys]
+    args, consts = [], {}
+    for j, ((raw, out_f, qtype, bias), y, ws) in enumerate(zip(weights, ys, wss, strict=True)):
+        qt = int(qtype)
+        w_row = row_bytes(qt, in_features)
+        if raw.dtype != torch.uint8 or raw.numel() != out_f * w_row:
+            raise ValueError(f"weight {j}: raw must be uint8 [{out_f}, {w_row}]")
+        p16 = raw.reshape(-1).view(torch.int16)
+        p32 = raw.reshape(-1).view(torch.int32) if qt == 12 else p16  # Q4_K rows: 144-byte multiples
+        args += [raw, p16, p32, bias, y, ws, out_f, w_row]
+        s, g = MM_TILES[qt]
+        consts.update({f"Q{'ABC'[j]}": qt, f"S{'ABC'[j]}": s, f"G{'ABC'[j]}": g})
+    tiles = sum(triton.cdiv(o, bn) for o in outs)
+    _qkv_kernel[(tiles, triton.cdiv(m, bm), splits)](
+        x, m, k, x.stride(0), sps * SPLIT_STEP, *args, **consts, BM=bm, BN=bn, SPLIT=splits > 1,
+        HAS_BIAS=weights[0][3] is not None, IEEE=x.dtype == torch.float32, num_warps=warps, num_stages=stages)
+    for (_r, _o, _q, bias), y, ws in zip(weights, ys, wss, strict=True):
+        reduce_partials(ws, bias, y)
+    return ys
