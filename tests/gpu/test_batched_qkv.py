@@ -35,7 +35,8 @@ def test_batched_qkv_matches_dequantize(name, m, dtype):
     g = torch.Generator(device="cuda").manual_seed(m)
     x = torch.randn(m, k, device="cuda", generator=g).to(dtype)
     weights = [(random_blocks(qt, n, k, seed=m + 7 * j).cuda(), n, qt,
-                torch.randn(n, device="cuda", generator=g).to(dtype)) for j, (qt, n) in enumerate(SETS_7B[name])]
+                torch.randn(n, device="cuda", generator=g).to(dtype))
+               for j, (qt, n) in enumerate(SETS_7B[name])]
     ys = batched_qkv(x, weights, k)
     for y, (raw, n, qt, bias) in zip(ys, weights, strict=True):
         ref = x.double() @ dequantize(raw, qt, (n, k)).double().T + bias.double()

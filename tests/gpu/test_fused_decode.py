@@ -1,5 +1,6 @@
 """FusedDecoder (fused kernels, decode only) == model forward + compute_logits, on CUDA, bf16; 2 rows
-(Q4_K_M with fuse_norm: the int8 GEMVs' 2-token programs) and 6 (above GEMV_MAX_N)."""
+(Q4_K_M with fuse_norm: the int8 GEMVs' 2-token programs) and 6 (above GEMV_MAX_N;
+batched_qkv: q/k/v in one launch there)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ pytestmark = [
 ]
 
 
+@pytest.mark.parametrize("batched_qkv", [False, True])
 @pytest.mark.parametrize("rows", [2, 6])
 @pytest.mark.parametrize("fuse_norm", [False, True])
 @pytest.mark.parametrize("quant", ["Q8_0", "Q4_K_M"])
 @torch.inference_mode()
-def test_fused_decode_matches_model(tmp_path, quant, fuse_norm, rows):
+def test_fused_decode_matches_model(tmp_path, quant, fuse_norm, rows, batched_qkv):
     from orcd.cli.synth import synth_like
     from orcd.loading.loader import load_model
     from orcd.models.kv_cache import KVCache
@@ -29,7 +31,7 @@ def test_fused_decode_matches_model(tmp_path, quant, fuse_norm, rows):
     model, page = loaded.model, 16
     kv = KVCache.allocate(loaded.cfg, 8 * rows, page, "cuda", loaded.dtype)
     tables = torch.arange(8 * rows, dtype=torch.int32, device="cuda").view(rows, 8)
-    fused = FusedDecoder(model, fuse_norm=fuse_norm)
+    fused = FusedDecoder(model, fuse_norm=fuse_norm, batched_qkv=batched_qkv)
     assert fused.fuse_norm == fuse_norm
     pos = torch.tensor([30, 77, 5, 100, 64, 15][:rows], device="cuda")
     gen = torch.Generator(device="cuda").manual_seed(0)
