@@ -1,5 +1,6 @@
 """batched_qkv (q/k/v of 5..64 decode rows in one launch) against gguf's dequantize and a float64 matmul:
-on CUDA at Qwen2.5-7B's Q4_K_M shapes, on the CPU under the Triton interpreter (interp_batched_qkv.py)."""
+on CUDA at Qwen2.5-7B's Q4_K_M shapes, on the CPU under the Triton interpreter (interp_batched_qkv.py; the FusedDecoder step:
+interp_batched_qkv_step.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as T
 from gpu_blocks import random_blocks, rel_err
-from interp_run import check_under_interpreter, interpreter_only
+from interp_run import check_under_interpreter, interpreter_only, run_under_interpreter
 
 from orcd.quant.dequant import dequantize
 
@@ -55,3 +56,11 @@ def test_batched_qkv_repeatable_with_split_k():
     x = torch.randn(8, 3584, device="cuda", dtype=torch.bfloat16)
     for a, b in zip(batched_qkv(x, weights, 3584), batched_qkv(x, weights, 3584), strict=True):
         assert torch.equal(a, b)
+
+
+@interpreter_only
+def test_fused_decoder_batched_qkv_under_interpreter():
+    """The unfused 5-row step with q/k/v in one launch == the dequantized model (float32, q/k/v biases)."""
+    (name, err, tol), (label, calls) = run_under_interpreter("interp_batched_qkv_step.py", timeout=300)
+    assert name == "batched_qkv_batch5" and float(err) < float(tol)
+    assert label == "batched_qkv_calls" and int(calls) > 0
