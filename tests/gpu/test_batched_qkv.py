@@ -1,6 +1,6 @@
 """batched_qkv (q/k/v of 5..64 decode rows in one launch) against gguf's dequantize and a float64 matmul:
-on CUDA at Qwen2.5-7B's Q4_K_M shapes, on the CPU under the Triton interpreter (interp_batched_qkv.py; the FusedDecoder step:
-interp_batched_qkv_step.py)."""
+on CUDA at Qwen2.5-7B's Q4_K_M shapes, on the CPU under the Triton interpreter (interp_batched_qkv.py;
+the FusedDecoder step: interp_batched_qkv_step.py)."""
 
 from __future__ import annotations
 
