@@ -36,14 +36,17 @@ def checks():
                 biases = [torch.randn(n).to(dt) for _qt, n in spec] if m == 5 else [None] * 3
                 x = torch.randn(m, K).to(dt)
                 weights = [(r, n, qt, b) for r, (qt, n), b in zip(raws, spec, biases, strict=True)]
-                for target in (1, 64):  # 1: no split; 64: K split into its two 256-input steps
-                    ys = batched_qkv(x, weights, K, launch=(16, 4, 1), target=target)
+                # target 1: no split; 64: K split into its two 256-input steps, summed in the kernel
+                # (r1) or by the reduce launches (r0)
+                for target, in_k in ((1, True), (64, True), (64, False)):
+                    ys = batched_qkv(x, weights, K, launch=(16, 4, 1), target=target, reduce_in_kernel=in_k)
                     for j, ((qt, n), y, b) in enumerate(zip(spec, ys, biases, strict=True)):
                         ref = reference(x.float(), raws[j], qt, n, K)
                         if b is not None:
                             ref = ref + b.double()
                         assert y.shape == (m, n) and y.is_contiguous()
-                        yield f"{set_name}_{'qkv'[j]}_m{m}_{str(dt)[6:]}_t{target}", rel_err(y, ref), TOL[dt]
+                        name = f"{set_name}_{'qkv'[j]}_m{m}_{str(dt)[6:]}_t{target}_r{int(in_k)}"
+                        yield name, rel_err(y, ref), TOL[dt]
 
 
 if __name__ == "__main__":

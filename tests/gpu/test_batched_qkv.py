@@ -21,7 +21,7 @@ SETS_7B = {"q4q4q6": [(T.Q4_K, 3584), (T.Q4_K, 512), (T.Q6_K, 512)],
 
 @interpreter_only
 def test_batched_qkv_under_interpreter():
-    check_under_interpreter("interp_batched_qkv.py", cases=72)
+    check_under_interpreter("interp_batched_qkv.py", cases=108)
 
 
 @pytest.mark.gpu

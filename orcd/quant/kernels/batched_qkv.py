@@ -6,7 +6,8 @@ gemv_multi.py's GEMV does at <= 4 rows); each program runs batched_linear's loop
 in registers, tl.dot on the tensor cores into an fp32 [BN, BM] accumulator, W as the first operand) on
 its own weight. K is split as in batched_linear when the tiles of all three together are too few to
 fill the GPU: ranges of whole 256-input steps (a multiple of every routed type's K step), fp32 partials
-[splits, M, N_j] per weight summed in split order (split_k.reduce_partials: deterministic).
+[splits, M, N_j] per weight summed in split order (deterministic) by the last of a tile's programs to
+arrive (an int32 counter per tile, as fused_linear's split GEMV), or by split_k.reduce_partials.
 This takes the place of three launches (two products and, for a Q6_K v under MM_ROUTE's floor,
 dequantize + cuBLAS) at 7B's 3584 / 512 / 512 rows, whose tiles alone fill a third of an H100 at best.
 """
@@ -19,7 +20,14 @@ import triton.language as tl
 
 from orcd.quant.kernels.batched_linear import MM_LAUNCH, MM_TILES, mm_dot, w_tile
 from orcd.quant.kernels.layout import row_bytes
-from orcd.quant.kernels.split_k import TARGET_PROGRAMS, partials, reduce_partials, row_tile, steps_per_split
+from orcd.quant.kernels.split_k import (
+    TARGET_PROGRAMS,
+    partials,
+    reduce_partials,
+    row_tile,
+    split_counters,
+    steps_per_split,
+)
 
 SPLIT_STEP = 256  # inputs: split ranges are whole multiples of this (every MM_TILES K step divides it)
 Weight = tuple[torch.Tensor, int, int, torch.Tensor | None]  # (raw [out, row_bytes], out, qtype, bias)
@@ -27,10 +35,12 @@ Weight = tuple[torch.Tensor, int, int, torch.Tensor | None]  # (raw [out, row_by
 
 @triton.jit
 def _piece(pid_n, pid_m, split, x_ptr, w8, w16, w32, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm, w_row,
-           k_split, QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-           SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr):
+           k_split, cnt_ptr, cnt_idx, splits, QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr,
+           BM: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr,
+           IEEE: tl.constexpr, LAST: tl.constexpr):
     """One [BM, BN] tile of y = x @ W.T over inputs [split * k_split, +k_split): y [M, N] contiguous, or
-    (SPLIT) the fp32 partial ws [splits, M, N]."""
+    (SPLIT) the fp32 partial ws [splits, M, N]; with LAST the last of the tile's `splits` programs to
+    arrive (int32 counter cnt_ptr[cnt_idx], reset after use) sums the partials in split order and writes y."""
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
     mmask = rm < M
@@ -49,36 +59,53 @@ def _piece(pid_n, pid_m, split, x_ptr, w8, w16, w32, b_ptr, y_ptr, ws_ptr, M, N,
     out = tl.trans(acc)  # [BM, BN]
     omask = mmask[:, None] & nmask[None, :]
     if SPLIT:
-        tl.store(ws_ptr + (split * M + rm.to(tl.int64))[:, None] * N + rn[None, :], out, mask=omask)
+        ws = ws_ptr + rm.to(tl.int64)[:, None] * N + rn[None, :]  # split 0's partial; split j: + j * M * N
+        tl.store(ws + split * M * N, out, mask=omask)
+        if LAST:
+            tl.debug_barrier()
+            if tl.atomic_add(cnt_ptr + cnt_idx, 1, sem="acq_rel") == splits - 1:
+                total = tl.zeros([BM, BN], dtype=tl.float32)
+                for j in range(0, splits):
+                    total += tl.load(ws + j * M * N, mask=omask, other=0.0, cache_modifier=".cg")
+                tl.atomic_xchg(cnt_ptr + cnt_idx, 0, sem="relaxed")
+                _store_y(total, rm, rn, omask, b_ptr, y_ptr, N, HAS_BIAS)
     else:
-        if HAS_BIAS:
-            out += tl.load(b_ptr + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
-        tl.store(y_ptr + rm.to(tl.int64)[:, None] * N + rn[None, :], out.to(y_ptr.dtype.element_ty),
-                 mask=omask)
+        _store_y(out, rm, rn, omask, b_ptr, y_ptr, N, HAS_BIAS)
 
 
 @triton.jit
-def _qkv_kernel(x_ptr, M, K, stride_xm, k_split,
+def _store_y(out, rm, rn, omask, b_ptr, y_ptr, N, HAS_BIAS: tl.constexpr):
+    """y [M, N] (contiguous) at rows rm, columns rn = out (+ bias[rn])."""
+    if HAS_BIAS:
+        out += tl.load(b_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + rm.to(tl.int64)[:, None] * N + rn[None, :], out.to(y_ptr.dtype.element_ty), mask=omask)
+
+
+@triton.jit
+def _qkv_kernel(x_ptr, M, K, stride_xm, k_split, cnt_ptr, splits,
                 a8, a16, a32, ab, ay, aws, NA, ra, b8, b16, b32, bb, by, bws, NB, rb,
                 c8, c16, c32, cb, cy, cws, NC, rc,
                 QA: tl.constexpr, SA: tl.constexpr, GA: tl.constexpr, QB: tl.constexpr, SB: tl.constexpr,
                 GB: tl.constexpr, QC: tl.constexpr, SC: tl.constexpr, GC: tl.constexpr, BM: tl.constexpr,
-                BN: tl.constexpr, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr):
-    # program (tile t of q's, then k's, then v's BN-row tiles; m tile; split)
+                BN: tl.constexpr, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
+                LAST: tl.constexpr):
+    # program (tile t of q's, then k's, then v's BN-row tiles; m tile; split); LAST: split-K summed by
+    # the last program of each (tile, m tile) to arrive, counter cnt_ptr[t * m tiles + m tile]
     pid = tl.program_id(0)
     pid_m = tl.program_id(1)
     split = tl.program_id(2)
+    cnt_idx = pid * tl.num_programs(1) + pid_m
     na = tl.cdiv(NA, BN)
     nb = tl.cdiv(NB, BN)
     if pid < na:
         _piece(pid, pid_m, split, x_ptr, a8, a16, a32, ab, ay, aws, M, NA, K, stride_xm, ra, k_split,
-               QA, SA, GA, BM, BN, SPLIT, HAS_BIAS, IEEE)
+               cnt_ptr, cnt_idx, splits, QA, SA, GA, BM, BN, SPLIT, HAS_BIAS, IEEE, LAST)
     elif pid < na + nb:
         _piece(pid - na, pid_m, split, x_ptr, b8, b16, b32, bb, by, bws, M, NB, K, stride_xm, rb, k_split,
-               QB, SB, GB, BM, BN, SPLIT, HAS_BIAS, IEEE)
+               cnt_ptr, cnt_idx, splits, QB, SB, GB, BM, BN, SPLIT, HAS_BIAS, IEEE, LAST)
     else:
         _piece(pid - na - nb, pid_m, split, x_ptr, c8, c16, c32, cb, cy, cws, M, NC, K, stride_xm, rc,
-               k_split, QC, SC, GC, BM, BN, SPLIT, HAS_BIAS, IEEE)
+               k_split, cnt_ptr, cnt_idx, splits, QC, SC, GC, BM, BN, SPLIT, HAS_BIAS, IEEE, LAST)
 
 
 def qkv_routed(weights: list[Weight], in_features: int) -> bool:
@@ -96,9 +123,11 @@ def qkv_plan(m: int, outs: list[int], k: int, bn: int, target: int = TARGET_PROG
 
 def batched_qkv(x: torch.Tensor, weights: list[Weight], in_features: int,
                 launch: tuple[int, int, int] = MM_LAUNCH,
-                target: int = TARGET_PROGRAMS) -> list[torch.Tensor]:
+                target: int = TARGET_PROGRAMS, reduce_in_kernel: bool = True) -> list[torch.Tensor]:
     """x [M, in] (bf16/fp16/fp32) -> [y_j [M, out_j] in x.dtype, each contiguous] for the three weights
-    (qkv_routed); launch: (BN, num_warps, num_stages); target: programs to aim for with split-K."""
+    (qkv_routed); launch: (BN, num_warps, num_stages); target: programs to aim for with split-K.
+    reduce_in_kernel: split-K partials summed by each tile's last program (no reduce launches), else
+    (and while capturing before the counters exist) by split_k.reduce_partials, one launch per weight."""
     if not qkv_routed(weights, in_features) or x.dim() != 2 or x.shape[1] != in_features:
         raise ValueError("batched_qkv: three MM_TILES weights, x [M, in], in % 256 == 0, biases all or none")
     x = x.contiguous()
@@ -122,10 +151,13 @@ def batched_qkv(x: torch.Tensor, weights: list[Weight], in_features: int,
         args += [raw, p16, p32, bias, y, ws, out_f, w_row]
         s, g = MM_TILES[qt]
         consts.update({f"Q{'ABC'[j]}": qt, f"S{'ABC'[j]}": s, f"G{'ABC'[j]}": g})
-    tiles = sum(triton.cdiv(o, bn) for o in outs)
-    _qkv_kernel[(tiles, triton.cdiv(m, bm), splits)](
-        x, m, k, x.stride(0), sps * SPLIT_STEP, *args, **consts, BM=bm, BN=bn, SPLIT=splits > 1,
-        HAS_BIAS=weights[0][3] is not None, IEEE=x.dtype == torch.float32, num_warps=warps, num_stages=stages)
-    for (_r, _o, _q, bias), y, ws in zip(weights, ys, wss, strict=True):
-        reduce_partials(ws, bias, y)
+    grid = (sum(triton.cdiv(o, bn) for o in outs), triton.cdiv(m, bm), splits)
+    cnt = split_counters(x.device, grid[0] * grid[1]) if splits > 1 and reduce_in_kernel else None
+    _qkv_kernel[grid](
+        x, m, k, x.stride(0), sps * SPLIT_STEP, cnt, splits, *args, **consts, BM=bm, BN=bn, SPLIT=splits > 1,
+        HAS_BIAS=weights[0][3] is not None, IEEE=x.dtype == torch.float32, LAST=cnt is not None,
+        num_warps=warps, num_stages=stages)
+    if cnt is None:
+        for (_r, _o, _q, bias), y, ws in zip(weights, ys, wss, strict=True):
+            reduce_partials(ws, bias, y)
     return ys
