@@ -13,6 +13,9 @@ Batches of up to 8 rows (32 (token, expert) pairs, the MoE GEMV's range) take 11
 and three GEMVs for q, k, v (the float GEMVs with the norm fused stop at GEMV_MAX_N rows), the o GEMV's
 residual add inside norm_route. Larger batches replay `model.forward` (expert-grouped MoE kernel).
 Models it cannot run raise ValueError at construction.
+int8_moe: steps 7-8 with int8 activations (moe_mxfp4_int8.moe_mlp_i8: x and the SwiGLU output quantized
+per 32 by quantize_x, dp4a over the E2M1 codes), two launches more per layer; off by default until
+measured faster on a GPU, and never by default for float32 models.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from orcd.quant.kernels.fused_linear import GEMV_MAX_N, fused_gemv, fused_linear
 from orcd.quant.kernels.gemv_multi import fused_gemv3
 from orcd.quant.kernels.moe_gemv import moe_gemv
 from orcd.quant.kernels.moe_mxfp4 import GEMV_MAX_PAIRS
+from orcd.quant.kernels.moe_mxfp4_int8 import moe_mlp_i8
 from orcd.quant.kernels.moe_router import norm_route
 
 Q8_0 = 8  # GGMLQuantizationType
@@ -34,6 +38,9 @@ Q8_0 = 8  # GGMLQuantizationType
 # from a CUDA graph (bench/kernels/gpt_oss_q8_sweep.py, bench/results/gpt_oss_q8_sweep.json): 10.9 us
 # against 15.2 us for fused_gemv's plan (8, 4, 1, no split)
 O_LAUNCH_Q8_0 = (8, 4, 1, 2)
+# GptOssDecoder's int8_moe when not given (non-float32 models): off until an H100 run of
+# bench/kernels/gpt_oss_fused.py --int8-moe shows the int8 MoE GEMV faster end to end
+INT8_MOE_DEFAULT = False
 
 
 def _raw_linears(model) -> list:
@@ -70,9 +77,11 @@ def _router(moe) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class GptOssDecoder:
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, int8_moe: bool | None = None):
         check_model(model)
         self.model = model
+        fp32 = model.norm.weight.dtype == torch.float32  # the model dtype
+        self.int8_moe = INT8_MOE_DEFAULT and not fp32 if int8_moe is None else int8_moe
         self.routers = [_router(blk.moe) for blk in model.blocks]  # small: E x H per layer
         self.max_rows = GEMV_MAX_PAIRS // model.blocks[0].moe.top_k  # the MoE GEMV's range
 
@@ -127,5 +136,9 @@ class GptOssDecoder:
         h, ids, rw = norm_route(res, blk.ffn_norm.weight, blk.ffn_norm.eps, w_r, b_r, moe.top_k, delta)
         flat, k = ids.view(-1), moe.top_k
         g, u, d = moe.gate, moe.up, moe.down
+        if self.int8_moe:
+            moe_mlp_i8(h, flat, (g.scales, g.codes), (u.scales, u.codes), (d.scales, d.codes),
+                       (g.bias, u.bias, d.bias), rw.view(-1), k, res)
+            return
         act = moe_gemv(h, flat, (g.scales, g.codes), (u.scales, u.codes), g.bias, u.bias, None, k)  # [P, F]
         moe_gemv(act, flat, (d.scales, d.codes), None, d.bias, None, rw.view(-1), k, slots=k, residual=res)
