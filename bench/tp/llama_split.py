@@ -128,7 +128,8 @@ def markdown(rows: list[dict], llama: dict, command: str, commit: str) -> str:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    """Decode tok/s by stream count: orcd per TP, llama.cpp per split mode (bars; none where missing)."""
+    """Decode tok/s by stream count, one panel per model: orcd per TP, llama.cpp per split mode (bars;
+    none where missing)."""
     try:
         import matplotlib
 
@@ -137,13 +138,22 @@ def plot(rows: list[dict], path: Path) -> None:
     except ImportError:
         return
     dec = [r for r in rows if r["metric"] == "decode tok/s"]
+    models = list(dict.fromkeys(r["model"] for r in dec))
+    fig, axes = plt.subplots(1, len(models), figsize=(7 * len(models), 4), squeeze=False)
+    for ax, model in zip(axes[0], models, strict=True):
+        _panel(ax, [r for r in dec if r["model"] == model])
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _panel(ax, dec: list[dict]) -> None:
     streams = sorted({r["streams"] for r in dec})
     series: dict[str, dict[int, float]] = {}
     for r in dec:
         series.setdefault(f"orcd TP={r['tp']}", {})[r["streams"]] = r["orcd"]
         if r["llama_cpp"]:
             series.setdefault(f"llama.cpp -sm {r['split_mode']}", {})[r["streams"]] = r["llama_cpp"]
-    fig, ax = plt.subplots(figsize=(7, 4))
     width = 0.8 / max(1, len(series))
     for i, (name, vals) in enumerate(series.items()):
         xs = [j + i * width for j in range(len(streams))]
@@ -151,11 +161,8 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(streams))], [str(s) for s in streams])
     ax.set_xlabel("streams")
     ax.set_ylabel("decode tok/s")
-    ax.set_title(f"{dec[0]['model']}, {dec[0]['device']}")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    ax.set_title(f"{dec[0]['model']}, {dec[0]['device']}", fontsize=9)
+    ax.legend(fontsize=8)
 
 
 def main() -> int:

@@ -30,9 +30,6 @@ class SymmAllReduce:
 
         self.group = group
         self.name = (group or dist.group.WORLD).group_name
-        enable = getattr(symm_mem, "enable_symm_mem_for_group", None)  # needed before torch 2.9 only
-        if enable is not None:
-            enable(self.name)
         self.bufs = [symm_mem.empty(max_numel, dtype=dtype, device=device) for _ in range(2)]
         for b in self.bufs:
             symm_mem.rendezvous(b, self.name)
