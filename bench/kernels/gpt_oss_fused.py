@@ -5,9 +5,10 @@ model.forward, then of GptOssDecoder (captured here), the same decode rounds on 
 over decode steps of the fused graphs (gpt_oss_profile.profile_round).
 
 usage: python bench/kernels/gpt_oss_fused.py MODEL.gguf OUT.json [--streams 1,8,32,64] [--profile 1,8]
-  [--int8-moe]
-Prints tok/s per stream count both ways, then the profiled kernels of the fused step. --int8-moe: also the
-fused step with GptOssDecoder(int8_moe=True) (column fused_int8_moe), profiled too.
+  [--int8]
+Prints tok/s per stream count both ways, then the profiled kernels of the fused step. --int8: also the
+fused step with GptOssDecoder(int8_moe=True) (fused_int8_moe) and with int8_attn=True as well (fused_int8),
+each profiled.
 """
 
 from __future__ import annotations
@@ -28,14 +29,14 @@ from orcd.runner.decode_graphs import DecodeGraphs, buckets_for, table_width  # 
 from orcd.runner.fused_gpt_oss import GptOssDecoder  # noqa: E402
 
 
-def use_step(eng, max_num_seqs: int, fused: bool, int8_moe: bool = False) -> float:
-    """Replace the engine runner's decode graphs by graphs of the fused step (fused; int8_moe its
-    GptOssDecoder flag) or of model.forward, built as DecodeGraphs.for_engine builds them; returns the
-    capture seconds."""
+def use_step(eng, max_num_seqs: int, fused: bool, int8: tuple[bool, bool] = (False, False)) -> float:
+    """Replace the engine runner's decode graphs by graphs of the fused step (fused; int8: its
+    GptOssDecoder flags int8_moe, int8_attn) or of model.forward, built as DecodeGraphs.for_engine builds
+    them; returns the capture seconds."""
     runner = eng.runner
     scratch = runner.kv.k[0].shape[0] - 1  # the extra block past the block manager's ids
     width = table_width(eng.max_model_len, runner.block_size)  # as the engine gives the runner
-    step = GptOssDecoder(runner.model, int8_moe=int8_moe) if fused else None
+    step = GptOssDecoder(runner.model, *int8) if fused else None
     runner.graph = None  # the old graphs' memory goes before the new ones are captured
     new = DecodeGraphs(runner.model, runner.kv, runner.block_size, width, scratch, buckets_for(max_num_seqs),
                        step)
@@ -57,7 +58,7 @@ def main() -> None:
     ap.add_argument("out")
     ap.add_argument("--streams", default="1,8,32,64")
     ap.add_argument("--profile", default="1,8")
-    ap.add_argument("--int8-moe", action="store_true", help="also the fused step with int8_moe")
+    ap.add_argument("--int8", action="store_true", help="also the fused step with int8_moe (and int8_attn)")
     a = ap.parse_args()
     streams = [int(s) for s in a.streams.split(",")]
     engines: list = []
@@ -67,22 +68,22 @@ def main() -> None:
     res["runner_step"] = type(graph.step_fn).__name__ if graph is not None and graph.fused else (
         "model.forward" if graph is not None else "eager (graph capture failed)")
     rng = random.Random(2)
-    steps = [("model_forward", False, False), ("fused", True, False)]
-    steps += [("fused_int8_moe", True, True)] if a.int8_moe else []
-    for name, fused, int8_moe in steps:
-        res[name + "_capture_s"] = use_step(eng, max(64, max(streams)), fused, int8_moe)  # measure's seqs
+    steps = [("model_forward", False, (False, False)), ("fused", True, (False, False))]
+    steps += [("fused_int8_moe", True, (True, False)), ("fused_int8", True, (True, True))] if a.int8 else []
+    for name, fused, int8 in steps:
+        res[name + "_capture_s"] = use_step(eng, max(64, max(streams)), fused, int8)  # measure's max seqs
         res[name] = rounds(eng, streams, rng)
         if fused:  # the profile of each fused step, its graphs still in place
-            res["profile" if not int8_moe else "profile_int8_moe"] = [
-                gpt_oss_profile.profile_round(eng, int(s), rng) for s in a.profile.split(",")]
+            res["profile" + name[5:]] = [gpt_oss_profile.profile_round(eng, int(s), rng)
+                                         for s in a.profile.split(",")]
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
     print(f"streams | runner's own graphs ({res['runner_step']}) | model.forward graphs | fused step"
-          + (" | fused int8_moe" if a.int8_moe else "") + " (tok/s)")
+          + (" | fused int8_moe | fused int8 (moe + attention)" if a.int8 else "") + " (tok/s)")
     for c in map(str, streams):
         row = [res["runner"]["decode"][c]] + [res[name][c] for name, _, _ in steps]
         print(c, *(f"{r['decode_tok_s']:,.0f}" for r in row), sep=" | ")
-    for key in ("profile", "profile_int8_moe"):
+    for key in ("profile", "profile_int8_moe", "profile_int8"):
         for p in res.get(key, []):
             print(f"-- {key}, {p['streams']} streams: {p['kernel_us_per_step']:,.0f} us of kernels per step")
             kernel_table.print_rows(p["kernels"], "step", 14, 80)

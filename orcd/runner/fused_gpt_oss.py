@@ -15,7 +15,9 @@ residual add inside norm_route. Larger batches replay `model.forward` (expert-gr
 Models it cannot run raise ValueError at construction.
 int8_moe: steps 7-8 with int8 activations (moe_mxfp4_int8.moe_mlp_i8: x and the SwiGLU output quantized
 per 32 by quantize_x, dp4a over the E2M1 codes), two launches more per layer; off by default until
-measured faster on a GPU, and never by default for float32 models.
+measured faster on a GPU, and never by default for float32 models. int8_attn (same default): Q8_0 q, k, v
+(one launch, the RMSNorm fused into x's quantization: 2 launches) and o (+ residual: 2) with int8 x
+(q8_int8_gemv), at <= GEMV_MAX_N rows.
 """
 
 from __future__ import annotations
@@ -32,15 +34,17 @@ from orcd.quant.kernels.moe_gemv import moe_gemv
 from orcd.quant.kernels.moe_mxfp4 import GEMV_MAX_PAIRS
 from orcd.quant.kernels.moe_mxfp4_int8 import moe_mlp_i8
 from orcd.quant.kernels.moe_router import norm_route
+from orcd.quant.kernels.q8_int8_gemv import q8_gemv_i8
+from orcd.quant.kernels.xquant import quantize_x
 
 Q8_0 = 8  # GGMLQuantizationType
 # The o GEMV's launch (G, BO, warps, K splits) for Q8_0: H100, gpt-oss-20b's 2880 x 4096, one token,
 # from a CUDA graph (bench/kernels/gpt_oss_q8_sweep.py, bench/results/gpt_oss_q8_sweep.json): 10.9 us
 # against 15.2 us for fused_gemv's plan (8, 4, 1, no split)
 O_LAUNCH_Q8_0 = (8, 4, 1, 2)
-# GptOssDecoder's int8_moe when not given (non-float32 models): off until an H100 run of
-# bench/kernels/gpt_oss_fused.py --int8-moe shows the int8 MoE GEMV faster end to end
-INT8_MOE_DEFAULT = False
+# GptOssDecoder's int8_moe / int8_attn when not given (non-float32 models): off until an H100 run of
+# bench/kernels/gpt_oss_fused.py --int8 shows the int8 GEMVs faster end to end
+INT8_DEFAULT = False
 
 
 def _raw_linears(model) -> list:
@@ -77,11 +81,12 @@ def _router(moe) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class GptOssDecoder:
-    def __init__(self, model: torch.nn.Module, int8_moe: bool | None = None):
+    def __init__(self, model: torch.nn.Module, int8_moe: bool | None = None, int8_attn: bool | None = None):
         check_model(model)
         self.model = model
-        fp32 = model.norm.weight.dtype == torch.float32  # the model dtype
-        self.int8_moe = INT8_MOE_DEFAULT and not fp32 if int8_moe is None else int8_moe
+        default = INT8_DEFAULT and model.norm.weight.dtype != torch.float32  # by the model dtype
+        self.int8_moe = default if int8_moe is None else int8_moe
+        self.int8_attn = default if int8_attn is None else int8_attn
         self.routers = [_router(blk.moe) for blk in model.blocks]  # small: E x H per layer
         self.max_rows = GEMV_MAX_PAIRS // model.blocks[0].moe.top_k  # the MoE GEMV's range
 
@@ -101,6 +106,9 @@ class GptOssDecoder:
     def _qkv(self, a, nrm, res: torch.Tensor) -> list[torch.Tensor]:
         """q, k, v [B, out_i] of RMSNorm(res) * w: one launch where the norm-fused GEMV takes the batch."""
         mods = (a.q_proj, a.k_proj, a.v_proj)
+        if self.int8_attn and res.shape[0] <= GEMV_MAX_N and all(int(m.qtype) == Q8_0 for m in mods):
+            return q8_gemv_i8(*quantize_x(res, norm=nrm), [(m.raw, m.out_features, m.bias) for m in mods],
+                              a.q_proj.in_features, res.dtype)
         if res.shape[0] <= GEMV_MAX_N:
             return fused_gemv3(res, [(m.raw, m.out_features, m.qtype, m.bias) for m in mods],
                                a.q_proj.in_features, norm=nrm)
@@ -121,6 +129,10 @@ class GptOssDecoder:
         o = paged_decode_attention(q, kv.k[i], kv.v[i], meta.block_tables, meta.seq_lens, scale,
                                    window=a.window, sinks=a.sinks).to(res.dtype).view(b, -1)
         m = a.o_proj
+        if self.int8_attn and b <= GEMV_MAX_N and int(m.qtype) == Q8_0:
+            q8_gemv_i8(*quantize_x(o), [(m.raw, m.out_features, m.bias)], m.in_features, res.dtype,
+                       residual=res)
+            return None
         if b <= GEMV_MAX_N and int(m.qtype) == Q8_0:
             launch_gemv(o, m.raw, res, Q8_0, m.out_features, m.in_features, *O_LAUNCH_Q8_0, bias=m.bias,
                         res=True)
