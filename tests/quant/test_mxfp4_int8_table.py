@@ -11,7 +11,7 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize
 
-from orcd.quant.kernels.moe_mxfp4_int8 import _PRMT
+from orcd.quant.kernels.moe_mxfp4_int8 import PRMT_PTX
 
 M32 = 0xFFFFFFFF
 
@@ -70,7 +70,7 @@ def test_prmt_lookup_every_nibble_every_position(seed):
     words = [sum(((c + s) % 16) << (4 * s) for s in range(8)) for c in range(16)]  # every code everywhere
     words += [int(v) for v in rng.integers(0, 2**32, 64, dtype=np.uint64)]
     for q in words:
-        lo, hi = run_ptx(_PRMT, q)
+        lo, hi = run_ptx(PRMT_PTX, q)
         for i in range(4):
             byte = (q >> (8 * i)) & 0xFF
             assert np.int8(np.uint8((lo >> (8 * i)) & 0xFF)) == table[byte & 0xF], hex(q)

@@ -28,7 +28,7 @@ from orcd.quant.kernels.xquant import asm_ok, dp4a, quantize_x
 I8_MOE_LAUNCH = (8, 16, 4)
 # twice the E2M1 values as int8 by nibble (bit 3: sign): 0x03020100, 0x0C080604 (0..3, 4 6 8 12), their
 # negatives 0xFDFEFF00, 0xF4F8FAFC; prmt picks bytes by 3-bit selectors, then by sign, then de-interleaves
-_PRMT = """{
+PRMT_PTX = """{
 .reg .b32 sa, sb, p0, p1, n0, n1, l0, l1, sg, t0, t1;
 and.b32 sa, $2, 0x7777;
 shr.b32 sb, $2, 16;
@@ -52,6 +52,7 @@ mov.b32 sb, 0x7531;
 prmt.b32 $0, l0, l1, sa;
 prmt.b32 $1, l0, l1, sb;
 }"""
+_PRMT = tl.constexpr(PRMT_PTX)  # a jit function reads only constexpr globals
 
 
 @triton.jit
