@@ -45,7 +45,8 @@ def reference(x, ids, w, b, rw, top_k, up=None, bu=None):
 
 
 def rel(got: torch.Tensor, ref: torch.Tensor) -> float:
-    return ((got.double().cpu() - ref.double()).norm() / ref.double().norm()).item()
+    ref = ref.double().cpu()
+    return ((got.double().cpu() - ref).norm() / ref.norm()).item()
 
 
 def run_case(device: str, tokens: int, gen: torch.Generator, launch=None, dims=(6, 2, 96, 160)) -> None:
