@@ -95,6 +95,16 @@ def _moe_gemv_kernel(x_ptr, ids_ptr, sg_ptr, qg_ptr, su_ptr, qu_ptr, bg_ptr, bu_
             acc_g += d
             if GLU:
                 acc_u += _block_dots(su_ptr, qu_ptr, rows, nmask, blk, bmask, n_blocks, x_lo, x_hi)
+    _epilogue(acc_g, acc_u, r, n, nmask, ids_ptr, bg_ptr, bu_ptr, rw_ptr, out_ptr, N, alpha, limit, SLOTS,
+              GLU, HAS_BIAS, HAS_RW, RES)
+
+
+@triton.jit
+def _epilogue(acc_g, acc_u, r, n, nmask, ids_ptr, bg_ptr, bu_ptr, rw_ptr, out_ptr, N, alpha, limit,
+              SLOTS: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RW: tl.constexpr,
+              RES: tl.constexpr):
+    """The epilogue of both MoE GEMVs (float x here, int8 x in moe_mxfp4_int8): biases
+    (routed-weighted), clamped SwiGLU (GLU), residual add, store row r."""
     y = tl.sum(acc_g, axis=1)  # [BN]
     if HAS_BIAS:
         for s in tl.static_range(SLOTS):
@@ -104,7 +114,7 @@ def _moe_gemv_kernel(x_ptr, ids_ptr, sg_ptr, qg_ptr, su_ptr, qu_ptr, bg_ptr, bu_
             if HAS_RW:
                 bias = bias * tl.load(rw_ptr + p).to(tl.float32)
             y += bias
-    if GLU:  # SLOTS is 1: p is the pair
+    if GLU:  # SLOTS is 1: r is the pair
         u = tl.sum(acc_u, axis=1)
         if HAS_BIAS:
             e = tl.load(ids_ptr + r).to(tl.int64)

@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from orcd.quant.kernels.moe_gemv import Split, _e8m0_scale
+from orcd.quant.kernels.moe_gemv import Split, _e8m0_scale, _epilogue
 from orcd.quant.kernels.xquant import asm_ok, dp4a, quantize_x
 
 # (BN weight rows, KB blocks per step, num_warps): not tuned on a GPU yet (moe_gemv's float GEMV_LAUNCH)
@@ -124,33 +124,6 @@ def _moe_i8_kernel(xq_ptr, xs_ptr, ids_ptr, sg_ptr, qg_ptr, su_ptr, qu_ptr, bg_p
                 acc_u += _block_dots_i8(su_ptr, qu_ptr, rows, nmask, blk, bmask, n_blocks, xlo, xhi, dx, ASM)
     _epilogue(acc_g, acc_u, r, n, nmask, ids_ptr, bg_ptr, bu_ptr, rw_ptr, out_ptr, N, alpha, limit, SLOTS,
               GLU, HAS_BIAS, HAS_RW, RES)
-
-
-@triton.jit
-def _epilogue(acc_g, acc_u, r, n, nmask, ids_ptr, bg_ptr, bu_ptr, rw_ptr, out_ptr, N, alpha, limit,
-              SLOTS: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RW: tl.constexpr,
-              RES: tl.constexpr):
-    """moe_gemv's epilogue: biases (routed-weighted), clamped SwiGLU (GLU), residual add, store row r."""
-    y = tl.sum(acc_g, axis=1)  # [BN]
-    if HAS_BIAS:
-        for s in tl.static_range(SLOTS):
-            p = r * SLOTS + s
-            e = tl.load(ids_ptr + p).to(tl.int64)
-            bias = tl.load(bg_ptr + e * N + n, mask=nmask, other=0.0).to(tl.float32)
-            if HAS_RW:
-                bias = bias * tl.load(rw_ptr + p).to(tl.float32)
-            y += bias
-    if GLU:  # SLOTS is 1: r is the pair
-        u = tl.sum(acc_u, axis=1)
-        if HAS_BIAS:
-            e = tl.load(ids_ptr + r).to(tl.int64)
-            u += tl.load(bu_ptr + e * N + n, mask=nmask, other=0.0).to(tl.float32)
-        g = tl.minimum(y, limit)
-        u = tl.minimum(tl.maximum(u, -limit), limit)
-        y = g * tl.sigmoid(g * alpha) * (u + 1)
-    if RES:  # out is the residual stream: out[r] += y, rounded once
-        y += tl.load(out_ptr + r.to(tl.int64) * N + n, mask=nmask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + r.to(tl.int64) * N + n, y.to(out_ptr.dtype.element_ty), mask=nmask)
 
 
 def _words(w: Split) -> Split:
