@@ -208,8 +208,8 @@ def test_a_row_filled_ahead_is_masked_first_and_never_redrawn(tokenizer, mask_ah
     """Rows 0 and 2's argmax is forbidden, row 1's allowed. Rows 0 and 1 are filled ahead (busy):
     mask_ahead masks them before the draw, never checked or redrawn; without it they are checked by
     their masks' bits and row 0 is redrawn. With mask_ahead cheap rows are filled even when the device
-    is idle, and a slow row (fill_s over SLOW_FILL_S) only when it was rejected at its last check and the
-    device is busy; row 2, slow and not rejected, is checked and redrawn either way."""
+    is idle; a slow row (fill_s over SLOW_FILL_S) is never filled ahead, rejected last step or not:
+    row 2 is checked and redrawn either way."""
     from orcd.structured.guide import SLOW_FILL_S, GuidedStep
 
     b = CountingBackend(tokenizer, mask_ahead=mask_ahead)
@@ -222,9 +222,9 @@ def test_a_row_filled_ahead_is_masked_first_and_never_redrawn(tokenizer, mask_ah
     assert b.rows_filled == 2
     idle = GuidedStep(ms, [False] * 3, busy=lambda: False, pin=False, mask_ahead=mask_ahead)
     assert idle.first == ([0, 1] if mask_ahead else [])  # cheap rows: filled whether or not busy
-    ms[2].rejected = True  # a slow row rejected last step: filled while busy (mask_ahead)
+    ms[2].rejected = True  # a slow row rejected last step: still checked, not filled ahead
     slow = GuidedStep(ms, [False] * 3, busy=lambda: True, pin=False, mask_ahead=mask_ahead)
-    assert slow.first == ([0, 1, 2] if mask_ahead else [])
+    assert slow.first == ([0, 1] if mask_ahead else [])
     ms[2].rejected, ms[2].fill_s = False, 2 * SLOW_FILL_S
     logits = torch.zeros(3, b.vocab_size)
     bad, good = (~allowed).nonzero()[0, 0], allowed.nonzero()[-1, 0]
