@@ -59,9 +59,10 @@ def check_sharded(model) -> None:
 
 class TPFusedDecoder:
     def __init__(self, model: torch.nn.Module, rank: int, group=None, int8_x: bool = True,
-                 all_reduce: str = "nccl"):
+                 all_reduce: str = "nccl", batched_qkv: bool = True):
         """model: this rank's shard; group: the tensor collectives' (None = the world group).
-        int8_x: as FusedDecoder's (off for float32 models whatever it says). all_reduce: "nccl", or
+        int8_x, batched_qkv: as FusedDecoder's (int8 off for float32 models whatever it says; batched_qkv:
+        the rank's q/k/v slices of a 5..64-row batch in one launch). all_reduce: "nccl", or
         "symm" for the norm-fused path's residual all-reduces (symm_allreduce.py; NCCL where
         unavailable, on every rank alike)."""
         check_sharded(model)
@@ -71,7 +72,7 @@ class TPFusedDecoder:
         self.model, self.rank, self.group = model, rank, group
         self.inv_freq = model.rotary.inv_freq.float().contiguous()
         int8 = int8_x and model.blocks[0].attn_norm.weight.dtype != torch.float32
-        self.products = DecodeProducts(int8_x=int8, int8_attn=int8)
+        self.products = DecodeProducts(int8_x=int8, int8_attn=int8, batched_qkv=batched_qkv)
         self.fuse_norm = self._agree(norm_fusable(self.linears, model.lm_head.inner))
         w = model.blocks[0].attn_norm.weight  # the residual's dtype; hidden = its length
         ar = make_all_reduce(all_reduce, self.fused_rows() * w.shape[0], w.dtype, w.device,
@@ -132,7 +133,7 @@ class TPFusedDecoder:
         delta = None
         for i, (blk, lin) in enumerate(zip(self.model.blocks, self.linears, strict=True)):
             h = add_rmsnorm(delta, res, blk.attn_norm.weight, blk.attn_norm.eps)
-            q, k, v = (linear(m, h) for m in lin.qkv())
+            q, k, v = self.products.qkv_rows(lin, h)
             o = attend(blk.attn, q, k, v, pos, self.inv_freq, kv.k[i], kv.v[i], meta)
             delta = self._all_reduce(linear(lin.o, o))
             h = add_rmsnorm(delta, res, blk.ffn_norm.weight, blk.ffn_norm.eps)
