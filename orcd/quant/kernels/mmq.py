@@ -38,6 +38,7 @@ BLOCK_BYTES = types.MappingProxyType({Q.Q4_K: 144, Q.Q6_K: 210})  # one 256-inpu
 # (its 210-byte blocks allow no 16-byte loads; the word gathers here are slow): not routed.
 MMQ_LAUNCH = types.MappingProxyType({Q.Q4_K: (128, 4, 3), Q.Q6_K: (128, 8, 2)})
 MMQ_ROUTE = frozenset({Q.Q4_K})  # types fused_linear sends here
+MMQ_MAGIC = frozenset({Q.Q4_K})  # types whose bf16-w path fused_linear runs with magic=True
 
 
 @triton.jit
@@ -86,16 +87,28 @@ def _q4k_head(hdr, j):
 def _q4k_iter(acc, p8, p32, row, nmask, xq_ptr, xd_ptr, xs_ptr, rm, mmask, K, it, FLOAT: tl.constexpr):
     """Inputs 64 * it.. of BN rows (byte offsets row [BN]) into acc [BN, BM]: chunk c = it % 4 of
     super-block it // 4, whose 32 bytes hold sub-block 2c in their low nibbles, 2c + 1 in their high.
-    All weight loads are 16-byte rows (the header, the chunk): Triton pipelines them (cp.async)."""
+    All weight loads are 16-byte rows (the header, the chunk): Triton pipelines them (cp.async).
+    FLOAT 2: the chunk as 8 int32 words (byte i of word v: inputs 4v + i), each nibble made a float by
+    the fp32 magic number (nibble | 0x4B000000 = 2^23 + q; minus 2^23: q exactly), no int -> float
+    conversion (a quarter-rate instruction on the H100)."""
     ll = tl.arange(0, 32)
     blk = row + (it // 4) * 144
     c = it % 4
     hdr = tl.load(p32 + (blk // 4)[:, None] + tl.arange(0, 4)[None, :], mask=nmask[:, None], other=0)
-    q = tl.load(p8 + blk[:, None] + 16 + 32 * c + ll[None, :], mask=nmask[:, None], other=0)
+    if FLOAT == 2:
+        q = tl.load(p32 + (blk // 4)[:, None] + 4 + 8 * c + tl.arange(0, 8)[None, :], mask=nmask[:, None],
+                    other=0)  # [BN, 8] int32
+    else:
+        q = tl.load(p8 + blk[:, None] + 16 + 32 * c + ll[None, :], mask=nmask[:, None], other=0)
     for h in tl.static_range(2):
         k = 64 * it + 32 * h
         a, b = _q4k_head(hdr, 2 * c + h)  # d * sc_j, dmin * m_j
-        if FLOAT:  # xq_ptr is x itself: W dequantized to x's dtype, one float dot
+        if FLOAT == 2:
+            nib = (q[:, :, None] >> (8 * tl.arange(0, 4)[None, None, :] + 4 * h)) & 15
+            qf = tl.reshape((nib | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0, [q.shape[0], 32])
+            xt = _xf_cols(xq_ptr, rm, mmask, K, k)
+            acc = tl.dot((a[:, None] * qf - b[:, None]).to(xt.dtype), xt, acc)
+        elif FLOAT:  # xq_ptr is x itself: W dequantized to x's dtype, one float dot
             xt = _xf_cols(xq_ptr, rm, mmask, K, k)
             w = a[:, None] * ((q >> (4 * h)) & 15).to(tl.float32) - b[:, None]
             acc = tl.dot(w.to(xt.dtype), xt, acc)
@@ -217,10 +230,11 @@ def mmq_plan(qt: Q, m: int, n: int, k: int, launch: tuple[int, int, int] | None 
 
 def mmq_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int, qtype: int,
                bias: torch.Tensor | None = None, launch: tuple[int, int, int] | None = None,
-               target: int = TARGET_PROGRAMS, float_w: bool = False) -> torch.Tensor:
+               target: int = TARGET_PROGRAMS, float_w: bool = False, magic: bool = False) -> torch.Tensor:
     """x [M, in] (bf16/fp16/fp32), raw uint8 [out, row_bytes] of Q4_K or Q6_K -> [M, out] in x.dtype
     (+ bias [out]). launch: (BN, warps, stages) instead of MMQ_LAUNCH; target: programs for split-K;
-    float_w: W dequantized to x's dtype (bf16/fp16 x) and float dots instead of int8 x and int8 dots."""
+    float_w: W dequantized to x's dtype (bf16/fp16 x) and float dots instead of int8 x and int8 dots;
+    magic (with float_w, Q4_K): the nibbles made floats without conversions (_q4k_iter's FLOAT 2)."""
     qt = Q(int(qtype))
     m, k = x.shape
     w_row = row_bytes(qt, in_features)
@@ -241,8 +255,9 @@ def mmq_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feature
     ws = partials(splits, y)
     grid = (triton.cdiv(out_features, bn), triton.cdiv(m, bm), splits)
     w32 = _words(raw)
+    mode = 2 if float_w and magic and qt == Q.Q4_K else int(float_w)
     _mmq_kernel[grid](xq, xd, xs, raw, w32, bias, y, ws, m, out_features, k,
                       y.stride(0), w_row, sps, QT=int(qt), BM=bm, BN=bn, SPLIT=splits > 1,
-                      HAS_BIAS=bias is not None, FLOAT=float_w, num_warps=warps, num_stages=stages)
+                      HAS_BIAS=bias is not None, FLOAT=mode, num_warps=warps, num_stages=stages)
     reduce_partials(ws, bias, y)
     return y
