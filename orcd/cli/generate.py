@@ -92,7 +92,8 @@ def run(args: argparse.Namespace, load_model=None, engine_cls=None) -> int:
     engine = LLMEngine(loaded, num_kv_blocks=-(-(len(ids) + max_tokens) // block_size) + 1,
                        block_size=block_size, max_num_seqs=1,
                        max_num_batched_tokens=max(2048, min(len(ids), 8192)),
-                       enforce_eager=args.enforce_eager, batch_invariant=args.batch_invariant)
+                       enforce_eager=args.enforce_eager, batch_invariant=args.batch_invariant,
+                       warm_prefill_graphs=False)  # one prompt: its one bucket is captured when it runs
     graph = getattr(engine.runner, "graph", None)
     if graph is not None:
         say(f"orcd: captured {len(graph.buckets)} decode CUDA graph(s) in {graph.capture_seconds:.2f} s")

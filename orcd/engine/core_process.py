@@ -40,6 +40,7 @@ class EngineBuild:
     max_num_batched_tokens: int = 2048
     enforce_eager: bool = False
     batch_invariant: str = "seeded"
+    warm_prefill_graphs: bool = True  # capture every prefill CUDA graph bucket at start (LLMEngine)
 
     def build(self):
         """Load the model and build its LLMEngine here, progress on stderr."""
@@ -55,11 +56,16 @@ class EngineBuild:
               f"{loaded.weights_bytes / 2**20:.1f} MiB of weights", file=sys.stderr, flush=True)
         llm = LLMEngine(loaded, kv_fraction=self.kv_fraction, num_kv_blocks=self.num_kv_blocks,
                         max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
-                        enforce_eager=self.enforce_eager, batch_invariant=self.batch_invariant)
-        graph = getattr(llm.runner, "graph", None)
+                        enforce_eager=self.enforce_eager, batch_invariant=self.batch_invariant,
+                        warm_prefill_graphs=self.warm_prefill_graphs)
+        graph, warm = getattr(llm.runner, "graph", None), llm.prefill_graph_warmup
         if graph is not None:
             print(f"orcd serve: captured {len(graph.buckets)} decode CUDA graphs in "
                   f"{graph.capture_seconds:.2f} s", file=sys.stderr, flush=True)
+        if warm is not None:
+            failed = " (a capture failed: prefill runs eagerly)" if warm["failed"] else ""
+            print(f"orcd serve: captured {len(warm['buckets'])} prefill CUDA graphs in "
+                  f"{warm['seconds']:.2f} s{failed}", file=sys.stderr, flush=True)
         return llm
 
 

@@ -46,10 +46,13 @@ class LLMEngine:
         enforce_eager: bool = False,
         batch_invariant: str | bool = "seeded",
         prefill_graphs: bool = True,
+        warm_prefill_graphs: bool = True,
     ):
         """enforce_eager: never use CUDA graphs (otherwise decode-only steps on CUDA replay captured
         graphs of the fused decode step; they are captured here, see orcd.runner.decode_graphs).
         prefill_graphs: with decode graphs, also replay fresh-prompt steps from prefill graphs.
+        warm_prefill_graphs: capture every prefill-graph bucket a step can use here, at start (~0.1 s
+        each, H100), instead of inside the first request that needs it (see warm_up_graphs).
         batch_invariant: "seeded" (default): on CUDA, steps that hold a request with a seed run the
         batch-invariant kernels (orcd.numerics), so a seeded request returns the same tokens alone or in any
         batch, and seeded requests share prefix-cache blocks only with each other; "all": every step
@@ -73,6 +76,9 @@ class LLMEngine:
                                  max_num_seqs=max_num_seqs, max_model_len=self.max_model_len,
                                  batch_invariant=batch_invariant, prefill_graphs=prefill_graphs)
         self.runner = runner
+        self.prefill_graph_warmup: dict[str, Any] | None = None  # what warm_up_graphs captured, and when
+        if warm_prefill_graphs:
+            self.warm_up_graphs(max_num_batched_tokens)
         window = releasable_window(_layer_windows(loaded.model))  # > 0 only if every layer is windowed
         self.block_manager = BlockManager(num_kv_blocks, block_size, enable_prefix_caching, window)
         self.scheduler = Scheduler(self.block_manager, max_num_seqs, max_num_batched_tokens)
@@ -83,6 +89,19 @@ class LLMEngine:
         self._grammars_lock = threading.Lock()
         self.counters = {"prompt_tokens": 0, "generation_tokens": 0, "steps": 0, "step_failures": 0,
                          "requests_finished": 0}
+
+    def warm_up_graphs(self, max_num_batched_tokens: int) -> None:
+        """Capture the runner's prefill CUDA graphs for every bucket a step of at most
+        max_num_batched_tokens tokens can use (decode graphs are captured by the runner already).
+        No prefill graphs (CPU, fp32, enforce_eager, batch-invariant "all"): nothing to do."""
+        graphs = getattr(self.runner, "prefill_graphs", None)
+        if graphs is None:
+            return
+        done = graphs.capture_all(max_num_batched_tokens)
+        self.prefill_graph_warmup = {"buckets": done, "seconds": graphs.warm_seconds, "failed": graphs.failed}
+        log.info("captured %d prefill CUDA graphs (tokens x sequences: %s) in %.2f s%s", len(done),
+                 ", ".join(f"{t}x{n}" for t, n in done), graphs.warm_seconds,
+                 "; capture failed, prefilling eagerly" if graphs.failed else "")
 
     # ---- requests ----
     def validate(self, req: EngineRequest) -> None:
