@@ -85,6 +85,24 @@ def glu(g, u, h: torch.Tensor) -> torch.Tensor:
     return F.silu(linear(g, h)) * linear(u, h)
 
 
+@dataclass(frozen=True)
+class QuantRows:
+    """One block's products in the unfused step (batches above fused_rows) over the raw blocks; the
+    same methods as dense_weights.DenseBlock, which FusedDecoder runs instead for dense_rows batches."""
+
+    lin: BlockLinears
+    products: DecodeProducts
+
+    def qkv(self, h: torch.Tensor) -> list[torch.Tensor]:
+        return self.products.qkv_rows(self.lin, h)
+
+    def o_proj(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(self.lin.o, x)
+
+    def mlp(self, h: torch.Tensor) -> torch.Tensor:
+        return linear(self.lin.down, glu(self.lin.gate, self.lin.up, h))
+
+
 def check_block_kind(model) -> None:
     """ValueError unless `model` says its blocks are the qwen2/llama block (`fused_decode`). Called
     before the blocks' linears are gathered: other blocks (gpt2, gpt-oss) have no gate/up to gather."""

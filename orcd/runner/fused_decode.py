@@ -9,6 +9,9 @@ With int8_x on Q4_K/Q6_K weights (the default for bf16/fp16 models) also 11: the
 to int8 per 32 by a small kernel before q/k/v (with the RMSNorm), o, gate/up (RMSNorm) and down; fewer
 instructions per weight pay for the 4 extra launches (docs/performance.md, 7B).
 Which kernel runs each product is decode_products.py's (shared with the tensor-parallel step).
+dense_rows (opt-in, off by default): batches of >= that many rows run the unfused step's products as
+cuBLAS GEMMs over dense copies of the weights made once at construction (dense_weights.py: memory
+for speed, 2 bytes a weight in bf16); smaller batches keep the quantized kernels.
 Meant to be captured by `DecodeGraphs(step_fn=FusedDecoder(model))`. Models it cannot run raise
 ValueError at construction.
 """
@@ -23,13 +26,14 @@ from orcd.runner.decode_products import I8_MAX_ROWS as I8_MAX_ROWS  # re-exporte
 from orcd.runner.decode_products import (
     BlockLinears,
     DecodeProducts,
+    QuantRows,
     attend,
     check_block_kind,
     check_fusable,
-    glu,
     linear,
     norm_fusable,
 )
+from orcd.runner.dense_weights import DenseCopiesError, DenseWeights, check_fits, dense_nbytes
 
 
 def block_linears(blk) -> BlockLinears:
@@ -37,15 +41,29 @@ def block_linears(blk) -> BlockLinears:
     return BlockLinears(a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate, m.up, m.down)
 
 
+def dense_copies(model: torch.nn.Module, rows: int) -> DenseWeights:
+    """The dense copies FusedDecoder(model, dense=...) runs batches of >= rows on, made now (the engine
+    makes them before it sizes the KV cache from the free memory). DenseCopiesError (a ValueError) for a
+    bad rows or copies that do not fit the free device memory; ValueError for a model this step cannot run."""
+    check_block_kind(model)
+    linears = [block_linears(blk) for blk in model.blocks]
+    check_fusable(model, linears)
+    head = model.lm_head
+    check_fits(dense_nbytes(linears, head, head.dtype), torch.device(model.norm.weight.device))
+    return DenseWeights.build(linears, head, rows)
+
+
 class FusedDecoder:
     def __init__(self, model: torch.nn.Module, fuse_norm: bool = True, int8_x: bool = True,
-                 batched_qkv: bool = True):
+                 batched_qkv: bool = True, dense_rows: int | None = None, dense: DenseWeights | None = None):
         """fuse_norm: also fold each RMSNorm into the GEMVs that read it and each residual add into the
         GEMV that writes it (~7 kernels per layer), for batches of <= fused_rows() raw-weight models.
         int8_x (with fuse_norm): the Q4_K/Q6_K products read x quantized to int8 (DecodeProducts); not
         for float32 models (they are run for exactness: they keep float x).
         batched_qkv: at 5..64 rows (the unfused step) q/k/v in one launch (DecodeProducts.qkv_rows);
-        on by default since session 9's H100 run (7B engine, 8 streams: 1,078 -> 1,153 tok/s)."""
+        on by default since session 9's H100 run (7B engine, 8 streams: 1,078 -> 1,153 tok/s).
+        dense_rows: batches of >= dense_rows rows run on dense copies of the weights made here (None: off);
+        dense: copies already made (dense_copies; their .rows is the threshold) instead."""
         self.model = model
         check_block_kind(model)  # before block_linears: other blocks have no gate/up
         self.linears = [block_linears(blk) for blk in model.blocks]
@@ -54,6 +72,15 @@ class FusedDecoder:
         self.products = DecodeProducts(int8_x=int8, int8_attn=int8, batched_qkv=batched_qkv)
         self.inv_freq = model.rotary.inv_freq.float().contiguous()
         self.fuse_norm = fuse_norm and norm_fusable(self.linears, model.lm_head)
+        self.rows = [QuantRows(lin, self.products) for lin in self.linears]
+        if dense is not None and dense_rows not in (None, dense.rows):
+            raise DenseCopiesError(f"dense_rows {dense_rows} disagrees with the copies' {dense.rows}")
+        self.dense = dense if dense is not None or dense_rows is None else dense_copies(model, dense_rows)
+
+    @property
+    def dense_rows(self) -> int | None:
+        """The smallest batch that runs on the dense copies, or None (off)."""
+        return self.dense.rows if self.dense is not None else None
 
     @property
     def int8_x(self) -> bool:
@@ -73,19 +100,27 @@ class FusedDecoder:
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor, meta: AttnMetadata, kv) -> torch.Tensor:
         """ids, pos [B] -> logits [B, V] float32; writes each token's K/V at meta.slot_mapping."""
-        model = self.model
-        res = model.embed(ids).contiguous()  # residual stream [B, H], updated in place
-        if self.fuse_norm and ids.shape[0] <= self.fused_rows():
+        res = self.model.embed(ids).contiguous()  # residual stream [B, H], updated in place
+        b = ids.shape[0]
+        if self.dense is not None and self.dense.takes(b):
+            return self._forward_rows(res, pos, meta, kv, self.dense.blocks, self.dense.logits)
+        if self.fuse_norm and b <= self.fused_rows():
             return self._forward_norm_fused(res, pos, meta, kv)
-        delta = None
-        for i, (blk, lin) in enumerate(zip(model.blocks, self.linears, strict=True)):
+        return self._forward_rows(res, pos, meta, kv, self.rows,
+                                  lambda h: linear(self.model.lm_head, h).float())
+
+    def _forward_rows(self, res: torch.Tensor, pos: torch.Tensor, meta: AttnMetadata, kv, rows: list,
+                      logits) -> torch.Tensor:
+        """The unfused step (add+RMSNorm kernels stand alone): per block rows[i]'s qkv, o_proj, mlp
+        (QuantRows over raw blocks, or DenseBlock); logits(h [B, H]) -> [B, V] float32."""
+        model, delta = self.model, None
+        for i, (blk, p) in enumerate(zip(model.blocks, rows, strict=True)):
             h = add_rmsnorm(delta, res, blk.attn_norm.weight, blk.attn_norm.eps)
-            q, k, v = self.products.qkv_rows(lin, h)
-            delta = linear(lin.o, attend(blk.attn, q, k, v, pos, self.inv_freq, kv.k[i], kv.v[i], meta))
+            q, k, v = p.qkv(h)
+            delta = p.o_proj(attend(blk.attn, q, k, v, pos, self.inv_freq, kv.k[i], kv.v[i], meta))
             h = add_rmsnorm(delta, res, blk.ffn_norm.weight, blk.ffn_norm.eps)
-            delta = linear(lin.down, glu(lin.gate, lin.up, h))
-        h = add_rmsnorm(delta, res, model.norm.weight, model.norm.eps)
-        return linear(model.lm_head, h).float()
+            delta = p.mlp(h)
+        return logits(add_rmsnorm(delta, res, model.norm.weight, model.norm.eps))
 
     def _forward_norm_fused(self, res: torch.Tensor, pos: torch.Tensor, meta: AttnMetadata, kv):
         """Norms computed inside the GEMVs that consume them, residual adds inside the GEMVs that
