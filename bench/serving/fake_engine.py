@@ -7,11 +7,18 @@ fitted to the H100's 0.5B Q4_K_M figures (session 7, bench/results/serving.md: 9
 process costs almost no CPU. Everything around the step is the real code: the engine process's loop and
 IPC (orcd/engine/core_process.py), ProcessEngine, uvicorn, the routes.
 
-Used by fake_serve.py (`orcd serve` with this engine) and serving_cpu.py (HTTP ÷ engine on the CPU).
+With capture_ms > 0 the fake also pays for prefill CUDA graphs as the real engine does: the first step
+whose fresh prompts fall in a (token bucket, sequence bucket) not seen before sleeps capture_ms more
+(orcd.runner.prefill_graphs' buckets; ~100 ms on the H100), unless warm_graphs "captured" every bucket of
+capture_plan at build (LLMEngine's warm_prefill_graphs). That is how lazily captured graphs are reproduced
+on a CPU: which buckets come up depends on how the HTTP requests arrive, so they vary between runs.
+
+Used by fake_serve.py (`orcd serve` with this engine) and serving_fake.py (HTTP ÷ engine on the CPU).
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -19,6 +26,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from orcd.engine.io import EngineRequest, TokenEvent
+from orcd.runner.prefill_graphs import SEQ_BUCKETS, TOKEN_BUCKETS, capture_plan
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,8 @@ class FakeBuild:
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     text: str = " tok"  # every token's text
+    capture_ms: float = 0.0  # a prefill graph bucket's first use costs this much more (0: no graphs)
+    warm_graphs: bool = True  # with capture_ms: every bucket paid for at build, none while serving
 
     def build(self) -> FakeEngine:
         return FakeEngine(self)
@@ -65,7 +75,23 @@ class FakeEngine:
         self.waiting: deque[EngineRequest] = deque()
         self.running: dict[str, list] = {}  # request id -> [request, tokens generated, arrival time]
         self.aborts: set[str] = set()
-        self.counters = {"steps": 0, "generation_tokens": 0, "requests_finished": 0}
+        self.counters = {"steps": 0, "generation_tokens": 0, "requests_finished": 0, "lazy_captures": 0}
+        self.captured: set[tuple[int, int]] = set()  # prefill graph buckets paid for
+        if build.capture_ms and build.warm_graphs:
+            self.captured = set(capture_plan(TOKEN_BUCKETS, SEQ_BUCKETS, build.max_num_batched_tokens))
+            time.sleep(len(self.captured) * build.capture_ms / 1000)
+
+    def capture_s(self, fresh: list[int]) -> float:
+        """Seconds of a lazy capture for a step whose fresh prompts have these lengths (0.0: none)."""
+        tb = next((t for t in TOKEN_BUCKETS if t >= sum(fresh)), None)
+        sb = next((n for n in SEQ_BUCKETS if n >= len(fresh)), None)
+        if not self.build.capture_ms or not fresh or tb is None or sb is None or (tb, sb) in self.captured:
+            return 0.0  # no graphs, no prompt, eager (too many tokens or sequences), or captured already
+        self.captured.add((tb, sb))
+        self.counters["lazy_captures"] += 1
+        print(f"fake engine: lazy prefill graph capture {tb}x{sb} (#{self.counters['lazy_captures']})",
+              file=sys.stderr, flush=True)
+        return self.build.capture_ms / 1000
 
     def add_validated(self, req: EngineRequest) -> None:
         self.waiting.append(req)
@@ -88,17 +114,17 @@ class FakeEngine:
 
     def step(self) -> list[TokenEvent]:
         events = self._apply_aborts()
-        budget, new = self.build.max_num_batched_tokens, 0
+        budget, fresh = self.build.max_num_batched_tokens, []
         while self.waiting and len(self.running) < self.build.max_num_seqs:
             n = len(self.waiting[0].prompt_token_ids)
-            if new and n > budget:
+            if fresh and n > budget:
                 break
             req = self.waiting.popleft()
             self.running[req.request_id] = [req, 0, time.monotonic()]
-            budget, new = budget - n, new + n
+            budget, fresh = budget - n, fresh + [n]
         if not self.running:
             return events
-        time.sleep(self.build.step_s(len(self.running), new))
+        time.sleep(self.build.step_s(len(self.running), sum(fresh)) + self.capture_s(fresh))
         self.counters["steps"] += 1
         for rid, state in list(self.running.items()):
             req, done = state[0], state[1] + 1

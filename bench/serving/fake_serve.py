@@ -1,5 +1,7 @@
 """`orcd serve` over the fake engine (fake_engine.py): every `orcd serve` argument, plus --fake-base-ms,
---fake-row-ms, --fake-prefill-ms. Always an engine process (it is what the fake replaces).
+--fake-row-ms, --fake-prefill-ms, --fake-capture-ms (a prefill graph bucket's first use) and
+--fake-lazy-graphs (no capture at start: buckets are paid for while serving). Always an engine process
+(it is what the fake replaces).
 
 Usage: python bench/serving/fake_serve.py --model F.gguf --port 8000 [--api-processes N] [--fake-row-ms X]
 """
@@ -21,12 +23,15 @@ def main(argv: list[str] | None = None) -> int:
     pre = argparse.ArgumentParser(add_help=False)
     for name, default in (("base", 0.95), ("row", 0.057), ("prefill", 0.01)):
         pre.add_argument(f"--fake-{name}-ms", type=float, default=default)
+    pre.add_argument("--fake-capture-ms", type=float, default=0.0)
+    pre.add_argument("--fake-lazy-graphs", action="store_true")
     fake, rest = pre.parse_known_args(argv)
     args = build_parser("serve").parse_args(["serve", "--engine-process", *rest])
 
     def engine_build(args, path) -> FakeBuild:  # in place of the model's EngineBuild
         return FakeBuild(Path(path), fake.fake_base_ms, fake.fake_row_ms, fake.fake_prefill_ms,
-                         args.max_num_seqs, args.max_num_batched_tokens)
+                         args.max_num_seqs, args.max_num_batched_tokens, capture_ms=fake.fake_capture_ms,
+                         warm_graphs=not fake.fake_lazy_graphs)
 
     serve.engine_build = engine_build  # this process only: the one place serve builds an engine
     return serve.run(args)

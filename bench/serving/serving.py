@@ -1,15 +1,17 @@
 """Serving benchmark (issue 19): the engine alone vs `orcd serve` over HTTP, and a mixed load.
 
-For each model file: the engine alone (LLMEngine.step(), this process) at 1/8/32/64 streams, then a
-real `orcd serve` child on loopback, streamed `/v1/generate` and `/v1/chat/completions` at the same
-stream counts (greedy, ignore_eos, prompt_len in, gen_len out), then a mixed load: log-normal prompt and
-output lengths, Poisson arrivals at fractions of the engine's 64-stream token rate. The client is
-serving_client.py: raw sockets in --client-procs processes; each row records how busy they were.
+For each model file: an engine in this process (LLMEngine.step(), serving_engine.py) and a real
+`orcd serve` child on loopback, both shaped alike (KV pool, batch limits, CUDA graphs captured at start),
+measured alternately on the same requests: streamed `/v1/generate` and `/v1/chat/completions` at
+1/8/32/64 streams (greedy, ignore_eos, prompt_len in, gen_len out), each repeat engine round then HTTP
+round; then a mixed load: log-normal prompt and output lengths, Poisson arrivals at fractions of the
+engine's 64-stream token rate, engine alone then HTTP per rate. The client is serving_client.py: raw
+sockets in --client-procs processes; each row records how busy they were.
 Each --server 'TAG=CHECKOUT[@PATH] [ARG...]' is measured in turn against the same engine figures (an older
 checkout for a before/after table; @PATH: more PYTHONPATH for that server only, e.g. optional packages).
 Rows go to OUT/serving.json (merged with what is there: same tag+model rows are replaced), + .md, .png.
 
-Usage: python bench/serving/serving.py --model 0.5b=/tmp/a.gguf [--model 7b=/tmp/b.gguf]
+Usage: python bench/serving/serving.py --model 0.5b=/tmp/a.gguf [--model 7b=/tmp/7b.gguf]
        [--server before=/tmp/old-checkout --server after=.] [--api-processes 1,2,4]
 CPU smoke: python bench/serving/serving.py --device cpu --streams 1,4 --gen-len 16 --out-dir /tmp/s
 """
@@ -48,7 +50,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "empty: no mixed load")
     ap.add_argument("--mixed-routes", default="chat")
     ap.add_argument("--mixed-tags", default="after", help="servers (tags) the mixed load runs on")
-    ap.add_argument("--mixed-seconds", type=float, default=10.0, help="arrivals span this long, per rate")
+    ap.add_argument("--mixed-seconds", type=float, default=8.0,
+                    help="arrivals span this long, per rate (engine and HTTP each)")
     ap.add_argument("--mixed-prompt", default="128,16,1024", help="median,min,max prompt tokens")
     ap.add_argument("--mixed-output", default="128,16,512", help="median,min,max output tokens")
     ap.add_argument("--slo-ttft-ms", type=float, default=1000.0)

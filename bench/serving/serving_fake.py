@@ -2,9 +2,11 @@
 
 The engine process sleeps each step as long as the H100 takes for the 0.5B shape, so the API process(es)
 see the H100's token rate while the engine costs almost no CPU: what the HTTP side loses shows on a
-2-core box. The engine-alone figure is the same fake engine stepped in this process. Each --server
-'TAG [ARG...]' is `orcd serve` arguments (e.g. --api-processes 2); rows as serving.py's, printed and
-written to OUT/serving_fake.json. Not a GPU figure: it tells where the API process is the limit.
+2-core box. The engine-alone figure is the same fake engine stepped in this process, on the same requests,
+alternating with the HTTP rounds as in serving.py. Each --server 'TAG [ARG...]' is `orcd serve` arguments
+(e.g. --api-processes 2, or fake_serve.py's --fake-capture-ms 100 --fake-lazy-graphs: prefill graphs
+captured lazily, as before they were captured at engine start); rows as serving.py's, printed and written
+to OUT/serving_fake.json. Not a GPU figure: it tells where the API process is the limit.
 
 A tag TAG@CHECKOUT runs that checkout's orcd (e.g. an older commit, for a before/after pair).
 
@@ -24,8 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from batching_common import Deadline  # noqa: E402
 from batching_http import ServerProcess  # noqa: E402
-from fake_engine import FakeBuild, engine_alone  # noqa: E402
-from serving_run import http_rows  # noqa: E402
+from fake_engine import FakeBuild  # noqa: E402
+from serving_client import run_load  # noqa: E402
+from serving_engine import EngineBench  # noqa: E402
+from serving_run import http_rows, warm_rounds  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,6 +42,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--routes", default="generate,chat")
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--gen-len", type=int, default=128)
+    ap.add_argument("--warmup-len", type=int, default=16)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--client-procs", type=int, default=1)
     ap.add_argument("--out-dir", default="/tmp/orcd-serving")
@@ -68,9 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    build = FakeBuild(Path(args.model))
-    engine = {c: engine_alone(build, c, args.prompt_len, args.gen_len) for c in args.streams}
-    print("fake engine alone tok/s: " + ", ".join(f"{c}: {v:,.0f}" for c, v in engine.items()), flush=True)
+    engine = EngineBench(FakeBuild(Path(args.model)).build())  # graphs (if modelled) all captured
     tok, rows = load_tokenizer(open_gguf(args.model).metadata), []
     for head, *serve_args in args.servers:
         tag, _, repo = head.partition("@")  # TAG@CHECKOUT: that checkout's orcd (a before/after pair)
@@ -79,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         server.cmd = [sys.executable, str(Path(__file__).with_name("fake_serve.py")), *server.cmd[4:]]
         try:
             server.start(timeout_s=120)
+            for reqs in warm_rounds(args, "m", tok):
+                run_load("127.0.0.1", server.port, reqs, args.client_procs)
             rows += http_rows(args, "m", tag, tok, server.port, engine, Deadline.after(3600))
         finally:
             server.stop()

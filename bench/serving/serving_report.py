@@ -9,7 +9,7 @@ FIXED = [("tag", "tag"), ("model", "model"), ("route", "route"), ("streams", "C"
          ("engine_tok_s", "engine tok/s"), ("http_tok_s", "HTTP tok/s"), ("http_over_engine", "HTTP/engine"),
          ("ttft_p50_ms", "TTFT p50 ms"), ("ttft_p99_ms", "TTFT p99 ms"), ("itl_p50_ms", "ITL p50 ms"),
          ("itl_p99_ms", "ITL p99 ms"), ("client_busy", "client busy")]
-MIXED = [("tag", "tag"), ("model", "model"), ("route", "route"), ("load", "load"),
+MIXED = [("tag", "tag"), ("model", "model"), ("route", "route"), ("side", "side"), ("load", "load"),
          ("rate_req_s", "req/s offered"), ("requests", "requests"), ("req_s", "req/s done"),
          ("output_tok_s", "output tok/s"), ("goodput_req_s", "goodput req/s"), ("ttft_p50_ms", "TTFT p50 ms"),
          ("ttft_p99_ms", "TTFT p99 ms"), ("tpot_mean_ms", "TPOT mean ms"), ("itl_p99_ms", "ITL p99 ms"),
@@ -40,8 +40,11 @@ def write_markdown(result: dict, path: Path) -> None:
     lines += ["", "## Fixed concurrency", "",
               f"Every stream sent at once; prompt ~{_first(result, 'prompt_len')} tokens, "
               f"{_first(result, 'gen_len')} new tokens, greedy, EOS ignored. *engine*: `LLMEngine.step()` "
-              "alone, all tokens / (first add to last token). *HTTP*: tokens the server counted (`end` "
-              "event / `usage`) / (first request sent to last byte). TTFT: send to first token event; "
+              "alone in the benchmark's process on the same requests (the ids the server prefills, chat "
+              "template included), all tokens / (first add to last token). *HTTP*: tokens the server "
+              "counted (`end` event / `usage`) / (first request sent to last byte). Each repeat runs the "
+              "engine round, then the HTTP round; the tok/s columns are medians of the repeats, HTTP/engine "
+              "the median of the repeats' paired ratios. TTFT: send to first token event; "
               "ITL: gaps between token events as the client read them. *client busy*: the largest CPU "
               f"share of a client process (well under 1: not the limit). Target HTTP/engine >= {TARGET}.", ""]
     lines += table(result.get("rows", []), FIXED)
@@ -49,6 +52,8 @@ def write_markdown(result: dict, path: Path) -> None:
         lines += ["", "## Mixed load", "",
                   "Poisson arrivals for the stated span; prompt and output lengths log-normal (sigma 0.8), "
                   "clipped. *load*: offered output tokens as a fraction of the engine's 64-stream rate. "
+                  "*side*: the engine alone (this process, requests added at their arrival times) or HTTP, "
+                  "the same requests, one after the other. "
                   "Goodput: requests/s with TTFT and TPOT within the SLOs of the run "
                   "(`--slo-ttft-ms`, `--slo-tpot-ms`, default 1000 and 50).", ""]
         lines += table(result["mixed"], MIXED)
