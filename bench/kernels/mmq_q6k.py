@@ -40,6 +40,7 @@ P7B = [("gate/up 18944x3584", Q.Q4_K, 18944, 3584, 56), ("down 3584x18944", Q.Q4
        ("lm_head 152064x3584", Q.Q6_K, 152064, 3584, 1)]
 SWEEP = {Q.Q4_K: [(64, 4, 3), (128, 8, 3), (128, 4, 4), (256, 8, 3), (64, 4, 4)],
          Q.Q6_K: [(32, 4, 3), (64, 4, 2), (64, 8, 3), (128, 8, 3), (128, 4, 3), (32, 2, 3)]}
+SWEEP_SB = [(128, 8, 2), (64, 4, 2), (128, 4, 2)]  # mmq magic, one super-block per loop step
 BEFORE = {Q.Q4_K: "mmq bf16-w", Q.Q6_K: "batched_linear"}
 AFTER = {Q.Q4_K: "mmq magic", Q.Q6_K: "q6k"}
 
@@ -56,8 +57,11 @@ def candidates(qt, m: int, sweep: bool) -> dict:
     if qt == Q.Q4_K:
         c["mmq bf16-w"] = lambda x, r, n, k: mmq_linear(x, r, n, k, qt, float_w=True)
         c["mmq magic"] = lambda x, r, n, k: mmq_linear(x, r, n, k, qt, float_w=True, magic=True)
+        c["mmq magic sb"] = partial(_mmq, qt=qt, cfg=None, whole=True)
         for cfg in SWEEP[qt] if sweep else []:
             c[f"mmq magic BN{cfg[0]} w{cfg[1]} s{cfg[2]}"] = partial(_mmq, qt=qt, cfg=cfg)
+        for cfg in SWEEP_SB if sweep else []:
+            c[f"mmq magic sb BN{cfg[0]} w{cfg[1]} s{cfg[2]}"] = partial(_mmq, qt=qt, cfg=cfg, whole=True)
         return c
     c["batched_linear"] = lambda x, r, n, k: batched_linear(x, r, n, k, qt)
     c["q6k"] = lambda x, r, n, k: q6k_linear(x, r, n, k)
@@ -67,8 +71,8 @@ def candidates(qt, m: int, sweep: bool) -> dict:
     return c
 
 
-def _mmq(x, r, n, k, qt, cfg):
-    return mmq_linear(x, r, n, k, qt, launch=cfg, float_w=True, magic=True)
+def _mmq(x, r, n, k, qt, cfg, whole=False):
+    return mmq_linear(x, r, n, k, qt, launch=cfg, float_w=True, magic=True, whole=whole)
 
 
 def _q6k(x, r, n, k, cfg):

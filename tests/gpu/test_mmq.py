@@ -41,8 +41,9 @@ def test_mmq_matches_references(qt, n, k, m):
     assert y.dtype == torch.bfloat16 and rel_err(y, ref) < 2e-2
     y = mmq_linear(x, raw, n, k, qt, bias=bias, float_w=True)
     assert rel_err(y, ref) < 1e-2
-    y = mmq_linear(x, raw, n, k, qt, bias=bias, float_w=True, magic=True)
-    assert rel_err(y, ref) < 1e-2
+    for whole in (False, True):
+        y = mmq_linear(x, raw, n, k, qt, bias=bias, float_w=True, magic=True, whole=whole)
+        assert rel_err(y, ref) < 1e-2
 
 
 @pytest.mark.gpu
