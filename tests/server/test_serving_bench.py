@@ -1,5 +1,6 @@
 """bench/serving/serving.py (issue 19) on the CPU: its client decodes chunked SSE exactly, and one tiny
-end-to-end run (engine + a real `orcd serve` child, both routes, a mixed load) writes complete rows."""
+end-to-end run (engine + a real `orcd serve` child, alternately, both routes, a mixed load on each side)
+writes complete rows."""
 
 from __future__ import annotations
 
@@ -52,8 +53,11 @@ def test_serving_bench_runs_end_to_end_on_the_cpu(tmp_path):
         assert r["tokens"] == 8 * c and r["n_errors"] == 0  # every token the server generated, counted
         assert r["engine_tok_s"] > 0 and r["http_tok_s"] > 0 and r["http_over_engine"] > 0
         assert r["ttft_p50_ms"] > 0 and r["itl_p50_ms"] is not None and 0 < r["client_busy"] < 1
-    (mixed,) = out["mixed"]
-    assert mixed["n_errors"] == 0 and mixed["requests"] >= 1 and mixed["goodput_req_s"] is not None
+        assert len(r["repeats_ratio"]) == 1 and r["engine_ttft_p50_ms"] > 0  # the paired engine round
+    sides = {m["side"]: m for m in out["mixed"]}
+    assert set(sides) == {"engine", "http"} and sides["engine"]["requests"] == sides["http"]["requests"]
+    for mixed in sides.values():
+        assert mixed["n_errors"] == 0 and mixed["requests"] >= 1 and mixed["goodput_req_s"] is not None
     assert "| after | tiny | chat | 3 |" in (tmp_path / "serving.md").read_text()
 
 
