@@ -23,13 +23,15 @@ token (forced bytes: JSON keys and punctuation) gets it on the CPU; the others a
 device from their masked logits, one batch.
 
 Per-row policy (GrammarBackend.mask_ahead, the default): a row whose last mask was cheap (SLOW_FILL_S
-or less) is filled every step, busy or not, and masked before the draw like a masks_first row, not
+or less) is filled while the device is busy, and masked before the draw like a masks_first row, not
 checked after it, so it never pays the second pass (the step's sync, its mask upload, a second draw)
 when its unmasked token is rejected. Slow rows (inside maxLength strings) are always checked, never
 filled ahead: on the H100 filling a slow row rejected last step ahead (4.5-8.7 ms a fill) outlasted the
 ~3 ms step it was meant to hide behind (bounded schema, 64 rows: 75.9 % of the step against 66.8 % for
-check-first; bench/results/mask_cost_4607b47.json). Both draws give the same token, so the policy
-changes the time only.
+check-first; bench/results/mask_cost_4607b47.json), and cheap rows filled whether or not the device was
+still busy let rows entering a string pay a slow fill on the step's path (13.3 against 8.4 ms a step;
+mask_cost_ae555e3.json); a cheap row not filled by the time the logits are ready is checked. Both
+draws give the same token, so the policy changes the time only.
 """
 
 from __future__ import annotations
@@ -83,15 +85,12 @@ class GuidedStep:
             self.check = [i for i in self.check if i not in self.slot]
 
     def _ahead(self, busy: Callable[[], bool], mask_ahead: bool) -> None:
-        """Fill checked rows' masks before the draw. mask_ahead: every cheap row (its last mask took
-        SLOW_FILL_S or less), busy or not; slow rows are left to the check. Else cheap rows while
-        busy(), those rejected last step first."""
+        """Fill cheap rows' masks (the last took SLOW_FILL_S or less) before the draw while busy();
+        slow rows are left to the check. mask_ahead: in row order (they join self.first); else those
+        rejected last step first (they stay checked, by their masks' bits)."""
         ms = self.matchers
         cheap = [i for i in self.check if ms[i].fill_s <= SLOW_FILL_S]
-        if mask_ahead:
-            self._fill(cheap)
-            return
-        for i in sorted(cheap, key=lambda i: not ms[i].rejected):
+        for i in cheap if mask_ahead else sorted(cheap, key=lambda i: not ms[i].rejected):
             if not busy():
                 break
             self._fill([i])
