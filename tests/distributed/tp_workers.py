@@ -124,9 +124,9 @@ def fused_steps(dec, cfg, device, dtype, batch: int = 3, steps: int = 4):
     return torch.stack(out)
 
 
-def fused_int8_rank(ctx, path: str, out_path: str, all_reduce: str = "nccl") -> int:
+def fused_int8_rank(ctx, path: str, out_path: str, all_reduce: str = "nccl", batch: int = 3) -> int:
     """Every rank: the bf16 shard's TPFusedDecoder (int8 products; all_reduce: its residual
-    all-reduce) for fused_steps; rank 0 saves {"logits": [steps, batch, V], "int8": flags,
+    all-reduce) for fused_steps of `batch` rows; rank 0 saves {"logits": [steps, batch, V], "int8": flags,
     "all_reduce": the kind in use} to out_path."""
     import torch
 
@@ -137,7 +137,7 @@ def fused_int8_rank(ctx, path: str, out_path: str, all_reduce: str = "nccl") -> 
     dec = TPFusedDecoder(loaded.model, ctx.rank, ctx.group, all_reduce=all_reduce)
     flags = [dec.fuse_norm, dec.products.int8_x, dec.fused_rows() == I8_MAX_ROWS]
     with torch.inference_mode():
-        logits = fused_steps(dec, loaded.cfg, ctx.device, torch.bfloat16)
+        logits = fused_steps(dec, loaded.cfg, ctx.device, torch.bfloat16, batch=batch)
     if ctx.rank == 0:
         torch.save({"logits": logits, "int8": flags, "all_reduce": dec.all_reduce_kind}, out_path)
     return 0
