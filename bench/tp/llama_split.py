@@ -12,7 +12,7 @@ new tokens per stream) per mode; `none` runs on GPU 0 alone (llama.cpp's one-GPU
 llama.json is rewritten after each run, so a cut-short stage keeps what finished.
 report: tp.json (bench/tp/tp_scaling.py) + llama.json -> DIR/peers_tp.json rows {model, streams,
 metric, orcd, llama_cpp, device, tp, split_mode} and DIR/peers_tp.md: orcd TP=1 beside llama.cpp
-`none`, orcd TP=2 beside `layer` and `row`; DIR/peers_tp.png (decode tok/s bars).
+`none`, orcd TP > 1 beside `layer` and `row`; DIR/peers_tp.png (decode tok/s bars).
 """
 
 from __future__ import annotations
@@ -85,13 +85,17 @@ def measure(a: argparse.Namespace) -> None:
 
 
 def join(tp_rows: list[dict], llama: dict, model: str) -> list[dict]:
-    """orcd TP=1 rows beside llama.cpp `none`, TP=2 beside `layer` and `row` (None where not measured)."""
+    """orcd TP=1 rows beside llama.cpp `none`, TP > 1 beside `layer` and `row` across the same GPUs (the
+    run's TP = its GPU count; None where not measured)."""
     modes = llama.get("modes", {})
-    pairs = {1: ["none"], 2: ["layer", "row"]}
+
+    def pairs(tp: int) -> list[str]:
+        return ["none"] if tp == 1 else ["layer", "row"]
+
     rows = []
     for r in tp_rows:
         tp, dev = r["ranks"], r.get("gpu", r["device"])
-        for sm in pairs.get(tp, [None]):
+        for sm in pairs(tp):
             m = modes.get(sm, {})
             rows.append({"model": model, "streams": r["decode_streams"], "metric": "decode tok/s",
                          "orcd": round(r["decode_tok_s"], 1), "llama_cpp": m.get("batched", {}).get(
@@ -99,7 +103,7 @@ def join(tp_rows: list[dict], llama: dict, model: str) -> list[dict]:
     for tp in sorted({r["ranks"] for r in tp_rows}):
         r = next(x for x in tp_rows if x["ranks"] == tp)
         n = r["prefill_tokens"]
-        for sm in pairs.get(tp, [None]):
+        for sm in pairs(tp):
             ll = modes.get(sm, {}).get("bench", {}).get(f"pp{n}")
             rows.append({"model": model, "streams": 1, "metric": f"prefill tok/s ({n} tokens)",
                          "orcd": round(r["prefill_tok_s"]), "llama_cpp": ll,
