@@ -68,6 +68,8 @@ def run(args: argparse.Namespace, load_model=None, engine_cls=None) -> int:
     import torch
 
     if getattr(args, "tensor_parallel", 1) != 1 and load_model is None:
+        if args.dense_batch_rows is not None:
+            raise OrcdError("--dense-batch-rows is for one GPU: not with --tensor-parallel")
         return run_tensor_parallel(args)
     from orcd.engine.llm_engine import LLMEngine
     from orcd.loading.loader import load_model as default_load
@@ -93,6 +95,7 @@ def run(args: argparse.Namespace, load_model=None, engine_cls=None) -> int:
                        block_size=block_size, max_num_seqs=1,
                        max_num_batched_tokens=max(2048, min(len(ids), 8192)),
                        enforce_eager=args.enforce_eager, batch_invariant=args.batch_invariant,
+                       dense_batch_rows=args.dense_batch_rows,
                        warm_prefill_graphs=False)  # one prompt: its one bucket is captured when it runs
     graph = getattr(engine.runner, "graph", None)
     if graph is not None:

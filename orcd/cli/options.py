@@ -5,8 +5,19 @@ from __future__ import annotations
 import argparse
 
 
+def dense_rows_arg(text: str) -> int:
+    """--dense-batch-rows' value: a whole number >= 1."""
+    try:
+        rows = int(text)
+    except ValueError:
+        rows = 0
+    if rows < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1 (a decode batch size), got {text!r}")
+    return rows
+
+
 def add_engine_options(p: argparse.ArgumentParser) -> None:
-    """--enforce-eager, --batch-invariant, --tensor-parallel."""
+    """--enforce-eager, --batch-invariant, --tensor-parallel, --dense-batch-rows."""
     p.add_argument("--enforce-eager", action="store_true",
                    help="no CUDA graphs: run decode steps eagerly (graphs are CUDA-only anyway)")
     p.add_argument("--batch-invariant", choices=["seeded", "all", "off"], default="seeded",
@@ -15,3 +26,8 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                         "step, off = never (slower kernels while on; the CPU is always invariant)")
     p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
                    help="split the model over N ranks (N GPUs with --device cuda, gloo processes on cpu)")
+    p.add_argument("--dense-batch-rows", type=dense_rows_arg, default=None, metavar="R",
+                   help="memory for speed (CUDA, off by default): decode batches of >= R sequences run on "
+                        "dense copies of the weights (2 bytes a weight in bf16: ~14 GB more for a 7B), "
+                        "made at start before the KV cache is sized; smaller batches keep the quantized "
+                        "kernels")

@@ -116,7 +116,7 @@ def engine_build(args: argparse.Namespace, path: Path):
     return EngineBuild(Path(path), device=args.device, dtype=args.dtype, kv_fraction=args.kv_fraction,
                        num_kv_blocks=args.num_kv_blocks, max_num_seqs=args.max_num_seqs,
                        max_num_batched_tokens=args.max_num_batched_tokens, enforce_eager=args.enforce_eager,
-                       batch_invariant=args.batch_invariant)
+                       batch_invariant=args.batch_invariant, dense_batch_rows=args.dense_batch_rows)
 
 
 def use_engine_process(args: argparse.Namespace) -> bool:
@@ -160,6 +160,8 @@ def run(args: argparse.Namespace, build=None) -> int:
     if args.api_processes != 1:
         return run_several_api_processes(args, several)
     if getattr(args, "tensor_parallel", 1) != 1 and build is None and not several:
+        if args.dense_batch_rows is not None:
+            raise OrcdError("--dense-batch-rows is for one GPU: not with --tensor-parallel")
         return run_tensor_parallel(args)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -41,6 +41,7 @@ class EngineBuild:
     enforce_eager: bool = False
     batch_invariant: str = "seeded"
     warm_prefill_graphs: bool = True  # capture every prefill CUDA graph bucket at start (LLMEngine)
+    dense_batch_rows: int | None = None  # LLMEngine's: decode batches of >= this many rows on dense copies
 
     def build(self):
         """Load the model and build its LLMEngine here, progress on stderr."""
@@ -57,7 +58,10 @@ class EngineBuild:
         llm = LLMEngine(loaded, kv_fraction=self.kv_fraction, num_kv_blocks=self.num_kv_blocks,
                         max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
                         enforce_eager=self.enforce_eager, batch_invariant=self.batch_invariant,
-                        warm_prefill_graphs=self.warm_prefill_graphs)
+                        warm_prefill_graphs=self.warm_prefill_graphs, dense_batch_rows=self.dense_batch_rows)
+        if llm.dense_weights_bytes:
+            print(f"orcd serve: + {llm.dense_weights_bytes / 2**20:.1f} MiB of dense weight copies (decode "
+                  f"batches of >= {self.dense_batch_rows} sequences)", file=sys.stderr, flush=True)
         graph, warm = getattr(llm.runner, "graph", None), llm.prefill_graph_warmup
         if graph is not None:
             print(f"orcd serve: captured {len(graph.buckets)} decode CUDA graphs in "

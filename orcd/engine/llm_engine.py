@@ -23,6 +23,22 @@ SEEDED_CACHE_SALT = 0x5EED  # prefix-cache namespace of sequences computed with 
 CPU_KV_TOKENS = 32768  # on the CPU there is no free memory to measure: size the pool in tokens
 
 
+def dense_copies(loaded, rows: int, max_num_seqs: int, graphs: bool):
+    """The dense weight copies of --dense-batch-rows (orcd.runner.dense_weights), made now; OrcdError
+    (DenseCopiesError) for a bad rows, no CUDA decode graphs, a model without the fused step, no room."""
+    from orcd.runner.dense_weights import DenseCopiesError, check_engine_dense
+
+    check_engine_dense(rows, max_num_seqs, loaded.device, graphs)
+    from orcd.runner.fused_decode import dense_copies as make
+
+    try:
+        return make(loaded.model, rows)
+    except DenseCopiesError:
+        raise
+    except ValueError as err:  # the model's blocks are not the fused step's
+        raise DenseCopiesError(f"--dense-batch-rows: {err}") from err
+
+
 def auto_num_blocks(loaded, kv_fraction: float, block_size: int) -> int:
     """CUDA: blocks in kv_fraction of the free device memory; CPU: CPU_KV_TOKENS (or one context)."""
     from orcd.models.kv_cache import num_blocks_for
@@ -47,6 +63,7 @@ class LLMEngine:
         batch_invariant: str | bool = "seeded",
         prefill_graphs: bool = True,
         warm_prefill_graphs: bool = True,
+        dense_batch_rows: int | None = None,
     ):
         """enforce_eager: never use CUDA graphs (otherwise decode-only steps on CUDA replay captured
         graphs of the fused decode step; they are captured here, see orcd.runner.decode_graphs).
@@ -56,11 +73,18 @@ class LLMEngine:
         batch_invariant: "seeded" (default): on CUDA, steps that hold a request with a seed run the
         batch-invariant kernels (orcd.numerics), so a seeded request returns the same tokens alone or in any
         batch, and seeded requests share prefix-cache blocks only with each other; "all": every step
-        (greedy requests without a seed too); "off": never. The CPU path is invariant in every mode."""
+        (greedy requests without a seed too); "off": never. The CPU path is invariant in every mode.
+        dense_batch_rows (None: off): decode batches of >= that many sequences run on dense copies of the
+        weights (orcd.runner.dense_weights), made here before the KV cache is sized from the free memory;
+        CUDA decode graphs of the fused step only (OrcdError otherwise, or when they do not fit)."""
         self.loaded = loaded
         self.cfg = loaded.cfg
         self.tokenizer = loaded.tokenizer
         self.block_size = block_size
+        self.dense = None  # orcd.runner.dense_weights.DenseWeights, or None
+        if dense_batch_rows is not None and runner is None:
+            self.dense = dense_copies(loaded, dense_batch_rows, max_num_seqs,
+                                      graphs=not enforce_eager and batch_invariant not in ("all", True))
         if num_kv_blocks is None:
             num_kv_blocks = auto_num_blocks(loaded, kv_fraction, block_size)
         self.num_kv_blocks = num_kv_blocks
@@ -74,7 +98,8 @@ class LLMEngine:
             # that the block manager below never hands out
             runner = ModelRunner(loaded, num_kv_blocks, block_size, decode_graphs=not enforce_eager,
                                  max_num_seqs=max_num_seqs, max_model_len=self.max_model_len,
-                                 batch_invariant=batch_invariant, prefill_graphs=prefill_graphs)
+                                 batch_invariant=batch_invariant, prefill_graphs=prefill_graphs,
+                                 dense=self.dense)
         self.runner = runner
         self.prefill_graph_warmup: dict[str, Any] | None = None  # what warm_up_graphs captured, and when
         if warm_prefill_graphs:
@@ -234,11 +259,17 @@ class LLMEngine:
         return events
 
     # ---- introspection ----
+    @property
+    def dense_weights_bytes(self) -> int:
+        """Device bytes of the dense weight copies (--dense-batch-rows), 0 when off."""
+        return self.dense.nbytes if self.dense is not None else 0
+
     def stats(self) -> dict[str, Any]:
         bm = self.block_manager
         kv = getattr(self.runner, "kv", None)
         return {
-            "weights_bytes": int(getattr(self.loaded, "weights_bytes", 0)),
+            "weights_bytes": int(getattr(self.loaded, "weights_bytes", 0)) + self.dense_weights_bytes,
+            "dense_weights_bytes": self.dense_weights_bytes,  # of those, the --dense-batch-rows copies
             "kv_cache_bytes": int(kv.nbytes) if kv is not None else 0,
             "kv_capacity_tokens": self.kv_capacity_tokens,
             "kv_blocks_total": bm.num_blocks,

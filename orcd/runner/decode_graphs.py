@@ -73,11 +73,12 @@ def fill_decode_inputs(seqs: list[ScheduledSeq], bucket: int, block_size: int, s
         table32[n:bucket, :] = scratch_block
 
 
-def pick_step(model: torch.nn.Module):
+def pick_step(model: torch.nn.Module, dense=None):
     """The fused decode step for the model's blocks: QKNormDecoder where the model says
     `qk_norm_decode` (gemma3, qwen3), GptOssDecoder where it says `moe_decode` (gpt-oss), FusedDecoder
     for the qwen2/llama block (`fused_decode`), or None (the graphs replay model.forward) where none runs
-    it. Imports triton: only when fusing."""
+    it. Imports triton: only when fusing. dense: FusedDecoder's dense weight copies (DenseWeights, made
+    by the engine for qwen2/llama blocks only), or None."""
     try:
         if getattr(model, "moe_decode", False):
             from orcd.runner.fused_gpt_oss import GptOssDecoder
@@ -89,7 +90,7 @@ def pick_step(model: torch.nn.Module):
             return QKNormDecoder(model)
         from orcd.runner.fused_decode import FusedDecoder
 
-        return FusedDecoder(model)
+        return FusedDecoder(model, dense=dense)
     except ValueError as err:
         log.warning("fused decode unavailable (%s): graphs replay model.forward", err)
         return None
@@ -133,10 +134,10 @@ class DecodeGraphs:
 
     @classmethod
     def for_engine(cls, model: torch.nn.Module, kv, block_size: int, max_model_len: int, max_num_seqs: int,
-                   scratch_block: int, fuse: bool = True) -> DecodeGraphs:
+                   scratch_block: int, fuse: bool = True, dense=None) -> DecodeGraphs:
         """The runner's graphs: pick_step's fused step as the captured one when `fuse` (model.forward if
         the model has none), buckets up to max_num_seqs, tables wide enough for max_model_len."""
-        step_fn = pick_step(model) if fuse else None
+        step_fn = pick_step(model, dense) if fuse else None
         return cls(model, kv, block_size, table_width(max_model_len, block_size), scratch_block,
                    buckets_for(max_num_seqs), step_fn)
 

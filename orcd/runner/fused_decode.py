@@ -49,8 +49,14 @@ def dense_copies(model: torch.nn.Module, rows: int) -> DenseWeights:
     linears = [block_linears(blk) for blk in model.blocks]
     check_fusable(model, linears)
     head = model.lm_head
-    check_fits(dense_nbytes(linears, head, head.dtype), torch.device(model.norm.weight.device))
-    return DenseWeights.build(linears, head, rows)
+    need = dense_nbytes(linears, head, head.dtype)
+    check_fits(need, torch.device(model.norm.weight.device))
+    try:
+        return DenseWeights.build(linears, head, rows)
+    except torch.cuda.OutOfMemoryError as err:  # free memory was enough for the copies, not the temporaries
+        torch.cuda.empty_cache()
+        raise DenseCopiesError(f"out of device memory making the dense decode copies "
+                               f"({need / 2**30:.2f} GiB): drop --dense-batch-rows") from err
 
 
 class FusedDecoder:

@@ -77,7 +77,7 @@ def prepare_inputs(sched: SchedulerOutput, block_size: int, device: torch.device
 class ModelRunner:
     def __init__(self, loaded, num_kv_blocks: int, block_size: int, *, decode_graphs: bool = False,
                  prefill_graphs: bool = True, max_num_seqs: int = 64, max_model_len: int | None = None,
-                 batch_invariant: str | bool = "off"):
+                 batch_invariant: str | bool = "off", dense=None):
         """decode_graphs: on CUDA with triton, capture decode-only steps as CUDA graphs of the fused
         decode step (orcd.runner.decode_graphs) now; the KV cache then holds one extra block past the
         block manager's ids 0..num_kv_blocks-1, the scratch block padded graph rows write to.
@@ -88,7 +88,10 @@ class ModelRunner:
         batch_invariant (orcd.numerics.invariant_policy): which steps run the batch-invariant kernels, with
         which a row's tokens do not depend on the rest of the batch, at a cost in speed
         (docs/performance.md): "off", "seeded" (steps holding a sequence with a seed) or "all". Their
-        decode graphs capture model.forward under those kernels, beside the fused ones."""
+        decode graphs capture model.forward under those kernels, beside the fused ones.
+        dense: orcd.runner.dense_weights.DenseWeights for the fused decode step (FusedDecoder(dense=)), or
+        None."""
+        self.dense = dense
         self.invariant_policy = invariant_policy(batch_invariant)
         self.loaded = loaded
         self.model = loaded.model
@@ -120,7 +123,8 @@ class ModelRunner:
         try:
             with batch_invariant_mode(self.invariant_layers, invariant):
                 graph = DecodeGraphs.for_engine(self.model, self.kv, self.block_size, max_model_len,
-                                                max_num_seqs, scratch_block, fuse=not invariant)
+                                                max_num_seqs, scratch_block, fuse=not invariant,
+                                                dense=self.dense)
                 secs = graph.capture()
         except Exception as err:  # noqa: BLE001 - any capture failure: stay eager, keep serving
             log.warning("CUDA graph capture failed, decoding eagerly: %s", str(err).splitlines()[0])

@@ -6,7 +6,8 @@ tolerance` lines: each value must be below its tolerance.
     the interpreter: one step), tokens_differ_quantized: 0 when both argmaxes agree;
   - dense_vs_dequantized / tokens_differ_dequantized: a 6-row greedy run (3 steps, each step's argmax
     fed back) against the dequantized model's forward (the reference the quantized route is tested on);
-  - dense_calls: 1 / (1 + dense steps taken) (< 0.5: the dense route ran).
+  - dense_calls: 1 / (1 + dense steps taken) (< 0.5: the dense route ran);
+  - plumbing_differs: 0 when DecodeGraphs.for_engine(dense=) hands the copies to the fused step.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from orcd.cli.synth import synth_like  # noqa: E402
 from orcd.loading.loader import load_model  # noqa: E402
 from orcd.models.kv_cache import KVCache  # noqa: E402
 from orcd.models.layers.attention import AttnMetadata  # noqa: E402
+from orcd.runner.decode_graphs import DecodeGraphs  # noqa: E402
 from orcd.runner.dense_weights import DenseWeights  # noqa: E402
 from orcd.runner.fused_decode import FusedDecoder  # noqa: E402
 
@@ -87,6 +89,10 @@ def main(path: str) -> None:
     print("dense_vs_dequantized", f"{err:.3e}", 1e-5, flush=True)
     print("tokens_differ_dequantized", differ, 1, flush=True)
     print("dense_calls", f"{1 / (1 + taken[0]):.3f}", 0.5, flush=True)
+    # the engine's copies reach the captured step: ModelRunner -> DecodeGraphs.for_engine -> pick_step
+    kv = KVCache.allocate(quant.cfg, 9, PAGE, "cpu", torch.float32)
+    graphs = DecodeGraphs.for_engine(quant.model, kv, PAGE, 64, 8, scratch_block=8, dense=dense.dense)
+    print("plumbing_differs", int(graphs.step_fn.dense is not dense.dense), 1, flush=True)
 
 
 if __name__ == "__main__":

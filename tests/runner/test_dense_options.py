@@ -1,0 +1,123 @@
+"""--dense-batch-rows on the CPU: the dense copies themselves (torch only, no kernels), the option from the
+command line to the engine, and the clear refusals. The FusedDecoder route runs under the Triton
+interpreter in tests/gpu/test_dense_decode.py, and on CUDA there."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from orcd.cli.main import build_parser
+from orcd.cli.synth import synth_like
+from orcd.errors import OrcdError
+from orcd.loading.loader import load_model
+from orcd.runner.decode_products import BlockLinears
+from orcd.runner.dense_weights import (
+    DenseCopiesError,
+    DenseWeights,
+    check_dense_rows,
+    check_engine_dense,
+    dense_nbytes,
+)
+
+
+@pytest.fixture(scope="module")
+def q4km(tmp_path_factory) -> str:
+    """A tiny qwen2 in Q4_K_M (Q4_K and Q6_K weights, q/k/v biases, untied head)."""
+    return synth_like(str(tmp_path_factory.mktemp("dense") / "m.gguf"), "tiny-qwen2-256", "Q4_K_M")[0]
+
+
+@pytest.fixture(scope="module")
+def loaded(q4km):
+    return load_model(q4km, "cpu", tokenizer=False)
+
+
+def _linears(model) -> list[BlockLinears]:
+    return [BlockLinears(b.attn.q_proj, b.attn.k_proj, b.attn.v_proj, b.attn.o_proj, b.mlp.gate, b.mlp.up,
+                         b.mlp.down) for b in model.blocks]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@torch.inference_mode()
+def test_dense_products_equal_dequantized_model(q4km, dtype):
+    """Each dense product == the dequantized model's layer (the same rounded weights, the same GEMM)."""
+    quant = load_model(q4km, "cpu", dtype=dtype, keep_quantized=True, tokenizer=False).model
+    full = load_model(q4km, "cpu", dtype=dtype, keep_quantized=False, tokenizer=False).model
+    assert quant.blocks[0].attn.q_proj.raw is not None and quant.blocks[0].attn.q_proj.bias is not None
+    lin = _linears(quant)
+    dense = DenseWeights.build(lin, quant.lm_head, rows=8)
+    h = torch.randn(6, quant.blocks[0].attn.q_proj.in_features, generator=torch.Generator().manual_seed(0))
+    h = h.to(dtype)
+    for blk, ref in zip(dense.blocks, full.blocks, strict=True):
+        a = ref.attn
+        for got, want in zip(blk.qkv(h), (a.q_proj(h), a.k_proj(h), a.v_proj(h)), strict=True):
+            assert got.is_contiguous() and torch.equal(got, want)
+        assert torch.equal(blk.mlp(h), ref.mlp(h))
+        x = torch.randn(6, a.o_proj.in_features).to(dtype)
+        assert torch.equal(blk.o_proj(x), a.o_proj(x))
+    assert torch.equal(dense.logits(h), full.compute_logits(h).float())
+    # every weight copied once, 2 (bf16) or 4 (fp32) bytes each
+    head = quant.lm_head
+    weights = sum(m.out_features * m.in_features for b in lin for m in b.all()) + head.out_features * \
+        head.in_features
+    assert dense.nbytes == dense_nbytes(lin, head, dtype) == weights * dense.blocks[0].q[0].element_size()
+
+
+def test_rows_threshold_and_bad_values():
+    assert check_dense_rows(5) == 5 and check_dense_rows(64, max_rows=64) == 64
+    for bad in (0, -1, 2.5, "8", True, None):
+        with pytest.raises(DenseCopiesError, match="whole number >= 1"):
+            check_dense_rows(bad)
+    with pytest.raises(DenseCopiesError, match="exceeds the largest decode batch"):
+        check_dense_rows(65, max_rows=64)
+    with pytest.raises(DenseCopiesError, match="needs a CUDA device"):
+        check_engine_dense(8, 64, torch.device("cpu"), graphs=True)
+    dense = DenseWeights([], (torch.zeros(2, 2), None), rows=8, nbytes=0)
+    assert not dense.takes(7) and dense.takes(8) and dense.takes(64)
+
+
+@pytest.mark.parametrize("command", ["serve", "generate"])
+def test_cli_option_parsed_and_refused(command, capsys):
+    extra = ["hi"] if command == "generate" else []
+    args = build_parser(command).parse_args([command, *extra, "--dense-batch-rows", "8"])
+    assert args.dense_batch_rows == 8
+    assert build_parser(command).parse_args([command, *extra]).dense_batch_rows is None  # off by default
+    for bad in ("0", "-4", "eight"):
+        with pytest.raises(SystemExit):
+            build_parser(command).parse_args([command, *extra, "--dense-batch-rows", bad])
+        assert "--dense-batch-rows: must be a whole number >= 1" in capsys.readouterr().err
+
+
+def test_option_reaches_the_engine_build(tmp_path):
+    from orcd.cli.serve import engine_build
+
+    args = build_parser("serve").parse_args(["serve", "--dense-batch-rows", "16"])
+    assert engine_build(args, tmp_path / "m.gguf").dense_batch_rows == 16
+
+
+@pytest.mark.parametrize("kw, match", [(dict(dense_batch_rows=8), "needs a CUDA device"),
+                                       (dict(dense_batch_rows=65), "exceeds the largest decode batch"),
+                                       (dict(dense_batch_rows=0), "whole number >= 1")])
+def test_engine_refuses_clearly(loaded, kw, match):
+    """On the CPU there are no decode graphs to read the copies: refused, not silently ignored."""
+    from orcd.engine.llm_engine import LLMEngine
+
+    with pytest.raises(OrcdError, match=match):
+        LLMEngine(loaded, num_kv_blocks=8, max_num_seqs=64, **kw)
+
+
+def test_engine_without_option_reports_no_dense_bytes(loaded):
+    from orcd.engine.llm_engine import LLMEngine
+
+    eng = LLMEngine(loaded, num_kv_blocks=8)
+    st = eng.stats()
+    assert eng.dense is None and st["dense_weights_bytes"] == 0
+    assert st["weights_bytes"] == eng.loaded.weights_bytes
+
+
+@pytest.mark.parametrize("command", [["serve"], ["generate", "hi"]])
+def test_refused_with_tensor_parallel(command, capsys):
+    from orcd.cli.main import main
+
+    assert main([*command, "--tensor-parallel", "2", "--dense-batch-rows", "8"]) == 2
+    assert "--dense-batch-rows is for one GPU" in capsys.readouterr().err
