@@ -9,4 +9,4 @@ from interp_run import check_under_interpreter, interpreter_only
 
 @interpreter_only
 def test_int8_moe_step_under_interpreter():
-    check_under_interpreter("gpt_oss_int8_cases.py", cases=1, timeout=600)
+    check_under_interpreter("gpt_oss_int8_cases.py", cases=2, timeout=600)

@@ -1,0 +1,117 @@
+"""The int8 MoE MLP of a gpt-oss-20b decode step, per-pair (moe_mxfp4_int8.moe_mlp_i8: quantize h, gate/up,
+quantize, down + residual) against expert-grouped (moe_grouped_i8.moe_mlp_i8_grouped from h already
+quantized, as norm_route(quant=True) hands it over: gate/up + quantize, down, slot sum), in CUDA graphs.
+
+LAYERS distinct random MXFP4 expert sets (32 x 2880 x 2880, top 4), each with its own random routing,
+captured in one graph; us per layer from replays (CUDA events). Also the expert tiles each path reads per
+layer: distinct experts (grouped) vs pairs (per pair), and the bytes that makes. Then launch sweeps of the
+grouped gate/up and down kernels at 8 tokens.
+
+usage: python bench/kernels/moe_grouped_sweep.py OUT.json [--tokens 1,2,4,8]
+Prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from orcd.quant.kernels.moe_grouped_i8 import DOWN_LAUNCH, GLU_LAUNCH, moe_mlp_i8_grouped  # noqa: E402
+from orcd.quant.kernels.moe_mxfp4_int8 import moe_mlp_i8  # noqa: E402
+from orcd.quant.kernels.xquant import quantize_x  # noqa: E402
+
+E, TOP_K, H, F, LAYERS = 32, 4, 2880, 2880, 8
+EXPERT_BYTES = 3 * H * F // 32 * 17  # gate, up, down MXFP4 (17 bytes per 32 weights)
+
+
+def split(gen: torch.Generator, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random split MXFP4 (scales [E, n, k / 32] near 2 ** 0, codes [E, n, k / 2]) on the GPU."""
+    s = torch.randint(124, 130, (E, n, k // 32), dtype=torch.uint8, device="cuda", generator=gen)
+    q = torch.randint(0, 256, (E, n, k // 2), dtype=torch.uint8, device="cuda", generator=gen)
+    return s, q
+
+
+def layers(tokens: int, gen: torch.Generator) -> list[dict]:
+    out = []
+    for _ in range(LAYERS):
+        ids = torch.stack([torch.randperm(E, device="cuda", generator=gen)[:TOP_K] for _ in range(tokens)])
+        out.append(dict(w=(split(gen, F, H), split(gen, F, H), split(gen, H, F)),
+                        b=tuple(torch.randn(E, m, device="cuda", dtype=torch.bfloat16, generator=gen) * 0.1
+                                for m in (F, F, H)),
+                        ids=ids.view(-1), rw=torch.rand(tokens * TOP_K, device="cuda", generator=gen),
+                        distinct=ids.unique().numel()))
+    return out
+
+
+def time_graph(fn, reps: int = 50) -> float:
+    """us per call of fn (all layers) from a CUDA graph's replays."""
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    g.replay()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(reps):
+        g.replay()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) * 1000 / reps
+
+
+def measure(tokens: int, gen: torch.Generator, launches=None, old: bool = True) -> dict:
+    ls = layers(tokens, gen)
+    h = torch.randn(tokens, H, device="cuda", dtype=torch.bfloat16, generator=gen)
+    hq = quantize_x(h)
+    res = torch.zeros(tokens, H, device="cuda", dtype=torch.bfloat16)
+
+    def per_pair():
+        for L in ls:
+            moe_mlp_i8(h, L["ids"], *L["w"], L["b"], L["rw"], TOP_K, res)
+
+    def grouped():
+        for L in ls:
+            moe_mlp_i8_grouped(hq, L["ids"], *L["w"], L["b"], L["rw"], TOP_K, res, launches=launches)
+
+    distinct = sum(L["distinct"] for L in ls) / LAYERS
+    row = dict(tokens=tokens, distinct_experts=distinct, pairs=tokens * TOP_K,
+               grouped_us=time_graph(grouped) / LAYERS)
+    row["grouped_GBs"] = distinct * EXPERT_BYTES / row["grouped_us"] / 1e3
+    if old:
+        row["per_pair_us"] = time_graph(per_pair) / LAYERS
+        row["per_pair_GBs"] = distinct * EXPERT_BYTES / row["per_pair_us"] / 1e3  # DRAM bytes if L2 dedupes
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--tokens", default="1,2,4,8")
+    a = ap.parse_args()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    res = {"device": torch.cuda.get_device_name(), "glu_launch": GLU_LAUNCH, "down_launch": DOWN_LAUNCH,
+           "rows": [measure(int(t), gen) for t in a.tokens.split(",")], "sweep": []}
+    for lg in ((32, 4, 4), (32, 16, 4), (64, 4, 4), (64, 8, 8), (32, 8, 8)):
+        res["sweep"].append(dict(glu=lg, down=DOWN_LAUNCH, **measure(8, gen, (lg, DOWN_LAUNCH), old=False)))
+    for ld in ((16, 8, 4), (8, 16, 4), (32, 4, 4), (64, 4, 4), (32, 16, 4)):
+        res["sweep"].append(dict(glu=GLU_LAUNCH, down=ld, **measure(8, gen, (GLU_LAUNCH, ld), old=False)))
+    Path(a.out).write_text(json.dumps(res, indent=1))
+    print("sweep at 8 tokens (glu launch | down launch | grouped us/layer)")
+    for r in res["sweep"]:
+        print(r["glu"], "|", r["down"], "|", f"{r['grouped_us']:.1f}")
+    print(f"{res['device']}: int8 MoE MLP per layer, {LAYERS} layers in a graph (glu {GLU_LAUNCH}, down "
+          f"{DOWN_LAUNCH})\ntokens | distinct experts | pairs | per-pair us | grouped us | GB/s of distinct "
+          "experts per-pair / grouped")
+    for r in res["rows"]:
+        print(r["tokens"], f"{r['distinct_experts']:.1f}", r["pairs"], f"{r['per_pair_us']:.1f}",
+              f"{r['grouped_us']:.1f}", f"{r['per_pair_GBs']:,.0f} / {r['grouped_GBs']:,.0f}", sep=" | ")
+
+
+if __name__ == "__main__":
+    main()
