@@ -1,17 +1,23 @@
 """orcd's side of the peer comparison: decode and prefill through LLMEngine.step() on one GGUF file.
 
 usage: python bench/peers/orcd_side.py MODEL.gguf OUT.json [--streams 1,8,32,64] [--gen 128] [--prompt 128]
+                                       [--dense-batch-rows off,8]
 
 Decode (as bench_batching's engine phase): C greedy requests of `prompt` random ids, `gen` new tokens
 each (EOS ignored), all added at once; tok/s = tokens that arrive after every request has its first token,
 over the time from that moment to the last token (llama-batched-bench's S_TG: B * TG / T_TG, with the
 prompts processed before its clock starts). Prefill: one fresh 512-token prompt, max_tokens = 1, one
 engine step (prefill CUDA graph), median of 10 after a first use that captures it.
+--dense-batch-rows: one engine per value, built fresh in this process one after the other ("off": the
+quantized kernels only; R: LLMEngine(dense_batch_rows=R), decode batches of >= R rows on dense weight
+copies); with several values OUT.json is {"runs": [measure(), ...]} and a table of tok/s and the weights'
+device bytes is printed last.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import statistics
@@ -80,19 +86,23 @@ def prefill_step(eng: LLMEngine, n: int, rng: random.Random) -> float:
 
 
 def measure(path: str, streams: list[int], prompt: int, gen: int, prefill_len: int = 512,
-            engines: list | None = None) -> dict:
+            engines: list | None = None, dense_batch_rows: int | None = None) -> dict:
     """Decode rounds at each stream count, then prefill; `engines`: the engine built here is appended
-    (a caller that profiles it afterwards, e.g. bench/kernels/gpt_oss_profile.py)."""
+    (a caller that profiles it afterwards, e.g. bench/kernels/gpt_oss_profile.py). dense_batch_rows:
+    LLMEngine's (None: off)."""
     rng = random.Random(0)
     t0 = time.perf_counter()
     loaded = load_model(path, device=DEV)
     blocks = max(streams) * -(-(prompt + gen) // 16) + 2 * -(-prefill_len // 16) * 12 + 64
     eng = LLMEngine(loaded, num_kv_blocks=blocks, max_num_seqs=max(64, max(streams)),
-                    enable_prefix_caching=False)
+                    enable_prefix_caching=False, dense_batch_rows=dense_batch_rows)
     if engines is not None:
         engines.append(eng)
     res: dict = {"model": path, "device": torch.cuda.get_device_name() if DEV == "cuda" else "cpu",
-                 "load_and_init_s": time.perf_counter() - t0, "decode": {}, "prompt": prompt, "gen": gen}
+                 "load_and_init_s": time.perf_counter() - t0, "decode": {}, "prompt": prompt, "gen": gen,
+                 "dense_batch_rows": dense_batch_rows, "weights_bytes": eng.stats()["weights_bytes"],
+                 "dense_weights_bytes": eng.dense_weights_bytes,
+                 "device_allocated_bytes": torch.cuda.memory_allocated() if DEV == "cuda" else None}
     for c in streams:  # warm-up: every batch shape once (Triton compiles)
         decode_round(eng, c, prompt, 8, rng)
     for c in streams:
@@ -108,6 +118,27 @@ def measure(path: str, streams: list[int], prompt: int, gen: int, prefill_len: i
     return res
 
 
+def dense_values(text: str) -> list[int | None]:
+    """--dense-batch-rows "off,8" -> [None, 8]."""
+    return [None if v == "off" else int(v) for v in text.split(",")]
+
+
+def table(runs: list[dict]) -> str:
+    """One line per run: dense rows, weights GiB on the device (of which dense copies), tok/s per stream
+    count, prefill tok/s."""
+    streams = list(runs[0]["decode"])
+    lines = ["dense_rows  weights_GiB  dense_GiB  alloc_GiB " + "".join(f"{c:>9}" for c in streams)
+             + "  prefill"]
+    for r in runs:
+        alloc = r["device_allocated_bytes"]
+        lines.append(f"{r['dense_batch_rows'] or 'off':>10}  {r['weights_bytes'] / 2**30:>11.2f}  "
+                     f"{r['dense_weights_bytes'] / 2**30:>9.2f}  "
+                     f"{alloc / 2**30 if alloc is not None else float('nan'):>9.2f} "
+                     + "".join(f"{r['decode'][c]['decode_tok_s']:>9,.0f}" for c in streams)
+                     + f"  {r['prefill']['tok_s']:>7,.0f}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model")
@@ -115,10 +146,20 @@ def main() -> None:
     ap.add_argument("--streams", default="1,8,32,64")
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--dense-batch-rows", type=dense_values, default=[None], metavar="off,R,...",
+                    help="one engine per value: off (quantized kernels only) or R (LLMEngine's "
+                         "dense_batch_rows); default off")
     a = ap.parse_args()
-    res = measure(a.model, [int(s) for s in a.streams.split(",")], a.prompt, a.gen)
-    with open(a.out, "w") as f:
-        json.dump(res, f, indent=1)
+    runs = []
+    for rows in a.dense_batch_rows:
+        runs.append(measure(a.model, [int(s) for s in a.streams.split(",")], a.prompt, a.gen,
+                            dense_batch_rows=rows))
+        gc.collect()  # the engine (graphs, copies, KV cache) goes before the next one is built
+        if DEV == "cuda":
+            torch.cuda.empty_cache()
+        with open(a.out, "w") as f:
+            json.dump(runs[0] if len(runs) == 1 else {"runs": runs}, f, indent=1)
+    print(table(runs), flush=True)
 
 
 if __name__ == "__main__":

@@ -121,3 +121,22 @@ def test_refused_with_tensor_parallel(command, capsys):
 
     assert main([*command, "--tensor-parallel", "2", "--dense-batch-rows", "8"]) == 2
     assert "--dense-batch-rows is for one GPU" in capsys.readouterr().err
+
+
+def test_peer_bench_switch():
+    """bench/peers/orcd_side.py --dense-batch-rows off,8: one engine per value, a table with the bytes."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "orcd_side", Path(__file__).resolve().parents[2] / "bench/peers/orcd_side.py")
+    side = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(side)
+    assert side.dense_values("off,8") == [None, 8]
+    runs = [{"dense_batch_rows": r, "weights_bytes": w, "dense_weights_bytes": d,
+             "device_allocated_bytes": None, "decode": {"8": {"decode_tok_s": t}},
+             "prefill": {"tok_s": 100.0}}
+            for r, w, d, t in ((None, 2**30, 0, 1000.0), (8, 3 * 2**30, 2 * 2**30, 1500.0))]
+    lines = side.table(runs).splitlines()
+    assert lines[1].split()[:3] == ["off", "1.00", "0.00"] and lines[2].split()[:3] == ["8", "3.00", "2.00"]
+    assert lines[2].split()[-2] == "1,500"
