@@ -123,7 +123,9 @@ async def _read_events(reader: asyncio.StreamReader, route: str, res: Result) ->
                 res.tokens = n
 
 
-def _worker(host: str, port: int, reqs: list[Req], t0: float, conn) -> None:
+def _worker(host: str, port: int, reqs: list[Req], conn) -> None:
+    t0 = conn.recv()  # sent once every worker is up (forking a parent that holds a model takes a while)
+
     async def main() -> list[Result]:
         return list(await asyncio.gather(*(stream(host, port, r, t0) for r in reqs)))
 
@@ -135,20 +137,22 @@ def _worker(host: str, port: int, reqs: list[Req], t0: float, conn) -> None:
 
 
 def run_load(host: str, port: int, reqs: list[Req], procs: int,
-             lead_s: float = 0.3) -> tuple[float, list, float]:
+             lead_s: float = 0.2) -> tuple[float, list, float]:
     """Send `reqs` from `procs` processes (round robin); returns (t0, results in request order, busy):
-    t0 is the common start instant, `lead_s` after the workers were spawned; busy the largest share of
+    t0 is the common start instant, `lead_s` after the last worker was forked; busy the largest share of
     wall time any client process spent on the CPU (near 1.0: the client may be the limit)."""
     procs = max(1, min(procs, len(reqs)))
     ctx = mp.get_context("fork")
-    t0 = time.perf_counter() + lead_s + 0.05 * procs
     workers = []
     for k in range(procs):
-        parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_worker, args=(host, port, reqs[k::procs], t0, child), daemon=True)
+        parent, child = ctx.Pipe()
+        p = ctx.Process(target=_worker, args=(host, port, reqs[k::procs], child), daemon=True)
         p.start()
         child.close()
         workers.append((p, parent))
+    t0 = time.perf_counter() + lead_s
+    for _, parent in workers:
+        parent.send(t0)
     parts = [parent.recv() for _, parent in workers]
     for p, _ in workers:
         p.join()

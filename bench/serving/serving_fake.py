@@ -46,6 +46,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--client-procs", type=int, default=1)
     ap.add_argument("--out-dir", default="/tmp/orcd-serving")
+    for name, default in (("base", 0.95), ("row", 0.057), ("prefill", 0.01)):  # fake_engine.FakeBuild's
+        ap.add_argument(f"--fake-{name}-ms", type=float, default=default,
+                        help="the fake step's timing, for the engine side and every server alike")
     args = ap.parse_args(argv)
     args.streams = [int(x) for x in args.streams.split(",")]
     args.routes = args.routes.split(",")
@@ -73,11 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    engine = EngineBench(FakeBuild(Path(args.model)).build())  # graphs (if modelled) all captured
+    timing = (args.fake_base_ms, args.fake_row_ms, args.fake_prefill_ms)
+    engine = EngineBench(FakeBuild(Path(args.model), *timing).build())  # graphs (if modelled) all captured
+    fake_args = [f"--fake-{n}-ms={v}" for n, v in zip(("base", "row", "prefill"), timing, strict=True)]
     tok, rows = load_tokenizer(open_gguf(args.model).metadata), []
     for head, *serve_args in args.servers:
         tag, _, repo = head.partition("@")  # TAG@CHECKOUT: that checkout's orcd (a before/after pair)
-        server = ServerProcess(args.model, "cpu", ["--served-model-name", "m", *serve_args],
+        server = ServerProcess(args.model, "cpu", ["--served-model-name", "m", *fake_args, *serve_args],
                                out / f"serving-fake-{tag}.log", repo=Path(repo).resolve() if repo else REPO)
         server.cmd = [sys.executable, str(Path(__file__).with_name("fake_serve.py")), *server.cmd[4:]]
         try:
