@@ -10,7 +10,8 @@ float64 references and the per-pair kernel (moe_mxfp4_int8.py): each case prints
 - `unrouted-*`: an expert no pair routes to rewritten: output bitwise equal (tol 1e-30); `routed-*`: the
   expert of pair 0 rewritten: the output changes (1 / change < 1).
 - `crowd-*`: 7 of 8 pairs on one expert (groups longer than TM: the leads split them), glu and down.
-- `norm-route-quant`: norm_route(quant=True)'s words and scales against quantize_x(h): exact (tol 1e-30).
+- `norm-route-quant`: norm_route(quant=True)'s words and dx against quantize_x(h): exact (tol 1e-30; the
+  per-16 sums, which the MXFP4 GEMVs do not read, within fp32 summation order).
 Run on CUDA by test_moe_grouped_i8.py, and on the CPU under TRITON_INTERPRET=1."""
 
 from __future__ import annotations
@@ -113,7 +114,8 @@ def norm_route_quant_case(device, gen, tokens=3, hidden=96, n_exp=8, top_k=2) ->
     h, ids, rw = norm_route(r, nw, 1e-5, w, b, top_k)
     (hq, hs), ids_q, rw_q = norm_route(r, nw, 1e-5, w, b, top_k, quant=True)
     wq, ws = quantize_x(h)
-    same = torch.equal(hq, wq) and torch.equal(hs, ws) and torch.equal(ids, ids_q) and torch.equal(rw, rw_q)
+    same = torch.equal(hq, wq) and torch.equal(hs[..., 0], ws[..., 0]) and torch.equal(ids, ids_q)
+    same = same and torch.equal(rw, rw_q) and torch.allclose(hs, ws, rtol=1e-5, atol=1e-6)  # sums: any order
     print(f"norm-route-quant {0.0 if same else 1.0:.3e} 1e-30")
 
 
