@@ -65,7 +65,8 @@ def _first(result: dict, key: str):
 
 
 def write_plot(result: dict, path: Path) -> str | None:
-    """HTTP/engine vs streams, one line per (tag, model, route). A note instead when matplotlib is absent."""
+    """HTTP/engine vs streams, one line per (tag, model, route) of the latest command's runs. A note
+    instead when matplotlib is absent."""
     try:
         import matplotlib
 
@@ -73,14 +74,16 @@ def write_plot(result: dict, path: Path) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed: no plot written"
+    runs = result.get("runs", [])
+    latest = {r["tag"] for r in runs if r.get("command") == runs[-1].get("command")} if runs else set()
     lines: dict[tuple, list] = {}
     for r in result.get("rows", []):
-        if r.get("http_over_engine"):
+        if r.get("http_over_engine") and (not latest or r["tag"] in latest):  # the latest command's rows
             key = (r["tag"], r["model"], r["route"])
             lines.setdefault(key, []).append((r["streams"], r["http_over_engine"]))
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for (tag, model, route), pts in sorted(lines.items()):
-        style = "o-" if tag == "after" else "s:"
+        style = "o-" if route == "generate" else "s--"
         ax.plot(*zip(*sorted(pts), strict=True), style, label=f"{model} {route} ({tag})")
     ax.axhline(TARGET, linestyle="--", color="tab:red", linewidth=0.8, label=f"target {TARGET}")
     ax.set(xscale="log", xlabel="concurrent streams", ylabel="HTTP tok/s / engine tok/s", ylim=(0, 1.2),
