@@ -7,7 +7,7 @@ captured in one graph; us per layer from replays (CUDA events). Also the expert 
 layer: distinct experts (grouped) vs pairs (per pair), and the bytes that makes. Then launch sweeps of the
 grouped gate/up and down kernels at 8 tokens.
 
-usage: python bench/kernels/moe_grouped_sweep.py OUT.json [--tokens 1,2,4,8]
+usage: python bench/kernels/moe_grouped_sweep.py OUT.json [--tokens 1,2,4,8] [--sweep]
 Prints a table last.
 """
 
@@ -93,15 +93,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
     ap.add_argument("--tokens", default="1,2,4,8")
+    ap.add_argument("--sweep", action="store_true", help="also the launch sweeps at 8 tokens")
     a = ap.parse_args()
     gen = torch.Generator(device="cuda").manual_seed(0)
     res = {"device": torch.cuda.get_device_name(), "glu_launch": GLU_LAUNCH, "down_launch": DOWN_LAUNCH,
            "rows": [measure(int(t), gen) for t in a.tokens.split(",")], "sweep": []}
-    for lg in ((32, 4, 4), (32, 16, 4), (64, 4, 4), (64, 8, 8), (32, 8, 8)):
-        res["sweep"].append(dict(glu=lg, down=DOWN_LAUNCH, **measure(8, gen, (lg, DOWN_LAUNCH), old=False)))
-    for ld in ((16, 8, 4), (8, 16, 4), (32, 4, 4), (64, 4, 4), (32, 16, 4)):
-        res["sweep"].append(dict(glu=GLU_LAUNCH, down=ld, **measure(8, gen, (GLU_LAUNCH, ld), old=False)))
-    Path(a.out).write_text(json.dumps(res, indent=1))
+    Path(a.out).write_text(json.dumps(res, indent=1))  # written again with the sweep
+    pairs = [((32, 4, 4), DOWN_LAUNCH), ((32, 16, 4), DOWN_LAUNCH), ((64, 8, 8), DOWN_LAUNCH),
+             (GLU_LAUNCH, (16, 8, 4)), (GLU_LAUNCH, (8, 16, 4)), (GLU_LAUNCH, (32, 16, 4))] if a.sweep else []
+    for lg, ld in pairs:
+        res["sweep"].append(dict(glu=lg, down=ld, **measure(8, gen, (lg, ld), old=False)))
+        Path(a.out).write_text(json.dumps(res, indent=1))
     print("sweep at 8 tokens (glu launch | down launch | grouped us/layer)")
     for r in res["sweep"]:
         print(r["glu"], "|", r["down"], "|", f"{r['grouped_us']:.1f}")
