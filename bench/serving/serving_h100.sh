@@ -25,5 +25,6 @@ python3 bench/serving/serving.py --model 0.5b=/tmp/q.gguf --model 7b=/tmp/7b.ggu
 rc=${PIPESTATUS[0]}
 cp bench/results/serving.json bench/results/serving.md bench/results/serving-*-s10.log "$OUT/serving/" 2>/dev/null
 cp bench/results/serving.png "$OUT/serving/" 2>/dev/null
-grep -E "^\[|engine:|wrote" "$OUT/serving/serving.log" | grep -v "engine: {" | tail -40
+grep -h "prefill CUDA graphs" bench/results/serving-*-s10.log
+grep -E "^\[|wrote" "$OUT/serving/serving.log" | tail -45
 exit "$rc"

@@ -58,7 +58,10 @@ def run_model(args, name: str, path: str, out: Path, deadline: Deadline) -> Iter
         for reqs in warm_rounds(args, name, tok):
             bench.run(engine_requests(tok, reqs))
         bench.info["warmup_s"] = time.perf_counter() - t0
-        print(f"[{name}] engine: {bench.info}", flush=True)
+        info, pg = bench.info, bench.info.get("prefill_graphs") or {}
+        print(f"[{name}] engine start: load {info['load_s']:.2f} s, LLMEngine {info['engine_init_s']:.2f} s "
+              f"(prefill graphs: {len(pg.get('buckets', []))} in {pg.get('seconds', 0.0):.2f} s), "
+              f"warm-up rounds {info['warmup_s']:.2f} s", flush=True)
     try:
         for tag, repo, extra, own_args in args.servers:
             run = {"tag": tag, "device": device_name(args.device), "model_file": path,
