@@ -5,7 +5,7 @@ quantized, as norm_route(quant=True) hands it over: gate/up + quantize, down, sl
 LAYERS distinct random MXFP4 expert sets (32 x 2880 x 2880, top 4), each with its own random routing,
 captured in one graph; us per layer from replays (CUDA events). Also the expert tiles each path reads per
 layer: distinct experts (grouped) vs pairs (per pair), and the bytes that makes. Then launch sweeps of the
-grouped gate/up and down kernels at 8 tokens.
+grouped gate/up kernel at 1 and 8 tokens and of the down kernel at 8 (--sweep).
 
 usage: python bench/kernels/moe_grouped_sweep.py OUT.json [--tokens 1,2,4,8] [--sweep]
 Prints a table last.
@@ -93,20 +93,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
     ap.add_argument("--tokens", default="1,2,4,8")
-    ap.add_argument("--sweep", action="store_true", help="also the launch sweeps at 8 tokens")
+    ap.add_argument("--sweep", action="store_true", help="also the launch sweeps")
     a = ap.parse_args()
     gen = torch.Generator(device="cuda").manual_seed(0)
     res = {"device": torch.cuda.get_device_name(), "glu_launch": GLU_LAUNCH, "down_launch": DOWN_LAUNCH,
            "rows": [measure(int(t), gen) for t in a.tokens.split(",")], "sweep": []}
     Path(a.out).write_text(json.dumps(res, indent=1))  # written again with the sweep
-    pairs = [((32, 4, 4), DOWN_LAUNCH), ((32, 16, 4), DOWN_LAUNCH), ((64, 8, 8), DOWN_LAUNCH),
-             (GLU_LAUNCH, (16, 8, 4)), (GLU_LAUNCH, (8, 16, 4)), (GLU_LAUNCH, (32, 16, 4))] if a.sweep else []
-    for lg, ld in pairs:
-        res["sweep"].append(dict(glu=lg, down=ld, **measure(8, gen, (lg, ld), old=False)))
+    glu = [(32, 4, 4), (32, 16, 4), (64, 8, 8)]
+    down = [(16, 8, 4), (8, 16, 4), (32, 16, 4)]
+    plan = [(t, lg, DOWN_LAUNCH) for t in (1, 8) for lg in glu] + [(8, GLU_LAUNCH, ld) for ld in down]
+    for t, lg, ld in plan if a.sweep else []:
+        res["sweep"].append(dict(glu=lg, down=ld, **measure(t, gen, (lg, ld), old=False)))
         Path(a.out).write_text(json.dumps(res, indent=1))
-    print("sweep at 8 tokens (glu launch | down launch | grouped us/layer)")
+    print("sweep (tokens | glu launch | down launch | grouped us/layer)")
     for r in res["sweep"]:
-        print(r["glu"], "|", r["down"], "|", f"{r['grouped_us']:.1f}")
+        print(r["tokens"], r["glu"], r["down"], f"{r['grouped_us']:.1f}", sep=" | ")
     print(f"{res['device']}: int8 MoE MLP per layer, {LAYERS} layers in a graph (glu {GLU_LAUNCH}, down "
           f"{DOWN_LAUNCH})\ntokens | distinct experts | pairs | per-pair us | grouped us | GB/s of distinct "
           "experts per-pair / grouped")
