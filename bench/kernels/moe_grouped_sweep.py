@@ -5,7 +5,8 @@ quantized, as norm_route(quant=True) hands it over: gate/up + quantize, down, sl
 LAYERS distinct random MXFP4 expert sets (32 x 2880 x 2880, top 4), each with its own random routing,
 captured in one graph; us per layer from replays (CUDA events). Also the expert tiles each path reads per
 layer: distinct experts (grouped) vs pairs (per pair), and the bytes that makes. Then launch sweeps of the
-grouped gate/up kernel at 1 and 8 tokens and of the down kernel at 8 (--sweep).
+grouped gate/up kernel at 1 and 8 tokens and of the down kernel at 8, and norm_route's router step
+width (--sweep).
 
 usage: python bench/kernels/moe_grouped_sweep.py OUT.json [--tokens 1,2,4,8] [--sweep]
 Prints a table last.
@@ -23,6 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from orcd.quant.kernels.moe_grouped_i8 import DOWN_LAUNCH, GLU_LAUNCH, moe_mlp_i8_grouped  # noqa: E402
 from orcd.quant.kernels.moe_mxfp4_int8 import moe_mlp_i8  # noqa: E402
+from orcd.quant.kernels.moe_router import ROUTE_LAUNCH, norm_route  # noqa: E402
 from orcd.quant.kernels.xquant import quantize_x  # noqa: E402
 
 E, TOP_K, H, F, LAYERS = 32, 4, 2880, 2880, 8
@@ -89,6 +91,21 @@ def measure(tokens: int, gen: torch.Generator, launches=None, old: bool = True) 
     return row
 
 
+def route_us(tokens: int, launch, gen: torch.Generator, n: int = 24) -> float:
+    """us per norm_route(quant=True) call: n calls with n distinct routers (32 x 2880 bf16; they fit in
+    L2 here, unlike in the step where the experts pass through between layers) in one graph."""
+    res = torch.randn(tokens, H, device="cuda", dtype=torch.bfloat16, generator=gen)
+    nw = torch.ones(H, device="cuda", dtype=torch.bfloat16)
+    routers = [(torch.randn(E, H, device="cuda", dtype=torch.bfloat16, generator=gen) * 0.05,
+                torch.zeros(E, device="cuda", dtype=torch.bfloat16)) for _ in range(n)]
+
+    def run():
+        for w, b in routers:
+            norm_route(res, nw, 1e-5, w, b, TOP_K, quant=True, launch=launch)
+
+    return time_graph(run) / n
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
@@ -105,6 +122,12 @@ def main() -> None:
     for t, lg, ld in plan if a.sweep else []:
         res["sweep"].append(dict(glu=lg, down=ld, **measure(t, gen, (lg, ld), old=False)))
         Path(a.out).write_text(json.dumps(res, indent=1))
+    routes = [ROUTE_LAUNCH, (256, 8), (512, 8), (512, 16), (1024, 16)] if a.sweep else []
+    res["route"] = [dict(tokens=t, launch=lr, us=route_us(t, lr, gen)) for t in (1, 8) for lr in routes]
+    Path(a.out).write_text(json.dumps(res, indent=1))
+    print("norm_route(quant=True) (tokens | (BK, warps) | us per call)")
+    for r in res["route"]:
+        print(r["tokens"], r["launch"], f"{r['us']:.1f}", sep=" | ")
     print("sweep (tokens | glu launch | down launch | grouped us/layer)")
     for r in res["sweep"]:
         print(r["tokens"], r["glu"], r["down"], f"{r['grouped_us']:.1f}", sep=" | ")

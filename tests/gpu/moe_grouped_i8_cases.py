@@ -11,7 +11,8 @@ float64 references and the per-pair kernel (moe_mxfp4_int8.py): each case prints
   expert of pair 0 rewritten: the output changes (1 / change < 1).
 - `crowd-*`: 7 of 8 pairs on one expert (groups longer than TM: the leads split them), glu and down.
 - `norm-route-quant`: norm_route(quant=True)'s words and dx against quantize_x(h): exact (tol 1e-30; the
-  per-16 sums, which the MXFP4 GEMVs do not read, within fp32 summation order).
+  per-16 sums, which the MXFP4 GEMVs do not read, within fp32 summation order). `norm-route-bk512`: the
+  router walked in one 512-wide step: the same h and experts, the weights within fp32 order.
 Run on CUDA by test_moe_grouped_i8.py, and on the CPU under TRITON_INTERPRET=1."""
 
 from __future__ import annotations
@@ -117,6 +118,9 @@ def norm_route_quant_case(device, gen, tokens=3, hidden=96, n_exp=8, top_k=2) ->
     same = torch.equal(hq, wq) and torch.equal(hs[..., 0], ws[..., 0]) and torch.equal(ids, ids_q)
     same = same and torch.equal(rw, rw_q) and torch.allclose(hs, ws, rtol=1e-5, atol=1e-6)  # sums: any order
     print(f"norm-route-quant {0.0 if same else 1.0:.3e} 1e-30")
+    h_w, ids_w, rw_w = norm_route(r, nw, 1e-5, w, b, top_k, launch=(512, 4))  # one 512-wide router step
+    ok = torch.equal(h_w, h) and torch.equal(ids_w, ids)
+    print(f"norm-route-bk512 {(rw_w - rw).abs().max().item() if ok else 1.0:.3e} 1e-6")
 
 
 def run_all(device: str, gen: torch.Generator, cuda_shapes: bool = False) -> None:

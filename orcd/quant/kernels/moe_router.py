@@ -20,6 +20,10 @@ import triton.language as tl
 from orcd.quant.kernels.fused_linear import launch_opts
 from orcd.quant.kernels.xquant import store_quant32
 
+# norm_route's (BK router columns per step, num_warps): one program per token walks the router in H / BK
+# dependent steps (gpt-oss-20b: 2880 / 128 = 23); bench/kernels/moe_grouped_sweep.py --sweep times others
+ROUTE_LAUNCH = (128, 8)
+
 
 @triton.jit
 def _topk_softmax(logits, e, t, ids_ptr, rw_ptr, E, TOP_K: tl.constexpr, EP: tl.constexpr, KP: tl.constexpr):
@@ -98,11 +102,12 @@ def _norm_route_kernel(d_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, ids_ptr, rw_pt
 
 
 def norm_route(residual: torch.Tensor, norm_w: torch.Tensor, eps: float, router_w: torch.Tensor,
-               router_b: torch.Tensor, top_k: int, delta: torch.Tensor | None = None, quant: bool = False
-               ) -> tuple:
+               router_b: torch.Tensor, top_k: int, delta: torch.Tensor | None = None, quant: bool = False,
+               launch: tuple[int, int] | None = None) -> tuple:
     """residual [T, H] (+= delta [T, H] in place when given), norm_w [H], router_w [E, H], router_b [E]
     -> (h = RMSNorm(residual) * norm_w [T, H] in residual's dtype, ids [T, k] int64, weights [T, k] fp32);
-    quant: h comes as quantize_x(h) would return it (words int32 [T, H / 4], scales [T, H / 32, 4])."""
+    quant: h comes as quantize_x(h) would return it (words int32 [T, H / 4], scales [T, H / 32, 4]).
+    launch: (BK, num_warps), default ROUTE_LAUNCH."""
     t, hid = residual.shape
     n_exp = router_w.shape[0]
     dev = residual.device
@@ -113,9 +118,10 @@ def norm_route(residual: torch.Tensor, norm_w: torch.Tensor, eps: float, router_
     rw = torch.empty((t, top_k), dtype=torch.float32, device=dev)
     hq = torch.empty((t, hid // 4) if quant else (1,), dtype=torch.int32, device=dev)
     hs = torch.empty((t, hid // 32, 4) if quant else (1,), dtype=torch.float32, device=dev)
+    bk, warps = launch or ROUTE_LAUNCH
     _norm_route_kernel[(t,)](delta if delta is not None else residual, residual, norm_w, h,
                              router_w.contiguous(), router_b, ids, rw, hq, hs, hid, n_exp, float(eps),
                              HAS_ADD=delta is not None, TOP_K=top_k, EP=triton.next_power_of_2(n_exp),
-                             KP=triton.next_power_of_2(top_k), BH=triton.next_power_of_2(hid), BK=128,
-                             QUANT=quant, num_warps=8, **launch_opts(dev))
+                             KP=triton.next_power_of_2(top_k), BH=triton.next_power_of_2(hid), BK=bk,
+                             QUANT=quant, num_warps=warps, **launch_opts(dev))
     return ((hq, hs) if quant else h), ids, rw
