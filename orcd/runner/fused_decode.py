@@ -33,7 +33,13 @@ from orcd.runner.decode_products import (
     linear,
     norm_fusable,
 )
-from orcd.runner.dense_weights import DenseCopiesError, DenseWeights, check_fits, dense_nbytes
+from orcd.runner.dense_weights import (
+    DenseCopiesError,
+    DenseWeights,
+    check_dense_rows,
+    check_fits,
+    dense_nbytes,
+)
 
 
 def block_linears(blk) -> BlockLinears:
@@ -45,6 +51,7 @@ def dense_copies(model: torch.nn.Module, rows: int) -> DenseWeights:
     """The dense copies FusedDecoder(model, dense=...) runs batches of >= rows on, made now (the engine
     makes them before it sizes the KV cache from the free memory). DenseCopiesError (a ValueError) for a
     bad rows or copies that do not fit the free device memory; ValueError for a model this step cannot run."""
+    check_dense_rows(rows)
     check_block_kind(model)
     linears = [block_linears(blk) for blk in model.blocks]
     check_fusable(model, linears)
@@ -78,7 +85,7 @@ class FusedDecoder:
         self.products = DecodeProducts(int8_x=int8, int8_attn=int8, batched_qkv=batched_qkv)
         self.inv_freq = model.rotary.inv_freq.float().contiguous()
         self.fuse_norm = fuse_norm and norm_fusable(self.linears, model.lm_head)
-        self.rows = [QuantRows(lin, self.products) for lin in self.linears]
+        self.quant_rows = [QuantRows(lin, self.products) for lin in self.linears]  # the unfused step's
         if dense is not None and dense_rows not in (None, dense.rows):
             raise DenseCopiesError(f"dense_rows {dense_rows} disagrees with the copies' {dense.rows}")
         self.dense = dense if dense is not None or dense_rows is None else dense_copies(model, dense_rows)
@@ -112,7 +119,7 @@ class FusedDecoder:
             return self._forward_rows(res, pos, meta, kv, self.dense.blocks, self.dense.logits)
         if self.fuse_norm and b <= self.fused_rows():
             return self._forward_norm_fused(res, pos, meta, kv)
-        return self._forward_rows(res, pos, meta, kv, self.rows,
+        return self._forward_rows(res, pos, meta, kv, self.quant_rows,
                                   lambda h: linear(self.model.lm_head, h).float())
 
     def _forward_rows(self, res: torch.Tensor, pos: torch.Tensor, meta: AttnMetadata, kv, rows: list,
