@@ -82,9 +82,9 @@ class LLMEngine:
         self.tokenizer = loaded.tokenizer
         self.block_size = block_size
         self.dense = None  # orcd.runner.dense_weights.DenseWeights, or None
-        if dense_batch_rows is not None and runner is None:
-            self.dense = dense_copies(loaded, dense_batch_rows, max_num_seqs,
-                                      graphs=not enforce_eager and batch_invariant not in ("all", True))
+        if dense_batch_rows is not None:  # the runner built below captures the step that reads them
+            self.dense = dense_copies(loaded, dense_batch_rows, max_num_seqs, graphs=runner is None
+                                      and not enforce_eager and batch_invariant not in ("all", True))
         if num_kv_blocks is None:
             num_kv_blocks = auto_num_blocks(loaded, kv_fraction, block_size)
         self.num_kv_blocks = num_kv_blocks
