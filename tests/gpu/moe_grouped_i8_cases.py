@@ -127,6 +127,7 @@ def run_all(device: str, gen: torch.Generator, cuda_shapes: bool = False) -> Non
     dims = (4, 2, 64, 96)
     ids = torch.tensor([1, 0, 1, 3, 2, 1, 0, 3, 1, 2])  # 5 tokens: expert 1 in 4 of them
     kernels_case(device, "T5", ids, gen, dims)
+    kernels_case(device, "T1", torch.tensor([3, 1]), gen, dims, old=False)  # TM 1: one pair per group
     crowd = torch.tensor([1, 1, 1, 1, 1, 0, 1, 1])  # 4 tokens, TM 4: expert 1's 7 pairs in 2 runs
     kernels_case(device, "crowd", crowd, gen, dims, launches=((64, 2, 4), (16, 2, 2)), old=False)
     mlp_case(device, gen, tokens=3)
