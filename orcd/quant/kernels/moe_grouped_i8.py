@@ -16,6 +16,8 @@ as xquant's (words [P, F / 4], scales [P, F / 32, 4]): the down GEMV's input, wi
 down: y = (W_d a + b_d) * route_w per pair, fp32 [P, H]; `moe_sum` adds each token's k rows (slot order)
 into the residual, rounded once (as moe_gemv's slots = top_k epilogue). Every pair's result is the same
 dot products as moe_mxfp4_int8's (summed per K step rather than at the end: fp32 order only).
+All three kernels take programmatic dependent launch where fused_linear.launch_opts turns it on (each waits
+at its start for the kernel before it).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
+from orcd.quant.kernels.fused_linear import launch_opts
 from orcd.quant.kernels.moe_gemv import Split, _e8m0_scale
 from orcd.quant.kernels.moe_mxfp4_int8 import _e2m1x2, _words
 from orcd.quant.kernels.xquant import asm_ok, dp4a, store_quant32
@@ -75,7 +78,10 @@ def _dot(lo, hi, ws, xlo, xhi, dx, ASM: tl.constexpr):
 def _grouped_i8_kernel(xq_ptr, xs_ptr, ids_ptr, sg_ptr, qg_ptr, su_ptr, qu_ptr, bg_ptr, bu_ptr, rw_ptr,
                        out_ptr, oq_ptr, os_ptr, P, N, K, alpha, limit, A_DIV: tl.constexpr,
                        GLU: tl.constexpr, HAS_BIAS: tl.constexpr, PP: tl.constexpr, TM: tl.constexpr,
-                       BN: tl.constexpr, KB: tl.constexpr, ASM: tl.constexpr):
+                       BN: tl.constexpr, KB: tl.constexpr, ASM: tl.constexpr, PDL: tl.constexpr = 0):
+    if PDL:  # launched early (fused_linear.launch_opts): wait for ids and x, then release the next kernel
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     e, lead, members, count = _group(ids_ptr, tl.program_id(0), P, PP, TM)
     if not lead:
         return
@@ -148,7 +154,7 @@ def _launch(xq, ids, w, w_up, b, b_up, route_w, top_k, out, oq, os_, launch, alp
         b_up if b_up is not None else dummy, route_w if route_w is not None else dummy, out,
         oq if oq is not None else dummy, os_ if os_ is not None else dummy, p, n_out, k, alpha, limit,
         A_DIV=top_k if glu else 1, GLU=glu, HAS_BIAS=b is not None, PP=triton.next_power_of_2(p), TM=tm,
-        BN=bn, KB=kb, ASM=asm_ok(words.device), num_warps=warps)
+        BN=bn, KB=kb, ASM=asm_ok(words.device), num_warps=warps, **launch_opts(words.device))
 
 
 def glu_i8_grouped(xq: tuple[torch.Tensor, torch.Tensor], ids: torch.Tensor, w_gate: Split, w_up: Split,
@@ -180,7 +186,10 @@ def down_i8_grouped(aq: tuple[torch.Tensor, torch.Tensor], ids: torch.Tensor, w_
 
 
 @triton.jit
-def _sum_kernel(y_ptr, res_ptr, N, TOP_K: tl.constexpr, BLOCK: tl.constexpr):
+def _sum_kernel(y_ptr, res_ptr, N, TOP_K: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = 0):
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     t = tl.program_id(0).to(tl.int64)
     n = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = n < N
@@ -195,7 +204,8 @@ def moe_sum(y: torch.Tensor, top_k: int, residual: torch.Tensor) -> torch.Tensor
     """residual [T, H] += sum over each token's k rows of y [T * k, H] fp32, in place, rounded once."""
     t, hid = residual.shape
     block = 1024
-    _sum_kernel[(t, triton.cdiv(hid, block))](y, residual, hid, TOP_K=top_k, BLOCK=block, num_warps=4)
+    _sum_kernel[(t, triton.cdiv(hid, block))](y, residual, hid, TOP_K=top_k, BLOCK=block, num_warps=4,
+                                              **launch_opts(y.device))
     return residual
 
 
