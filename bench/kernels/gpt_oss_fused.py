@@ -9,8 +9,9 @@ usage: python bench/kernels/gpt_oss_fused.py MODEL.gguf OUT.json [--streams 1,8,
 Prints tok/s per stream count both ways, then the profiled kernels of the fused step. --int8: also the
 fused step with GptOssDecoder(int8_moe=True) (fused_int8_moe) and with int8_attn=True as well (fused_int8),
 each profiled. --grouped: also int8_moe + int8_attn with moe_grouped=True (fused_int8_grouped: the expert
-GEMVs grouped by expert, moe_grouped_i8), profiled. --no-float: without the model.forward and float
-fused-step columns (the runner's own graphs are always measured first).
+GEMVs grouped by expert, moe_grouped_i8) and, without --int8, fused_int8 beside it, each profiled.
+--no-float: without the model.forward and float fused-step columns (the runner's own graphs are always
+measured first).
 """
 
 from __future__ import annotations
@@ -76,13 +77,14 @@ def main() -> None:
                                     ("fused", True, (False, False, False))]
     steps += [("fused_int8_moe", True, (True, False, False)), ("fused_int8", True, (True, True, False))
               ] if a.int8 else []
+    steps += [("fused_int8", True, (True, True, False))] if a.grouped and not a.int8 else []  # its A
     steps += [("fused_int8_grouped", True, (True, True, True))] if a.grouped else []
     for name, fused, int8 in steps:
         res[name + "_capture_s"] = use_step(eng, max(64, max(streams)), fused, int8)  # measure's max seqs
         res[name] = rounds(eng, streams, rng)
         if fused:  # the profile of each fused step, its graphs still in place
             res["profile" + name[5:]] = [gpt_oss_profile.profile_round(eng, int(s), rng)
-                                         for s in a.profile.split(",")]
+                                         for s in a.profile.split(",") if s]
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
     print(f"streams | runner's own graphs ({res['runner_step']}) | " + " | ".join(n for n, _, _ in steps)
