@@ -1,12 +1,10 @@
 """Where a batch-1 decode step's time goes: the CUDA-graph step (FusedDecoder, as `orcd bench` replays it)
 under torch.profiler, kernels grouped by name, time per token.
 
-usage: python bench/peers/step_profile.py MODEL.gguf OUT.json [--steps 32] [--rows 8,64 [--depth 128]
-                                          [--ab]]
+usage: python bench/peers/step_profile.py MODEL.gguf OUT.json [--steps 32] [--rows 8,64 [--depth 128]]
 Prints the graph replay's tok/s (no profiler), then per kernel name: calls per token, µs per token, share.
 --rows: R-row steps instead (step_rows.py), each with FusedDecoder's batched_qkv off and on: ms per step,
-tok/s, then per kernel name µs per step; a short comparison table last. --ab: batched_qkv on only, with
-fused_linear's q6k_mmq route and MMQ_MAGIC off ("k16off") and as committed ("k16on").
+tok/s, then per kernel name µs per step; a short comparison table last.
 """
 
 from __future__ import annotations
@@ -30,7 +28,6 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--rows", default="", help="comma list of batch rows (R-row steps); empty: batch 1")
     ap.add_argument("--depth", type=int, default=128, help="--rows: tokens already in each sequence")
-    ap.add_argument("--ab", action="store_true", help="--rows: the q6k_mmq / magic Q4_K routes off and on")
     a = ap.parse_args()
     if a.rows:
         return rows_main(a)
@@ -60,8 +57,7 @@ def rows_main(a) -> None:
     s = OrcdSession(a.model, num_blocks=blocks_needed(max(rows), a.depth, page), page=page)
     res = []
     for r in rows:
-        for row in _ab_rows(s, page, r, a) if a.ab else profile_rows(s.model, s.kv, page, s.vocab, r, a.depth,
-                                                                      a.steps, SWITCHES):
+        for row in profile_rows(s.model, s.kv, page, s.vocab, r, a.depth, a.steps, SWITCHES):
             res.append(row)
             print(f"\n{r} rows, {row['switch']}: {row['ms_per_step']:.3f} ms/step, "
                   f"{row['tok_s']:,.0f} tok/s; kernels {row['kernel_us_per_step']:,.0f} us/step")
@@ -72,19 +68,6 @@ def rows_main(a) -> None:
     print("\nrows  switch  ms/step  tok/s")
     for row in res:
         print(f"{row['rows']:4d}  {row['switch']:6s}  {row['ms_per_step']:7.3f}  {row['tok_s']:8,.0f}")
-
-
-def _ab_rows(s, page: int, r: int, a) -> list[dict]:
-    """--ab: the R-row step (batched_qkv on) with fused_linear's q6k_mmq route and magic Q4_K off, then on."""
-    import orcd.quant.kernels.fused_linear as fl
-
-    routed, magic = fl.q6k_routed, fl.MMQ_MAGIC
-    out = []
-    for label, on in (("k16off", False), ("k16on", True)):
-        fl.q6k_routed, fl.MMQ_MAGIC = (routed, magic) if on else ((lambda *_: False), frozenset())
-        out += profile_rows(s.model, s.kv, page, s.vocab, r, a.depth, a.steps, {label: {"batched_qkv": True}})
-    fl.q6k_routed, fl.MMQ_MAGIC = routed, magic
-    return out
 
 
 if __name__ == "__main__":

@@ -41,9 +41,6 @@ def test_mmq_matches_references(qt, n, k, m):
     assert y.dtype == torch.bfloat16 and rel_err(y, ref) < 2e-2
     y = mmq_linear(x, raw, n, k, qt, bias=bias, float_w=True)
     assert rel_err(y, ref) < 1e-2
-    for whole in (False, True):
-        y = mmq_linear(x, raw, n, k, qt, bias=bias, float_w=True, magic=True, whole=whole)
-        assert rel_err(y, ref) < 1e-2
 
 
 @pytest.mark.gpu
@@ -62,7 +59,7 @@ def test_mmq_quantized_x_and_repeatable_split_k():
 
 @interpreter_only
 def test_mmq_under_interpreter():
-    check_under_interpreter("interp_mmq.py", cases=24)
+    check_under_interpreter("interp_mmq.py", cases=22)
 
 
 @pytest.mark.gpu
@@ -70,22 +67,19 @@ def test_mmq_under_interpreter():
 @pytest.mark.parametrize("qt", [T.Q4_K, T.Q6_K], ids=lambda v: v.name)
 @pytest.mark.parametrize("m", [5, 16, 64])
 def test_fused_linear_route(qt, m):
-    """fused_linear at 5..64 rows of bf16 x: Q4_K through mmq's bf16-w path (magic-number nibbles where
-    MMQ_MAGIC says), Q6_K (7B ffn_down) through q6k_mmq where q6k_routed, else batched_linear: bit for bit
-    the same calls; fp32 x never through mmq."""
-    from orcd.quant.kernels.batched_linear import batched_linear
+    """fused_linear at 5..64 rows of bf16 x: Q4_K through mmq's bf16-w path, Q6_K (7B ffn_down, large
+    enough for batched_linear.routed) through batched_linear, bit for bit the same calls; fp32 x never
+    through mmq."""
+    from orcd.quant.kernels.batched_linear import batched_linear, routed
     from orcd.quant.kernels.fused_linear import fused_linear
-    from orcd.quant.kernels.mmq import MMQ_MAGIC, mmq_linear, mmq_routed
-    from orcd.quant.kernels.q6k_mmq import q6k_linear, q6k_routed
+    from orcd.quant.kernels.mmq import mmq_linear, mmq_routed
 
     n, k = (3584, 3584) if qt == T.Q4_K else (3584, 18944)
     raw = random_blocks(qt, n, k, seed=m).cuda()
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     y = fused_linear(x, raw, n, k, int(qt))
     if qt == T.Q4_K:
-        assert torch.equal(y, mmq_linear(x, raw, n, k, qt, float_w=True, magic=qt in MMQ_MAGIC))
-    elif q6k_routed(qt, n, k, x.dtype):
-        assert torch.equal(y, q6k_linear(x, raw, n, k))
+        assert torch.equal(y, mmq_linear(x, raw, n, k, qt, float_w=True))
     else:
-        assert torch.equal(y, batched_linear(x, raw, n, k, qt))
+        assert routed(qt, n, k) and torch.equal(y, batched_linear(x, raw, n, k, qt))
     assert not mmq_routed(qt, k, torch.float32)

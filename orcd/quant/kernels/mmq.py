@@ -38,7 +38,6 @@ BLOCK_BYTES = types.MappingProxyType({Q.Q4_K: 144, Q.Q6_K: 210})  # one 256-inpu
 # (its 210-byte blocks allow no 16-byte loads; the word gathers here are slow): not routed.
 MMQ_LAUNCH = types.MappingProxyType({Q.Q4_K: (128, 4, 3), Q.Q6_K: (128, 8, 2)})
 MMQ_ROUTE = frozenset({Q.Q4_K})  # types fused_linear sends here
-MMQ_MAGIC = frozenset({Q.Q4_K})  # types whose bf16-w path fused_linear runs with magic=True
 
 
 @triton.jit
@@ -87,25 +86,16 @@ def _q4k_head(hdr, j):
 def _q4k_iter(acc, p8, p32, row, nmask, xq_ptr, xd_ptr, xs_ptr, rm, mmask, K, it, FLOAT: tl.constexpr):
     """Inputs 64 * it.. of BN rows (byte offsets row [BN]) into acc [BN, BM]: chunk c = it % 4 of
     super-block it // 4, whose 32 bytes hold sub-block 2c in their low nibbles, 2c + 1 in their high.
-    All weight loads are 16-byte rows (the header, the chunk): Triton pipelines them (cp.async).
-    FLOAT 2: the chunk as 8 int32 words (byte i of word v: inputs 4v + i), each nibble made a float by
-    the fp32 magic number (nibble | 0x4B000000 = 2^23 + q; minus 2^23: q exactly), no int -> float
-    conversion (a quarter-rate instruction on the H100)."""
+    All weight loads are 16-byte rows (the header, the chunk): Triton pipelines them (cp.async)."""
     ll = tl.arange(0, 32)
     blk = row + (it // 4) * 144
     c = it % 4
     hdr = tl.load(p32 + (blk // 4)[:, None] + tl.arange(0, 4)[None, :], mask=nmask[:, None], other=0)
-    if FLOAT == 2:
-        q = tl.load(p32 + (blk // 4)[:, None] + 4 + 8 * c + tl.arange(0, 8)[None, :], mask=nmask[:, None],
-                    other=0)  # [BN, 8] int32
-    else:
-        q = tl.load(p8 + blk[:, None] + 16 + 32 * c + ll[None, :], mask=nmask[:, None], other=0)
+    q = tl.load(p8 + blk[:, None] + 16 + 32 * c + ll[None, :], mask=nmask[:, None], other=0)
     for h in tl.static_range(2):
         k = 64 * it + 32 * h
         a, b = _q4k_head(hdr, 2 * c + h)  # d * sc_j, dmin * m_j
-        if FLOAT == 2:
-            acc = _q4k_magic_dot(acc, q, a, b, h, xq_ptr, rm, mmask, K, k)
-        elif FLOAT:  # xq_ptr is x itself: W dequantized to x's dtype, one float dot
+        if FLOAT:  # xq_ptr is x itself: W dequantized to x's dtype, one float dot
             xt = _xf_cols(xq_ptr, rm, mmask, K, k)
             w = a[:, None] * ((q >> (4 * h)) & 15).to(tl.float32) - b[:, None]
             acc = tl.dot(w.to(xt.dtype), xt, acc)
@@ -114,30 +104,6 @@ def _q4k_iter(acc, p8, p32, row, nmask, xq_ptr, xd_ptr, xs_ptr, rm, mmask, K, it
             sx = tl.load(xs_ptr + rm * (K // 32) + k // 32, mask=mmask, other=0.0)
             dot = tl.dot(((q >> (4 * h)) & 15).to(tl.int8), xt)  # int32 [BN, BM]
             acc += dot.to(tl.float32) * a[:, None] * dx[None, :] - b[:, None] * sx[None, :]
-    return acc
-
-
-@triton.jit
-def _q4k_magic_dot(acc, q, a, b, h: tl.constexpr, x_ptr, rm, mmask, K, k):
-    """acc += (a * nibble h of q - b) @ x[:, k..k + 32].T: q [BN, 8] int32 words of a 32-byte chunk, the
-    nibbles made floats by the magic number (nibble | 0x4B000000 = 2^23 + q as fp32)."""
-    nib = (q[:, :, None] >> (8 * tl.arange(0, 4)[None, None, :] + 4 * h)) & 15
-    qf = tl.reshape((nib | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0, [q.shape[0], 32])
-    xt = _xf_cols(x_ptr, rm, mmask, K, k)
-    return tl.dot((a[:, None] * qf - b[:, None]).to(xt.dtype), xt, acc)
-
-
-@triton.jit
-def _q4k_sb(acc, p32, row, nmask, x_ptr, rm, mmask, K, sb):
-    """FLOAT 3: super-block sb of BN rows in one loop step (more bytes in flight per stage): the header
-    once, then its 4 chunks of 8 words, each two magic-number dots."""
-    w0 = (row + sb * 144) // 4
-    hdr = tl.load(p32 + w0[:, None] + tl.arange(0, 4)[None, :], mask=nmask[:, None], other=0)
-    for c in tl.static_range(4):
-        q = tl.load(p32 + w0[:, None] + 4 + 8 * c + tl.arange(0, 8)[None, :], mask=nmask[:, None], other=0)
-        for h in tl.static_range(2):
-            a, b = _q4k_head(hdr, 2 * c + h)
-            acc = _q4k_magic_dot(acc, q, a, b, h, x_ptr, rm, mmask, K, 256 * sb + 64 * c + 32 * h)
     return acc
 
 
@@ -211,15 +177,11 @@ def _mmq_kernel(xq_ptr, xd_ptr, xs_ptr, w8, w32, b_ptr, y_ptr, ws_ptr, M, N, K, 
     acc = tl.zeros([BN, BM], dtype=tl.float32)  # y.T tile
     it_lo = split * steps_per_split * 4  # 4 iterations per super-block
     it_hi = tl.minimum(it_lo + steps_per_split * 4, K // 64)
-    if FLOAT == 3:  # whole super-blocks (it_lo, it_hi: multiples of 4)
-        for sb in range(it_lo // 4, it_hi // 4):
-            acc = _q4k_sb(acc, w32, row, nmask, xq_ptr, rm, mmask, K, sb)
-    else:
-        for it in range(it_lo, it_hi):
-            if QT == 12:
-                acc = _q4k_iter(acc, w8, w32, row, nmask, xq_ptr, xd_ptr, xs_ptr, rm, mmask, K, it, FLOAT)
-            else:
-                acc = _q6k_iter(acc, w32, row, nmask, xq_ptr, xd_ptr, rm, mmask, K, it, FLOAT)
+    for it in range(it_lo, it_hi):
+        if QT == 12:
+            acc = _q4k_iter(acc, w8, w32, row, nmask, xq_ptr, xd_ptr, xs_ptr, rm, mmask, K, it, FLOAT)
+        else:
+            acc = _q6k_iter(acc, w32, row, nmask, xq_ptr, xd_ptr, rm, mmask, K, it, FLOAT)
     omask = nmask[:, None] & mmask[None, :]
     if SPLIT:
         tl.store(ws_ptr + (split * M + rm.to(tl.int64))[None, :] * N + rn[:, None], acc, mask=omask)
@@ -255,13 +217,10 @@ def mmq_plan(qt: Q, m: int, n: int, k: int, launch: tuple[int, int, int] | None 
 
 def mmq_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int, qtype: int,
                bias: torch.Tensor | None = None, launch: tuple[int, int, int] | None = None,
-               target: int = TARGET_PROGRAMS, float_w: bool = False, magic: bool = False,
-               whole: bool = False) -> torch.Tensor:
+               target: int = TARGET_PROGRAMS, float_w: bool = False) -> torch.Tensor:
     """x [M, in] (bf16/fp16/fp32), raw uint8 [out, row_bytes] of Q4_K or Q6_K -> [M, out] in x.dtype
     (+ bias [out]). launch: (BN, warps, stages) instead of MMQ_LAUNCH; target: programs for split-K;
-    float_w: W dequantized to x's dtype (bf16/fp16 x) and float dots instead of int8 x and int8 dots;
-    magic (with float_w, Q4_K): the nibbles made floats without conversions (_q4k_iter's FLOAT 2);
-    whole (with magic): one super-block per loop step (FLOAT 3)."""
+    float_w: W dequantized to x's dtype (bf16/fp16 x) and float dots instead of int8 x and int8 dots."""
     qt = Q(int(qtype))
     m, k = x.shape
     w_row = row_bytes(qt, in_features)
@@ -282,9 +241,8 @@ def mmq_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feature
     ws = partials(splits, y)
     grid = (triton.cdiv(out_features, bn), triton.cdiv(m, bm), splits)
     w32 = _words(raw)
-    mode = (3 if whole else 2) if float_w and magic and qt == Q.Q4_K else int(float_w)
     _mmq_kernel[grid](xq, xd, xs, raw, w32, bias, y, ws, m, out_features, k,
                       y.stride(0), w_row, sps, QT=int(qt), BM=bm, BN=bn, SPLIT=splits > 1,
-                      HAS_BIAS=bias is not None, FLOAT=mode, num_warps=warps, num_stages=stages)
+                      HAS_BIAS=bias is not None, FLOAT=float_w, num_warps=warps, num_stages=stages)
     reduce_partials(ws, bias, y)
     return y
