@@ -22,7 +22,7 @@ from gguf import GGMLQuantizationType as Q
 
 from orcd.quant.kernels.batched_linear import MM_TILES, mm_dot, w_tile
 from orcd.quant.kernels.layout import row_bytes
-from orcd.quant.kernels.split_k import REDUCE_BLOCK, TARGET_PROGRAMS, partials, row_tile, steps_per_split
+from orcd.quant.kernels.split_k import TARGET_PROGRAMS, partials, reduce_partials, row_tile, steps_per_split
 
 FUSED_LAUNCH = (32, 4, 2)  # (BN, num_warps, num_stages): batched_linear's best at the 0.5B q/k/v (mmq_05b.md)
 
@@ -103,24 +103,6 @@ def _epilogue(out, b_ptr, y_ptr, rm, rn, mmask, nmask, stride_ym, HAS_BIAS: tl.c
     tl.store(ptrs, out.to(y_ptr.dtype.element_ty), mask=omask)
 
 
-@triton.jit
-def _reduce_kernel(ws_ptr, b_ptr, y_ptr, M, N, stride_ym, SPLITS: tl.constexpr, BLOCK: tl.constexpr,
-                   HAS_BIAS: tl.constexpr, RES: tl.constexpr):
-    # y[m, n] = (((partial_0 + partial_1) + ...) + bias) (+ y[m, n]): splits added in order
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < M * N
-    acc = tl.load(ws_ptr + offs, mask=mask, other=0.0)
-    for s in tl.static_range(1, SPLITS):
-        acc += tl.load(ws_ptr + s * M * N + offs, mask=mask, other=0.0)
-    n = offs % N
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + n, mask=mask, other=0.0).to(tl.float32)
-    ptrs = y_ptr + (offs // N).to(tl.int64) * stride_ym + n
-    if RES:
-        acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
-
-
 def _views(raw: torch.Tensor, qt: Q) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     p16 = raw.view(-1).view(torch.int16)
     return raw, p16, raw.view(-1).view(torch.int32) if qt == Q.Q4_K else p16  # Q4_K rows: 144-byte multiples
@@ -164,8 +146,5 @@ def batched_fused(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feat
                            sps, QT=int(qt), S=s, G=g, BM=bm, BN=bn, NORM=norm is not None,
                            GLU=raw_up is not None, IEEE=x.dtype == torch.float32, SPLIT=splits > 1, GELU=gelu,
                            num_warps=warps, num_stages=stages, **flags)
-    if ws is not None:
-        _reduce_kernel[(triton.cdiv(m * out_features, REDUCE_BLOCK),)](
-            ws, bias, y, m, out_features, y.stride(0), SPLITS=splits, BLOCK=REDUCE_BLOCK, num_warps=4,
-            **flags)
+    reduce_partials(ws, bias, y, residual=residual is not None)
     return y

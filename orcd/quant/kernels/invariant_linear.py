@@ -20,6 +20,7 @@ import triton.language as tl
 from gguf import GGMLQuantizationType as Q
 
 from orcd.quant.kernels.layout import BLOCK_SIZE, TYPE_SIZE
+from orcd.quant.kernels.split_k import reduce_partials
 from orcd.quant.kernels.tiles import dequant_tile
 
 DENSE = 0  # "type id" of a dense weight (F32/F16/BF16 [out, in])
@@ -41,7 +42,7 @@ def _inv_mm_kernel(x_ptr, w_ptr, w16_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_
                    IEEE: tl.constexpr):
     # w_row: elements per weight row (dense) or bytes per weight row (raw GGUF blocks).
     # Program (n tile, m tile, split s) sums K steps [s * SPLIT_ITERS, (s + 1) * SPLIT_ITERS) in order;
-    # with more than one split it writes fp32 partials ws [splits, M, N] for _inv_reduce_kernel.
+    # with more than one split it writes fp32 partials ws [splits, M, N] for split_k's reduce.
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     split = tl.program_id(2)
@@ -79,21 +80,6 @@ def _inv_mm_kernel(x_ptr, w_ptr, w16_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_
                  mask=omask)
 
 
-@triton.jit
-def _inv_reduce_kernel(ws_ptr, b_ptr, y_ptr, M, N, stride_ym, SPLITS: tl.constexpr, BLOCK: tl.constexpr,
-                       HAS_BIAS: tl.constexpr):
-    # y[m, n] = ((partial_0 + partial_1) + ...) + bias: splits added in order, the same for every M
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < M * N
-    acc = tl.load(ws_ptr + offs, mask=mask, other=0.0)
-    for s in tl.static_range(1, SPLITS):
-        acc += tl.load(ws_ptr + s * M * N + offs, mask=mask, other=0.0)
-    n = offs % N
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + n, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + (offs // N).to(tl.int64) * stride_ym + n, acc.to(y_ptr.dtype.element_ty), mask=mask)
-
-
 def invariant_kernel_types() -> frozenset[int]:
     """GGML type ids the kernel reads raw (others: dequantize first, then the dense kernel)."""
     return frozenset(k for k in K_TILES if k != DENSE)
@@ -129,8 +115,5 @@ def invariant_linear(x: torch.Tensor, weight: torch.Tensor, qtype: int = DENSE, 
     _inv_mm_kernel[grid](x, weight, w16, bias, y, ws, m, n, k, x.stride(0), y.stride(0), w_row,
                          QT=qt, S=s, G=g, BM=BLOCK_M, BN=BLOCK_N, SPLIT_ITERS=SPLIT_ITERS, SPLIT=splits > 1,
                          HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32, num_warps=4)
-    if splits > 1:
-        block = 1024
-        _inv_reduce_kernel[(triton.cdiv(m * n, block),)](ws, bias, y, m, n, y.stride(0), SPLITS=splits,
-                                                         BLOCK=block, HAS_BIAS=bias is not None, num_warps=4)
+    reduce_partials(ws, bias, y)  # splits > 1: their sum in split order (+ bias)
     return y

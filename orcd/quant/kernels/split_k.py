@@ -2,8 +2,9 @@
 
 batched_linear.py and mmq.py: a program owns [BN weight rows x BM rows of x]; where those tiles are fewer
 than `target` programs, K is cut into ranges of whole K steps, each range's program writes an fp32
-partial [splits, M, N], and one reduce kernel (invariant_linear's) adds the partials in split order
-(+ bias), so the result does not depend on timing.
+partial [splits, M, N], and one reduce kernel (`_reduce_kernel`, also invariant_linear's and
+batched_fused's) adds the partials in split order (+ bias, + the residual y held), so the result does
+not depend on timing.
 fused_linear.py's GEMV: the last program of a row block to arrive sums the partials (split_reduce in
 the kernel); split_counters holds the int32 arrival counters it counts with.
 """
@@ -12,8 +13,7 @@ from __future__ import annotations
 
 import torch
 import triton
-
-from orcd.quant.kernels.invariant_linear import _inv_reduce_kernel
+import triton.language as tl
 
 BM_MAX = 64  # rows per program; more rows: more programs along M (each reads the weights again)
 TARGET_PROGRAMS = 264  # 2 per SM on an H100: split K until about this many programs run
@@ -40,14 +40,35 @@ def partials(splits: int, y: torch.Tensor) -> torch.Tensor | None:
     return torch.empty((splits, *y.shape), dtype=torch.float32, device=y.device)
 
 
-def reduce_partials(ws: torch.Tensor | None, bias: torch.Tensor | None, y: torch.Tensor) -> None:
-    """y [M, N] = ws [splits, M, N] summed in split order (+ bias [N]); nothing when ws is None."""
+@triton.jit
+def _reduce_kernel(ws_ptr, b_ptr, y_ptr, M, N, stride_ym, SPLITS: tl.constexpr, BLOCK: tl.constexpr,
+                   HAS_BIAS: tl.constexpr, RES: tl.constexpr):
+    # y[m, n] = (((partial_0 + partial_1) + ...) + bias) (+ y[m, n]): splits added in order, the same
+    # for every M
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < M * N
+    acc = tl.load(ws_ptr + offs, mask=mask, other=0.0)
+    for s in tl.static_range(1, SPLITS):
+        acc += tl.load(ws_ptr + s * M * N + offs, mask=mask, other=0.0)
+    n = offs % N
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + n, mask=mask, other=0.0).to(tl.float32)
+    ptrs = y_ptr + (offs // N).to(tl.int64) * stride_ym + n
+    if RES:
+        acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def reduce_partials(ws: torch.Tensor | None, bias: torch.Tensor | None, y: torch.Tensor,
+                    residual: bool = False) -> None:
+    """y [M, N] = ws [splits, M, N] summed in split order (+ bias [N]) (+ y itself, residual=True);
+    nothing when ws is None."""
     if ws is None:
         return
     splits, m, n = ws.shape
-    _inv_reduce_kernel[(triton.cdiv(m * n, REDUCE_BLOCK),)](
+    _reduce_kernel[(triton.cdiv(m * n, REDUCE_BLOCK),)](
         ws, bias, y, m, n, y.stride(0), SPLITS=splits, BLOCK=REDUCE_BLOCK, HAS_BIAS=bias is not None,
-        num_warps=4)
+        RES=residual, num_warps=4)
 
 
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
