@@ -15,21 +15,15 @@ assert os.environ.get("TRITON_INTERPRET") == "1"
 
 import torch  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpu"))
+from decode_meta import decode_meta  # noqa: E402
+
 from orcd.distributed.driver import load_sharded  # noqa: E402
 from orcd.distributed.runtime import launch  # noqa: E402
 from orcd.loading.loader import load_model  # noqa: E402
 from orcd.models.kv_cache import KVCache  # noqa: E402
-from orcd.models.layers.attention import AttnMetadata  # noqa: E402
 
 PAGE = 16
-
-
-def _meta(pos: torch.Tensor, tables: torch.Tensor) -> AttnMetadata:
-    b = pos.shape[0]
-    slots = tables.gather(1, (pos // PAGE)[:, None].int()).view(-1).long() * PAGE + pos % PAGE
-    return AttnMetadata(cu_seqlens_q=torch.arange(b + 1, dtype=torch.int32), seq_lens=(pos + 1).int(),
-                        block_tables=tables, slot_mapping=slots, max_query_len=1,
-                        max_seq_len=int(pos.max()) + 1)
 
 
 @torch.inference_mode()
@@ -42,7 +36,7 @@ def _case(dec, full, ref_cfg, local_cfg, batch: int, steps: int) -> float:
     pos, worst = torch.zeros(batch, dtype=torch.int64), 0.0
     for _ in range(steps):
         ids = torch.randint(0, ref_cfg.vocab_size, (batch,), generator=gen)
-        meta = _meta(pos, tables)
+        meta = decode_meta(pos, tables, PAGE)
         got = dec(ids, pos, meta, kv_tp)
         want = full.model.compute_logits(full.model(ids, pos, meta, kv_ref)).float()
         assert got.shape == want.shape, (got.shape, want.shape)

@@ -22,7 +22,7 @@ assert os.environ.get("TRITON_INTERPRET") == "1"
 sys.path.insert(0, os.path.dirname(__file__))
 
 import torch  # noqa: E402
-from interp_tp_fused import PAGE, _meta  # noqa: E402
+from interp_tp_fused import PAGE, decode_meta  # noqa: E402
 
 from orcd.distributed.driver import load_sharded  # noqa: E402
 from orcd.distributed.runtime import launch  # noqa: E402
@@ -62,7 +62,7 @@ def rank_main(ctx, path: str, out: str) -> int:
     tables = torch.arange(6, dtype=torch.int32).view(3, 2)
     kv_tp, kv_ref = _caches(full.cfg, shard.cfg, ctx.rank, 6)
     ids = torch.tensor([3, 60, 17])
-    meta = _meta(pos, tables)
+    meta = decode_meta(pos, tables, PAGE)
     got = tp(ids, pos, meta, kv_tp)
     want = full.model.compute_logits(full.model(ids, pos, meta, kv_ref)).float()
     assert got.shape == want.shape, (got.shape, want.shape)

@@ -9,12 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from decode_meta import decode_meta
 from gguf import GGMLQuantizationType as Q
 
 from orcd.gguf.synth import write_model_gguf
 from orcd.loading.loader import load_model
 from orcd.models.kv_cache import KVCache
-from orcd.models.layers.attention import AttnMetadata
 from orcd.runner.decode_graphs import pick_step
 
 WINDOW, PAGE = 8, 4
@@ -39,14 +39,6 @@ def write_case(directory: Path, name: str) -> Path:
                             tokenizer_metadata={}, rope_theta=1e6, extra_metadata=md, **dims)
 
 
-def _meta(pos: torch.Tensor, tables: torch.Tensor) -> AttnMetadata:
-    b = pos.shape[0]
-    slots = tables.gather(1, (pos // PAGE)[:, None].int()).view(-1).long() * PAGE + pos % PAGE
-    return AttnMetadata(cu_seqlens_q=torch.arange(b + 1, dtype=torch.int32, device=pos.device),
-                        seq_lens=(pos + 1).int(), block_tables=tables, slot_mapping=slots, max_query_len=1,
-                        max_seq_len=int(pos.max()) + 1)
-
-
 @torch.inference_mode()
 def decode_checks(path: Path, device: str, dtype: torch.dtype, rows: int, steps: int = 1,
                   gemv_rows: int | None = None, fused_rows: int | None = None):
@@ -67,7 +59,7 @@ def decode_checks(path: Path, device: str, dtype: torch.dtype, rows: int, steps:
     tables = torch.randperm(rows * width, generator=gen).view(rows, width).int().to(device)
     pos = torch.tensor(POSITIONS[:rows], device=device)
     for _ in range(steps):
-        meta = _meta(pos, tables)
+        meta = decode_meta(pos, tables, PAGE)
         ids = torch.randint(0, cfg.vocab_size, (rows,), generator=gen).to(device)
         out = step(ids, pos, meta, kv)
         ref = model.compute_logits(model(ids, pos, meta, kv))

@@ -20,24 +20,16 @@ assert os.environ.get("TRITON_INTERPRET") == "1"
 sys.path.insert(0, os.path.dirname(__file__))
 
 import torch  # noqa: E402
+from decode_meta import decode_meta  # noqa: E402
 
 from orcd.cli.synth import synth_like  # noqa: E402
 from orcd.loading.loader import load_model  # noqa: E402
 from orcd.models.kv_cache import KVCache  # noqa: E402
-from orcd.models.layers.attention import AttnMetadata  # noqa: E402
 from orcd.runner.decode_graphs import DecodeGraphs  # noqa: E402
 from orcd.runner.dense_weights import DenseWeights  # noqa: E402
 from orcd.runner.fused_decode import FusedDecoder  # noqa: E402
 
 PAGE = 16
-
-
-def meta_for(pos: torch.Tensor, tables: torch.Tensor) -> AttnMetadata:
-    b = pos.shape[0]
-    slots = tables.gather(1, (pos // PAGE)[:, None].int()).view(-1).long() * PAGE + pos % PAGE
-    return AttnMetadata(cu_seqlens_q=torch.arange(b + 1, dtype=torch.int32), seq_lens=(pos + 1).int(),
-                        block_tables=tables, slot_mapping=slots, max_query_len=1,
-                        max_seq_len=int(pos.max()) + 1)
 
 
 @torch.inference_mode()
@@ -50,7 +42,8 @@ def greedy(decs: list, cfg, dtype: torch.dtype, batch: int, steps: int) -> tuple
     ids = [first] * len(decs)
     pos, worst, differ = torch.arange(batch, dtype=torch.int64) % 3, 0.0, 0
     for _ in range(steps):
-        outs = [dec(i, pos, meta_for(pos, tables), kv) for dec, i, kv in zip(decs, ids, kvs, strict=True)]
+        outs = [dec(i, pos, decode_meta(pos, tables, PAGE), kv)  # a fresh metadata per decoder
+                for dec, i, kv in zip(decs, ids, kvs, strict=True)]
         for out in outs[1:]:
             worst = max(worst, float((out - outs[0]).norm() / outs[0].norm()))
         ids = [o.argmax(-1) for o in outs]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gemma3_fused_cases import CASES, _meta, decode_checks, kernel_checks, write_case
+from decode_meta import decode_meta
+from gemma3_fused_cases import CASES, PAGE, decode_checks, kernel_checks, write_case
 from interp_run import check_under_interpreter, interpreter_only
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -73,5 +74,5 @@ def test_gemma3_decode_graph_replays_the_fused_step(tmp_path):
         ids = torch.arange(n, device="cuda") + 7
         slots = tables[:n].gather(1, (pos[:n] // 4)[:, None].int()).view(-1).long() * 4 + pos[:n] % 4
         logits, _ = graphs.replay(ids, pos[:n], slots, (pos[:n] + 1).int(), tables[:n])
-        want = step(ids, pos[:n], _meta(pos[:n], tables[:n]), kv)
+        want = step(ids, pos[:n], decode_meta(pos[:n], tables[:n], PAGE), kv)
         assert float((logits - want).abs().max()) <= 1e-3 * float(want.abs().max())  # same kernels per row
