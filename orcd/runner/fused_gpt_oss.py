@@ -14,14 +14,10 @@ and three GEMVs for q, k, v (the float GEMVs with the norm fused stop at GEMV_MA
 residual add inside norm_route. Larger batches replay `model.forward` (expert-grouped MoE kernel).
 Models it cannot run raise ValueError at construction.
 int8_moe: steps 7-8 with int8 activations (moe_mxfp4_int8.moe_mlp_i8: x and the SwiGLU output quantized
-per 32 by quantize_x, dp4a over the E2M1 codes), two launches more per layer; off by default until
-measured faster on a GPU, and never by default for float32 models. int8_attn (same default): Q8_0 q, k, v
-(one launch, the RMSNorm fused into x's quantization: 2 launches) and o (+ residual: 2) with int8 x
-(q8_int8_gemv), at <= GEMV_MAX_N rows.
-moe_grouped (with int8_moe; default GROUPED_DEFAULT): the int8 expert MLP with pairs grouped by expert
-(moe_grouped_i8: one weight-tile read per expert and tile for all the tokens routed to it), h quantized
-in norm_route's launch and the SwiGLU output in the gate/up epilogue; per layer norm_route, gate/up, down,
-slot sum (4 launches; the per-pair int8 path: 5).
+per 32 by quantize_x, dp4a over the E2M1 codes), two launches more per layer; on by default
+(INT8_DEFAULT, measured faster on an H100), never by default for float32 models. int8_attn (same
+default): Q8_0 q, k, v (one launch, the RMSNorm fused into x's quantization: 2 launches) and o
+(+ residual: 2) with int8 x (q8_int8_gemv), at <= GEMV_MAX_N rows.
 """
 
 from __future__ import annotations
@@ -35,7 +31,6 @@ from orcd.quant.kernels.decode_ops import add_rmsnorm, rope_and_write_kv
 from orcd.quant.kernels.fused_linear import GEMV_MAX_N, fused_gemv, fused_linear, launch_gemv
 from orcd.quant.kernels.gemv_multi import fused_gemv3
 from orcd.quant.kernels.moe_gemv import moe_gemv
-from orcd.quant.kernels.moe_grouped_i8 import moe_mlp_i8_grouped
 from orcd.quant.kernels.moe_mxfp4 import GEMV_MAX_PAIRS
 from orcd.quant.kernels.moe_mxfp4_int8 import moe_mlp_i8
 from orcd.quant.kernels.moe_router import norm_route
@@ -52,8 +47,6 @@ O_LAUNCH_Q8_0 = (8, 4, 1, 2)
 # 2,289 / 4,478 tok/s, int8 323 / 1,057 / 2,371 / 4,415 (bench/results/gpt_oss_engine_*_ae555e3.json);
 # tests/gpu/test_moe_int8.py passed there
 INT8_DEFAULT = True
-# GptOssDecoder's moe_grouped when not given (int8_moe only): off until measured on an H100
-GROUPED_DEFAULT = False
 
 
 def _raw_linears(model) -> list:
@@ -90,16 +83,12 @@ def _router(moe) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class GptOssDecoder:
-    def __init__(self, model: torch.nn.Module, int8_moe: bool | None = None, int8_attn: bool | None = None,
-                 moe_grouped: bool | None = None):
+    def __init__(self, model: torch.nn.Module, int8_moe: bool | None = None, int8_attn: bool | None = None):
         check_model(model)
         self.model = model
         default = INT8_DEFAULT and model.norm.weight.dtype != torch.float32  # by the model dtype
         self.int8_moe = default if int8_moe is None else int8_moe
         self.int8_attn = default if int8_attn is None else int8_attn
-        if moe_grouped and not self.int8_moe:
-            raise ValueError("moe_grouped is an int8_moe path")
-        self.moe_grouped = self.int8_moe and (GROUPED_DEFAULT if moe_grouped is None else moe_grouped)
         self.routers = [_router(blk.moe) for blk in model.blocks]  # small: E x H per layer
         self.max_rows = GEMV_MAX_PAIRS // model.blocks[0].moe.top_k  # the MoE GEMV's range
 
@@ -158,14 +147,9 @@ class GptOssDecoder:
     def _moe(self, i: int, blk, res: torch.Tensor, delta: torch.Tensor | None) -> None:
         """res (+= delta) += MoE(ffn_norm(res)), in place: route, gate/up, down (+ residual)."""
         moe, (w_r, b_r) = blk.moe, self.routers[i]
-        h, ids, rw = norm_route(res, blk.ffn_norm.weight, blk.ffn_norm.eps, w_r, b_r, moe.top_k, delta,
-                                quant=self.moe_grouped)  # grouped: h as quantize_x(h)
+        h, ids, rw = norm_route(res, blk.ffn_norm.weight, blk.ffn_norm.eps, w_r, b_r, moe.top_k, delta)
         flat, k = ids.view(-1), moe.top_k
         g, u, d = moe.gate, moe.up, moe.down
-        if self.moe_grouped:
-            moe_mlp_i8_grouped(h, flat, (g.scales, g.codes), (u.scales, u.codes), (d.scales, d.codes),
-                               (g.bias, u.bias, d.bias), rw.view(-1), k, res)
-            return
         if self.int8_moe:
             moe_mlp_i8(h, flat, (g.scales, g.codes), (u.scales, u.codes), (d.scales, d.codes),
                        (g.bias, u.bias, d.bias), rw.view(-1), k, res)

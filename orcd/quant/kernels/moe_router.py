@@ -18,11 +18,6 @@ import triton
 import triton.language as tl
 
 from orcd.quant.kernels.fused_linear import launch_opts
-from orcd.quant.kernels.xquant import store_quant32
-
-# norm_route's (BK router columns per step, num_warps): one program per token walks the router in H / BK
-# dependent steps (gpt-oss-20b: 2880 / 128 = 23); bench/kernels/moe_grouped_sweep.py --sweep times others
-ROUTE_LAUNCH = (128, 8)
 
 
 @triton.jit
@@ -60,10 +55,9 @@ def topk_softmax(logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.
 
 
 @triton.jit
-def _norm_route_kernel(d_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, ids_ptr, rw_ptr, hq_ptr, hs_ptr, H, E, eps,
+def _norm_route_kernel(d_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, ids_ptr, rw_ptr, H, E, eps,
                        HAS_ADD: tl.constexpr, TOP_K: tl.constexpr, EP: tl.constexpr, KP: tl.constexpr,
-                       BH: tl.constexpr, BK: tl.constexpr, QUANT: tl.constexpr = False,
-                       PDL: tl.constexpr = 0):
+                       BH: tl.constexpr, BK: tl.constexpr, PDL: tl.constexpr = 0):
     if PDL:  # launched early: wait for the residual, then let the next kernel (the expert GEMV) launch
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -78,13 +72,7 @@ def _norm_route_kernel(d_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, ids_ptr, rw_pt
     rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / H + eps)
     xn = (xf * rstd).to(r.dtype).to(tl.float32)  # rounded as the eager RMSNorm
     nw = tl.load(nw_ptr + offs, mask=m, other=0.0).to(tl.float32)
-    hn = (xn * nw).to(h_ptr.dtype.element_ty)
-    tl.store(h_ptr + t * H + offs, hn, mask=m)
-    if QUANT:  # h as quantize_x(h) writes it (H % 32 == 0): the int8 expert GEMVs' input, no launch
-        nb: tl.constexpr = BH // 32
-        blk = tl.arange(0, nb)
-        store_quant32(tl.reshape(hn.to(tl.float32), (nb, 8, 4)), hq_ptr + t * (H // 4), hs_ptr + t * (H // 8),
-                      blk, blk < H // 32)
+    tl.store(h_ptr + t * H + offs, (xn * nw).to(h_ptr.dtype.element_ty), mask=m)
     tl.debug_barrier()  # h is read back below by other threads of this program
     e = tl.arange(0, EP)
     emask = e < E
@@ -102,26 +90,18 @@ def _norm_route_kernel(d_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, ids_ptr, rw_pt
 
 
 def norm_route(residual: torch.Tensor, norm_w: torch.Tensor, eps: float, router_w: torch.Tensor,
-               router_b: torch.Tensor, top_k: int, delta: torch.Tensor | None = None, quant: bool = False,
-               launch: tuple[int, int] | None = None) -> tuple:
+               router_b: torch.Tensor, top_k: int, delta: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """residual [T, H] (+= delta [T, H] in place when given), norm_w [H], router_w [E, H], router_b [E]
-    -> (h = RMSNorm(residual) * norm_w [T, H] in residual's dtype, ids [T, k] int64, weights [T, k] fp32);
-    quant: h comes as quantize_x(h) would return it (words int32 [T, H / 4], scales [T, H / 32, 4]).
-    launch: (BK, num_warps), default ROUTE_LAUNCH."""
+    -> (h = RMSNorm(residual) * norm_w [T, H] in residual's dtype, ids [T, k] int64, weights [T, k] fp32)."""
     t, hid = residual.shape
     n_exp = router_w.shape[0]
-    dev = residual.device
-    if quant and hid % 32:
-        raise ValueError(f"H = {hid} is not a multiple of 32")
     h = torch.empty_like(residual)
-    ids = torch.empty((t, top_k), dtype=torch.int64, device=dev)
-    rw = torch.empty((t, top_k), dtype=torch.float32, device=dev)
-    hq = torch.empty((t, hid // 4) if quant else (1,), dtype=torch.int32, device=dev)
-    hs = torch.empty((t, hid // 32, 4) if quant else (1,), dtype=torch.float32, device=dev)
-    bk, warps = launch or ROUTE_LAUNCH
+    ids = torch.empty((t, top_k), dtype=torch.int64, device=residual.device)
+    rw = torch.empty((t, top_k), dtype=torch.float32, device=residual.device)
     _norm_route_kernel[(t,)](delta if delta is not None else residual, residual, norm_w, h,
-                             router_w.contiguous(), router_b, ids, rw, hq, hs, hid, n_exp, float(eps),
+                             router_w.contiguous(), router_b, ids, rw, hid, n_exp, float(eps),
                              HAS_ADD=delta is not None, TOP_K=top_k, EP=triton.next_power_of_2(n_exp),
-                             KP=triton.next_power_of_2(top_k), BH=triton.next_power_of_2(hid), BK=bk,
-                             QUANT=quant, num_warps=warps, **launch_opts(dev))
-    return ((hq, hs) if quant else h), ids, rw
+                             KP=triton.next_power_of_2(top_k), BH=triton.next_power_of_2(hid), BK=128,
+                             num_warps=8, **launch_opts(residual.device))
+    return h, ids, rw
