@@ -33,6 +33,14 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
     return torch.cat([bits, bits.new_zeros(k, vocab - 32 * w)], dim=1)
 
 
+def _index(values: list[int], dev: torch.device) -> torch.Tensor:
+    """values as an int64 index on dev without a stream sync: on CUDA through pinned memory and a
+    non-blocking copy (torch.tensor(values, device=cuda) copies from pageable memory and waits for the
+    stream, i.e. for the logits still being computed, before the mask's kernels are even queued)."""
+    t = torch.tensor(values, dtype=torch.int64)
+    return t.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else t
+
+
 def apply_mask(logits: torch.Tensor, rows: list[int], bitmask: torch.Tensor) -> torch.Tensor:
     """logits [N, V] with -inf at the tokens the grammar forbids in `rows` (bitmask row i masks logits row
     rows[i], rows in any order); other rows are untouched. bitmask: [len(rows), W] int32 on the CPU,
@@ -44,8 +52,8 @@ def apply_mask(logits: torch.Tensor, rows: list[int], bitmask: torch.Tensor) -> 
     words = bitmask.to(dev, non_blocking=bitmask.is_pinned())
     if len(rows) == logits.shape[0]:  # every row: the bitmask's rows put in batch order, one `where`
         if rows != list(range(len(rows))):
-            words = words[torch.tensor(sorted(range(len(rows)), key=rows.__getitem__), device=dev)]
+            words = words[_index(sorted(range(len(rows)), key=rows.__getitem__), dev)]
         return logits.where(unpack_bitmask(words, logits.shape[1]), float("-inf"))
     allowed = unpack_bitmask(words, logits.shape[1])
-    idx = torch.tensor(rows, device=dev)
+    idx = _index(rows, dev)
     return logits.index_copy(0, idx, logits.index_select(0, idx).where(allowed, float("-inf")))
