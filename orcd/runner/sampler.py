@@ -26,7 +26,7 @@ import torch
 from orcd.engine.io import TokenLogprobs
 from orcd.engine.sampling_params import SamplingParams
 from orcd.structured.guide import GuidedStep, masks_first
-from orcd.structured.mask import apply_mask
+from orcd.structured.mask import apply_mask, to_device
 
 M32 = 0xFFFFFFFF
 GOLDEN = 0x9E3779B1
@@ -85,13 +85,13 @@ def _apply_penalties(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tenso
     for i, r in enumerate(rows):
         ids[i, : len(r.penalty_token_ids)] = torch.tensor(r.penalty_token_ids, dtype=torch.int64)
     counts = torch.zeros((n, v + 1), device=logits.device, dtype=torch.float32)
-    counts.scatter_add_(1, ids.to(logits.device), torch.ones((n, width), device=logits.device))
+    counts.scatter_add_(1, to_device(ids, logits.device), torch.ones((n, width), device=logits.device))
     counts = counts[:, :v]
     seen = counts > 0
     dev = logits.device
-    rep = torch.tensor([r.params.repetition_penalty for r in rows], device=dev)[:, None]
-    pres = torch.tensor([r.params.presence_penalty for r in rows], device=dev)[:, None]
-    freq = torch.tensor([r.params.frequency_penalty for r in rows], device=dev)[:, None]
+    rep = to_device([r.params.repetition_penalty for r in rows], dev)[:, None]
+    pres = to_device([r.params.presence_penalty for r in rows], dev)[:, None]
+    freq = to_device([r.params.frequency_penalty for r in rows], dev)[:, None]
     penalized = torch.where(logits > 0, logits / rep, logits * rep)
     logits = torch.where(seen, penalized, logits)
     return logits - freq * counts - pres * seen.float()
@@ -107,17 +107,17 @@ def _filter(scaled: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
     if any(0 < k < v for k in top_k) or any(p < 1.0 for p in top_p):
         sorted_l, order = scaled.sort(dim=-1, descending=True, stable=True)
         rank = torch.arange(v, device=dev)[None, :]
-        k = torch.tensor([kk if 0 < kk < v else v for kk in top_k], device=dev)[:, None]
+        k = to_device([kk if 0 < kk < v else v for kk in top_k], dev)[:, None]
         sorted_l = sorted_l.masked_fill(rank >= k, float("-inf"))
         probs = sorted_l.softmax(dim=-1)
         before = probs.cumsum(dim=-1) - probs  # mass strictly ahead: keep the smallest set reaching p
         # top_p == 1 rows must not lose rounding-error tails: their result cannot depend on the batch
-        p = torch.tensor([pp if pp < 1.0 else float("inf") for pp in top_p], device=dev)[:, None]
+        p = to_device([pp if pp < 1.0 else float("inf") for pp in top_p], dev)[:, None]
         sorted_l = sorted_l.masked_fill((before >= p) & (rank > 0), float("-inf"))
         scaled = torch.full_like(scaled, float("-inf")).scatter(1, order, sorted_l)
     if any(m > 0 for m in min_p):
         probs = scaled.softmax(dim=-1)
-        floor = torch.tensor(min_p, device=dev)[:, None] * probs.max(dim=-1, keepdim=True).values
+        floor = to_device(min_p, dev)[:, None] * probs.max(dim=-1, keepdim=True).values
         scaled = scaled.masked_fill(probs < floor, float("-inf"))
     return scaled
 
@@ -138,11 +138,11 @@ def _race(logits: torch.Tensor, rows: list[SampleRow], seeds: list[int | None]) 
     if not hot:
         return out
     sub_rows = [rows[i] for i in hot]
-    hot_idx = torch.tensor(hot, device=logits.device)
-    temps = torch.tensor([r.params.temperature for r in sub_rows], device=logits.device)[:, None]
+    hot_idx = to_device(hot, logits.device, torch.int64)
+    temps = to_device([r.params.temperature for r in sub_rows], logits.device)[:, None]
     scaled = _filter(logits[hot_idx].float() / temps, sub_rows)
     keys = [row_key(seeds[i], r.num_generated) for i, r in zip(hot, sub_rows, strict=True)]
-    keys = torch.tensor(keys, dtype=torch.int64, device=logits.device)
+    keys = to_device(keys, logits.device, torch.int64)
     gumbel = -torch.log(-torch.log(uniform_noise(keys, logits.shape[1]))).float()
     out[hot_idx] = (scaled + gumbel).argmax(dim=-1)
     return out

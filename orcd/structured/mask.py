@@ -33,12 +33,12 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
     return torch.cat([bits, bits.new_zeros(k, vocab - 32 * w)], dim=1)
 
 
-def _index(values: list[int], dev: torch.device) -> torch.Tensor:
-    """values as an int64 index on dev without a stream sync: on CUDA through pinned memory and a
-    non-blocking copy (torch.tensor(values, device=cuda) copies from pageable memory and waits for the
-    stream, i.e. for the logits still being computed, before the mask's kernels are even queued)."""
-    t = torch.tensor(values, dtype=torch.int64)
-    return t.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else t
+def to_device(values, dev: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """values (a list, or a CPU tensor) on dev without a stream sync: on CUDA through pinned memory and a
+    non-blocking copy. torch.tensor(values, device=cuda) copies from pageable memory and waits for the
+    stream -- for the logits still being computed -- before the next kernel is even queued."""
+    t = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
+    return t.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else t.to(dev)
 
 
 def apply_mask(logits: torch.Tensor, rows: list[int], bitmask: torch.Tensor) -> torch.Tensor:
@@ -52,8 +52,8 @@ def apply_mask(logits: torch.Tensor, rows: list[int], bitmask: torch.Tensor) -> 
     words = bitmask.to(dev, non_blocking=bitmask.is_pinned())
     if len(rows) == logits.shape[0]:  # every row: the bitmask's rows put in batch order, one `where`
         if rows != list(range(len(rows))):
-            words = words[_index(sorted(range(len(rows)), key=rows.__getitem__), dev)]
+            words = words[to_device(sorted(range(len(rows)), key=rows.__getitem__), dev, torch.int64)]
         return logits.where(unpack_bitmask(words, logits.shape[1]), float("-inf"))
     allowed = unpack_bitmask(words, logits.shape[1])
-    idx = _index(rows, dev)
+    idx = to_device(rows, dev, torch.int64)
     return logits.index_copy(0, idx, logits.index_select(0, idx).where(allowed, float("-inf")))
