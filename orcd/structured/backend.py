@@ -15,6 +15,25 @@ from orcd.tokenizer.vocab import CONTROL
 
 PAR_MIN_S = 5e-4  # rows whose last masks took less in all are filled on the caller's thread
 SPECIAL = b"\xff"  # llguidance's marker for a special token's bytes (matched only by name, never as text)
+STRING_CHAR = r'[^"\\\x00-\x1F\x7F]'  # one character of JSON string content that needs no escape
+
+
+def content_slices(lengths) -> tuple[str, ...]:
+    """llguidance's default tokenizer slices plus one of JSON string content of 1..k characters for each k.
+
+    A mask walks the vocabulary's token trie, except for the slices (groups of tokens) that the lexer's
+    state allows whole, which are or-ed in at once; a slice applies where every one of its tokens is a
+    prefix of what the current lexeme can still match (llguidance's slicer: regex containment), so the
+    mask is the same with any slices, only its cost changes. The default content slices are 1-10, 1-30 and
+    any number of characters: inside a string with maxLength, with fewer than 10 characters left, none
+    applies and every token is walked (2-4 ms per row on qwen2's 152k vocabulary)."""
+    extra = [f"{STRING_CHAR}{{1,{k}}}" for k in sorted(set(lengths) - {10, 30}, reverse=True)]
+    return tuple(llguidance.LLTokenizer.general_slices()) + tuple(extra)
+
+
+# bench/results/mask_fill_bounded_cpu.md (qwen2's vocabulary): as fast as 1..25 in 13 steps, with ~40 MB
+# (llguidance's tokenizer: ~50 MB with its defaults, ~90 MB with these, ~150 MB with 13 more)
+MASK_SLICES = content_slices((20, 15, 8, 6, 4))
 
 
 class _TokenizerView:
@@ -115,8 +134,10 @@ class GrammarBackend:
     whose mask was filled while the device ran are masked before the draw, the others checked; False:
     every row without top-k / top-p / min-p is checked (session 8's check first)."""
 
-    def __init__(self, tokenizer, check_first: bool = True, mask_ahead: bool = True, fill_threads: int = 1):
-        """fill_threads: threads that fill a batch's masks (fill_rows); 1 (default): the caller's alone;
+    def __init__(self, tokenizer, check_first: bool = True, mask_ahead: bool = True, fill_threads: int = 1,
+                 slices: tuple[str, ...] | None = MASK_SLICES):
+        """slices: llguidance's tokenizer slices (content_slices); None: llguidance's defaults.
+        fill_threads: threads that fill a batch's masks (fill_rows); 1 (default): the caller's alone;
         0: min(8, CPUs). Off by default: on the H100 host, 64 rows walking valid JSON filled in 2.96 ms
         one by one, 1.71 ms on 4 threads, 4.09 ms on 8 (plain schema; bounded: 7.85, 7.10, 6.32 ms;
         bench/structured/fill_scaling.py --pools 4,8), and the engine's steps with the pool of 8 were not
@@ -125,6 +146,7 @@ class GrammarBackend:
         self.check_first = check_first
         self.mask_ahead = mask_ahead
         self.fill_threads = fill_threads or min(8, os.cpu_count() or 1)
+        self.slices = slices
         self._pool: ThreadPoolExecutor | None = None
         self._lltok: llguidance.LLTokenizer | None = None
         self._lock = threading.Lock()
@@ -134,7 +156,9 @@ class GrammarBackend:
     def lltok(self) -> llguidance.LLTokenizer:
         with self._lock:  # validate() runs on request threads, matchers are made on the engine's
             if self._lltok is None:
-                self._lltok = llguidance.LLTokenizer(_TokenizerView(self.tokenizer), eos_token=self.eos_ids)
+                slices = None if self.slices is None else list(self.slices)
+                self._lltok = llguidance.LLTokenizer(_TokenizerView(self.tokenizer), eos_token=self.eos_ids,
+                                                     slices=slices)
             return self._lltok
 
     @property
