@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 SEEDED_CACHE_SALT = 0x5EED  # prefix-cache namespace of sequences computed with batch-invariant kernels
 CPU_KV_TOKENS = 32768  # on the CPU there is no free memory to measure: size the pool in tokens
+SHORT_PREFIX_TOKENS = 64  # with prefill graphs, a cached prefix shorter than this is recomputed (issue 19)
 
 
 def dense_copies(loaded, rows: int, max_num_seqs: int, graphs: bool):
@@ -64,6 +65,7 @@ class LLMEngine:
         prefill_graphs: bool = True,
         warm_prefill_graphs: bool = True,
         dense_batch_rows: int | None = None,
+        min_prefix_hit: int | None = None,
     ):
         """enforce_eager: never use CUDA graphs (otherwise decode-only steps on CUDA replay captured
         graphs of the fused decode step; they are captured here, see orcd.runner.decode_graphs).
@@ -76,7 +78,9 @@ class LLMEngine:
         (greedy requests without a seed too); "off": never. The CPU path is invariant in every mode.
         dense_batch_rows (None: off): decode batches of >= that many sequences run on dense copies of the
         weights (orcd.runner.dense_weights), made here before the KV cache is sized from the free memory;
-        CUDA decode graphs of the fused step only (OrcdError otherwise, or when they do not fit)."""
+        CUDA decode graphs of the fused step only (OrcdError otherwise, or when they do not fit).
+        min_prefix_hit (None: SHORT_PREFIX_TOKENS with prefill graphs, else 0): a cached prefix shorter than
+        this many tokens is recomputed, so the step can replay a prefill graph (BlockManager.take_prefix)."""
         self.loaded = loaded
         self.cfg = loaded.cfg
         self.tokenizer = loaded.tokenizer
@@ -105,7 +109,10 @@ class LLMEngine:
         if warm_prefill_graphs:
             self.warm_up_graphs(max_num_batched_tokens)
         window = releasable_window(_layer_windows(loaded.model))  # > 0 only if every layer is windowed
-        self.block_manager = BlockManager(num_kv_blocks, block_size, enable_prefix_caching, window)
+        if min_prefix_hit is None:
+            min_prefix_hit = SHORT_PREFIX_TOKENS if getattr(runner, "prefill_graphs", None) is not None else 0
+        self.block_manager = BlockManager(num_kv_blocks, block_size, enable_prefix_caching, window,
+                                          min_prefix_hit)
         self.scheduler = Scheduler(self.block_manager, max_num_seqs, max_num_batched_tokens)
         self._requests: dict[str, RequestOutput] = {}
         self._by_seq: dict[int, RequestOutput] = {}
@@ -280,6 +287,7 @@ class LLMEngine:
             "waiting": len(self.scheduler.waiting),
             "prefix_cache_hits": bm.prefix_hits,
             "prefix_cache_queries": bm.prefix_queries,
+            "prefix_cache_recomputed": bm.prefix_skipped,  # cached tokens under min_prefix_hit, recomputed
             "num_preemptions": self.scheduler.num_preemptions,
             "max_num_seqs": self.scheduler.max_num_seqs,
             "max_num_batched_tokens": self.scheduler.max_num_batched_tokens,
