@@ -22,7 +22,7 @@ prompts then come from the prefix cache: --no-prefix-cache prefills every round 
 too (--device cpu).
 
     python bench/structured/mask_cost.py --model F.gguf --tag after [--concurrency 1,8,32,64] [--steps 64]
-        [--paths mask,check,auto]
+        [--paths mask,check,auto] [--slices orcd|default]
     python bench/structured/mask_cost.py --report before.json after.json --out bench/results
 """
 
@@ -181,12 +181,15 @@ def run(args) -> dict:
     engine = LLMEngine(loaded, num_kv_blocks=blocks, max_num_seqs=max(64, max(cs)), enforce_eager=args.eager,
                        enable_prefix_caching=not args.no_prefix_cache)
     probe = Probe(engine)
+    if args.slices == "default":  # llguidance's own tokenizer slices, not orcd's MASK_SLICES (before use)
+        engine.grammars().slices = None
     engine.grammars().lltok  # noqa: B018 - the llguidance tokenizer (~1 s), before any timing
     dev = torch.cuda.get_device_name() if loaded.device.type == "cuda" else "cpu"
     res = {"device": dev, "model": args.model, "tag": args.tag, "steps": args.steps,
            "prompt_len": args.prompt_len, "prefix_cache": not args.no_prefix_cache,
-           "vocab": engine.tokenizer.vocab_size, "graphs": engine.runner.graph is not None,
-           "command": " ".join(["python", *sys.argv]), "rounds": []}
+           "vocab": engine.tokenizer.vocab_size, "slices": args.slices,
+           "graphs": engine.runner.graph is not None, "command": " ".join(["python", *sys.argv]),
+           "rounds": []}
     paths = args.paths.split(",")
     for c in cs:  # warm-up: each batch shape and every path once (Triton compiles, first masks)
         for path in paths:
@@ -235,6 +238,8 @@ def main() -> int:
                     help="(c)'s free rows equal (a)'s; (a) run twice equals itself")
     ap.add_argument("--no-prefix-cache", action="store_true", help="every round prefills its prompts anew")
     ap.add_argument("--paths", default="mask,check,auto", help="constrained paths to time: mask, check, auto")
+    ap.add_argument("--slices", default="orcd", choices=["orcd", "default"],
+                    help="llguidance tokenizer slices: orcd's MASK_SLICES or llguidance's defaults")
     ap.add_argument("--out", default=".")
     ap.add_argument("--report", nargs="+", help="JSON files of earlier runs -> OUT/mask_cost.md/.json/.png")
     args = ap.parse_args()

@@ -135,6 +135,9 @@ def run(args) -> dict:
             per_fill = [statistics.median(ts) for ts in zip(*times[name], strict=True)]
             equal = sum(torch.equal(a, b) for a, b in zip(masks[name], masks["default"], strict=True))
             row = {"schema": schema, "walk": walk, "slices": name, "equal": equal} | stats(per_fill)
+            if walk == "sweep":  # fill i: 40 - i characters of the name's budget left
+                by_left = dict(zip(range(40, -1, -1), per_fill, strict=True))
+                res.setdefault("sweep_ms_by_left", {})[name] = by_left
             res["rows"].append(row)
             print(f"{schema:8s} {walk:6s} {name:7s}: {row['fills']} fills, ms mean {row['mean']:.3f} median "
                   f"{row['median']:.3f} p90 {row['p90']:.3f} max {row['max']:.2f} sum {row['sum']:.1f}; "
@@ -144,7 +147,7 @@ def run(args) -> dict:
 
 def markdown(res: dict) -> str:
     head = (f"# One row's mask fill inside maxLength strings (CPU): llguidance's default slices vs orcd's\n\n"
-            f"`{res['command']}` at {res['commit']} (+ uncommitted edits of this change), llguidance "
+            f"`{res['command']}` at {res['commit']}, llguidance "
             f"{res['llguidance']}, {res['nproc']} CPUs ({res['cpu']}, shared: load average "
             f"{res['loadavg'][0]:.2f} at the start), vocabulary {res['vocab_size']:,} tokens. "
             "Tokenizer build: "
@@ -152,11 +155,17 @@ def markdown(res: dict) -> str:
             + ". ms per fill of one row (GrammarBackend.fill); equal: fills whose bitmask equals the default "
             "set's.\n\n| schema | walk | slices | fills | mean | median | p90 | max | sum | equal |\n"
             "|---|---|---|---|---|---|---|---|---|---|\n")
+    lefts = (40, 30, 25, 20, 15, 10, 9, 8, 6, 4, 2, 1, 0)
+    sweep = res["sweep_ms_by_left"]
+    tail = ("\nThe sweep's fills by characters left in the name's budget (maxLength 40), ms:\n\n| slices | "
+            + " | ".join(map(str, lefts)) + " |\n|---|" + "---|" * len(lefts) + "\n"
+            + "".join(f"| {k} | " + " | ".join(f"{v[n]:.2f}" for n in lefts) + " |\n"
+                      for k, v in sweep.items()))
     return head + "".join(
         f"| {r['schema']} | {r['walk']} | {r['slices']} | {r['fills']} | {r['mean']:.3f} | "
         f"{r['median']:.3f} | {r['p90']:.3f} | {r['max']:.2f} | {r['sum']:.1f} | "
         f"{r['equal']} of {r['fills']} |\n"
-        for r in res["rows"])
+        for r in res["rows"]) + tail
 
 
 def main() -> int:
