@@ -7,7 +7,8 @@ Walks, each on fresh matchers of mask_cost.py's schemas (plain, bounded), the sa
 - sweep (bounded): `{"people":[{"name":"` then 40 x `A`: one fill at each budget left, 40..0 characters;
 - random: each step a random token of the default set's mask (what the random-weight model of
   mask_cost.py writes: strings up to their maxLength), --matchers matchers of --tokens tokens;
-- valid: the tokens of fill_scaling.answer texts (short names and tags), same counts.
+- valid: the tokens of fill_scaling.answer texts (short names and tags), same counts;
+- batch: --batch rows at once, each on its own valid text (fill_scaling.walk), ms per fill of all rows.
 Times are ms per row fill (each fill's median over --reps walks, the sets taking turns; then mean, median,
 p90, max and sum over the walk's fills); `equal`: fills whose bitmask equals the default set's.
 
@@ -30,6 +31,7 @@ from pathlib import Path
 
 import torch
 from fill_scaling import answer
+from fill_scaling import walk as batch_walk
 from mask_cost import SCHEMAS
 
 RESULT = "mask_fill_bounded_cpu"
@@ -142,7 +144,28 @@ def run(args) -> dict:
             print(f"{schema:8s} {walk:6s} {name:7s}: {row['fills']} fills, ms mean {row['mean']:.3f} median "
                   f"{row['median']:.3f} p90 {row['p90']:.3f} max {row['max']:.2f} sum {row['sum']:.1f}; "
                   f"equal {equal}/{row['fills']}", flush=True)
+    res["batch"] = batch_fills(backends, args)
     return res
+
+
+def batch_fills(backends: dict, args) -> list[dict]:
+    """ms per GrammarBackend.fill of --batch rows (one after another on this thread), each row walking its
+    own valid text (fill_scaling.walk; its first 8 fills left out), the sets in turn --reps times."""
+    from orcd.structured.grammars import json_schema_grammar
+
+    rows = []
+    for schema in SCHEMAS:
+        grammar = json_schema_grammar(SCHEMAS[schema], "schema")
+        times: dict[str, list[float]] = {name: [] for name in backends}
+        for _ in range(args.reps):
+            for name, backend in backends.items():
+                ts = batch_walk(backend, grammar, args.batch, args.tokens, 7, None)[8:]
+                times[name] += [1e3 * t for t in ts]
+        for name, ts in times.items():
+            rows.append({"schema": schema, "slices": name, "rows": args.batch} | stats(ts))
+            print(f"{schema:8s} {args.batch} rows {name:7s}: ms per fill mean {rows[-1]['mean']:.2f} median "
+                  f"{rows[-1]['median']:.2f} max {rows[-1]['max']:.1f}", flush=True)
+    return rows
 
 
 def markdown(res: dict) -> str:
@@ -161,11 +184,20 @@ def markdown(res: dict) -> str:
             + " | ".join(map(str, lefts)) + " |\n|---|" + "---|" * len(lefts) + "\n"
             + "".join(f"| {k} | " + " | ".join(f"{v[n]:.2f}" for n in lefts) + " |\n"
                       for k, v in sweep.items()))
+    tail += _batch_markdown(res["batch"])
     return head + "".join(
         f"| {r['schema']} | {r['walk']} | {r['slices']} | {r['fills']} | {r['mean']:.3f} | "
         f"{r['median']:.3f} | {r['p90']:.3f} | {r['max']:.2f} | {r['sum']:.1f} | "
         f"{r['equal']} of {r['fills']} |\n"
         for r in res["rows"]) + tail
+
+
+def _batch_markdown(rows: list[dict]) -> str:
+    return (f"\nThe batch's fill (GrammarBackend.fill of {rows[0]['rows']} rows, each walking its own valid "
+            "text, one row after another on one thread), ms per fill over every step of --reps walks:\n\n"
+            "| schema | slices | mean | median | p90 | max |\n|---|---|---|---|---|---|\n"
+            + "".join(f"| {r['schema']} | {r['slices']} | {r['mean']:.2f} | {r['median']:.2f} | "
+                      f"{r['p90']:.2f} | {r['max']:.1f} |\n" for r in rows))
 
 
 def main() -> int:
@@ -174,6 +206,7 @@ def main() -> int:
     ap.add_argument("--model", help="a GGUF file whose vocabulary to use instead")
     ap.add_argument("--matchers", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=64, help="rows of the batch fills")
     ap.add_argument("--reps", type=int, default=3, help="times per fill: the median of this many walks")
     ap.add_argument("--also", nargs="*", default=[], help="more sets: content_slices of K,K,.. characters")
     ap.add_argument("--out", default=".")
