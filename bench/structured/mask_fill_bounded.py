@@ -85,6 +85,11 @@ def time_walk(backend, grammar: str, seqs: list[list[int]], skip_head: int) -> t
     return times, masks
 
 
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
 def _cpu() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -113,17 +118,18 @@ def run(args) -> dict:
     sets = {"default": None, "orcd": MASK_SLICES}
     for lengths in args.also:
         sets[f"1..{{{lengths}}}"] = content_slices(int(k) for k in lengths.split(","))
-    backends, build_s = {}, {}
+    backends, build_s, rss_mb = {}, {}, {}
     for name, slices in sets.items():
-        t0 = time.perf_counter()
+        t0, r0 = time.perf_counter(), _rss_mb()
         backends[name] = GrammarBackend(tok, slices=slices)
         backends[name].lltok  # noqa: B018 - built before timing
-        build_s[name] = time.perf_counter() - t0
+        build_s[name], rss_mb[name] = time.perf_counter() - t0, _rss_mb() - r0
     seqs = walks(backends["default"], args.tokens, args.matchers)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout
     res = {"command": " ".join(["python", *sys.argv]), "nproc": os.cpu_count(), "cpu": _cpu(),
            "loadavg": os.getloadavg(), "commit": commit.strip(), "vocab": path, "vocab_size": tok.vocab_size,
            "llguidance": metadata.version("llguidance"), "slices": sets, "tokenizer_build_s": build_s,
+           "tokenizer_rss_mb": rss_mb,
            "rows": []}
     for (schema, walk), (lists, skip) in sorted(seqs.items()):
         grammar = json_schema_grammar(SCHEMAS[schema], "schema")
@@ -174,7 +180,8 @@ def markdown(res: dict) -> str:
             f"{res['llguidance']}, {res['nproc']} CPUs ({res['cpu']}, shared: load average "
             f"{res['loadavg'][0]:.2f} at the start), vocabulary {res['vocab_size']:,} tokens. "
             "Tokenizer build: "
-            + ", ".join(f"{k} {v:.2f} s" for k, v in res["tokenizer_build_s"].items())
+            + ", ".join(f"{k} {v:.2f} s (RSS +{res['tokenizer_rss_mb'][k]:.0f} MB)"
+                        for k, v in res["tokenizer_build_s"].items())
             + ". ms per fill of one row (GrammarBackend.fill); equal: fills whose bitmask equals the default "
             "set's.\n\n| schema | walk | slices | fills | mean | median | p90 | max | sum | equal |\n"
             "|---|---|---|---|---|---|---|---|---|---|\n")
