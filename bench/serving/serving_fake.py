@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from batching_common import Deadline  # noqa: E402
 from batching_http import ServerProcess  # noqa: E402
-from fake_engine import FakeBuild  # noqa: E402
+from fake_engine import FakeBuild, prefix_rule  # noqa: E402
 from serving_client import run_load  # noqa: E402
 from serving_engine import EngineBench  # noqa: E402
 from serving_run import http_rows, warm_rounds  # noqa: E402
@@ -49,11 +49,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name, default in (("base", 0.95), ("row", 0.057), ("prefill", 0.01)):  # fake_engine.FakeBuild's
         ap.add_argument(f"--fake-{name}-ms", type=float, default=default,
                         help="the fake step's timing, for the engine side and every server alike")
+    ap.add_argument("--fake-eager-ms", type=float, default=0.0,
+                    help="a step admitting a cached prompt prefix costs this much more (H100 0.5B: 17.6)")
+    ap.add_argument("--fake-min-prefix-hit", type=int, default=None,
+                    help="cached prefixes shorter than this are recomputed (default: the engine's; 0: none)")
     args = ap.parse_args(argv)
     args.streams = [int(x) for x in args.streams.split(",")]
     args.routes = args.routes.split(",")
     args.servers = [shlex.split(s) for s in (args.server or ["api1"])]
     return args
+
+
+def prefix_counters(url: str) -> dict:
+    """The server's prefix-cache counters (/metrics): prompt tokens served from cached blocks, and cached
+    tokens recomputed instead (prefixes under the engine's min_prefix_hit)."""
+    import urllib.request
+
+    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    out = {}
+    for key in ("prefix_cache_hits", "prefix_cache_recomputed"):
+        vals = [float(ln.split()[1]) for ln in text.splitlines() if ln.startswith(f"orcd_{key}_total ")]
+        out[key] = int(vals[0]) if vals else None
+    return out
 
 
 def markdown(rows: list[dict], command: str) -> str:
@@ -66,6 +83,9 @@ def markdown(rows: list[dict], command: str) -> str:
     lines += [f"| {r['tag']} | {r['route']} | {r['streams']} | {r['engine_tok_s'] or 0:,.0f} | "
               f"{r['http_tok_s'] or 0:,.0f} | {r['http_over_engine'] or 0:.2f} | {r['ttft_p50_ms']} | "
               f"{r['itl_p50_ms']} / {r['itl_p99_ms']} |" for r in rows]
+    tags = {r["tag"]: r.get("server_prefix") for r in rows}
+    lines += ["", *(f"- {t}: prefix-cache tokens over the server's run (warm-up included): {c}"
+                    for t, c in tags.items() if c)]
     return "\n".join(lines) + "\n"
 
 
@@ -77,8 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     timing = (args.fake_base_ms, args.fake_row_ms, args.fake_prefill_ms)
-    engine = EngineBench(FakeBuild(Path(args.model), *timing).build())  # graphs (if modelled) all captured
-    fake_args = [f"--fake-{n}-ms={v}" for n, v in zip(("base", "row", "prefill"), timing, strict=True)]
+    prefix = {"eager_ms": args.fake_eager_ms, **prefix_rule(args.fake_min_prefix_hit)}
+    engine = EngineBench(FakeBuild(Path(args.model), *timing, **prefix).build())  # graphs all captured
+    fake_args = [f"--fake-{n}-ms={v}" for n, v in zip(("base", "row", "prefill", "eager"),
+                                                      (*timing, args.fake_eager_ms), strict=True)]
+    if args.fake_min_prefix_hit is not None:
+        fake_args.append(f"--fake-min-prefix-hit={args.fake_min_prefix_hit}")
     tok, rows = load_tokenizer(open_gguf(args.model).metadata), []
     for head, *serve_args in args.servers:
         tag, _, repo = head.partition("@")  # TAG@CHECKOUT: that checkout's orcd (a before/after pair)
@@ -89,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
             server.start(timeout_s=120)
             for reqs in warm_rounds(args, "m", tok):
                 run_load("127.0.0.1", server.port, reqs, args.client_procs)
-            rows += http_rows(args, "m", tag, tok, server.port, engine, Deadline.after(3600))
+            measured = http_rows(args, "m", tag, tok, server.port, engine, Deadline.after(3600))
+            counters = prefix_counters(server.url)
+            rows += [{**r, "server_prefix": counters} for r in measured]
         finally:
             server.stop()
     (out / "serving_fake.json").write_text(json.dumps(rows, indent=1))

@@ -52,6 +52,10 @@ class _EngineCollector(Collector):
         if s.get("prefix_cache_hits") is not None:
             yield CounterMetricFamily("orcd_prefix_cache_hits", "prompt tokens (or blocks) served from the "
                                       "prefix cache", value=float(s["prefix_cache_hits"]))
+        if s.get("prefix_cache_recomputed") is not None:
+            yield CounterMetricFamily("orcd_prefix_cache_recomputed", "cached prompt tokens recomputed: a "
+                                      "prefix too short to leave the prefill graphs for",
+                                      value=float(s["prefix_cache_recomputed"]))
 
 
 ACTIVE_DOC = "requests admitted by the server and not finished"

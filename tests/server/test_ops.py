@@ -23,7 +23,8 @@ def test_metrics_after_requests(client):
     for name in ("orcd_requests_total", "orcd_prompt_tokens_total", "orcd_generation_tokens_total",
                  "orcd_time_to_first_token_seconds_bucket", "orcd_time_per_output_token_seconds_bucket",
                  "orcd_queue_depth", "orcd_requests_running", "orcd_kv_cache_usage_ratio",
-                 "orcd_prefix_cache_hits_total", "orcd_e2e_request_latency_seconds_count"):
+                 "orcd_prefix_cache_hits_total", "orcd_prefix_cache_recomputed_total",
+                 "orcd_e2e_request_latency_seconds_count"):
         assert name in text, name
     assert 'orcd_requests_total{outcome="length",route="generate"}' in text
 

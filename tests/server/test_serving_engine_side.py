@@ -68,3 +68,26 @@ def test_fake_engine_pays_each_lazy_bucket_once_and_none_when_warm():
     warm = FakeBuild(DEMO, capture_ms=0.2, max_num_batched_tokens=2048).build()
     assert time.perf_counter() - t0 >= 0.2 * len(capture_plan(TOKEN_BUCKETS, SEQ_BUCKETS, 2048)) / 1000
     assert all(warm.capture_s([n] * k) == 0.0 for n in (5, 60, 500) for k in (1, 3, 4))
+
+
+def test_fake_engine_pays_an_eager_step_only_for_a_cached_prefix_the_engine_takes():
+    from orcd.engine.io import EngineRequest
+    from orcd.engine.sampling_params import SamplingParams
+
+    def run(min_prefix_hit: int):
+        engine = FakeBuild(DEMO, base_ms=0.0, row_ms=0.0, prefill_ms=0.0, eager_ms=1.0,
+                           min_prefix_hit=min_prefix_hit).build()
+        shared = list(range(1, 17))  # one full 16-token block, as a chat template's header
+        for i, rid in enumerate(("a", "b", "c")):  # each arrives after the last one's first step
+            engine.add_validated(EngineRequest(rid, shared + [100 + i] * 8, SamplingParams(max_tokens=3)))
+            engine.step()
+        engine.abort("c")
+        while engine.has_work():
+            engine.step()
+        assert engine.prefix.bm.num_used_blocks == 0  # finished and aborted requests freed their blocks
+        return engine.stats()
+
+    before, after = run(0), run(64)
+    assert before["eager_steps"] == 2 and before["prefix_cache_hits"] == 32
+    assert after["eager_steps"] == 0 and after["prefix_cache_recomputed"] == 32
+    assert after["prefix_cache_hits"] == 0 and after["generation_tokens"] == before["generation_tokens"]
