@@ -92,3 +92,56 @@ def test_engine_tokens_equal_and_only_the_long_prefix_is_taken():
     assert st["prefix_cache_recomputed"] == 12 and st["prefix_cache_hits"] == 20
     # s1: 14 prompt tokens computed; l1: 2 (20 cached); + 2 decode steps each
     assert sum(s.num_tokens for s in runner.calls) - computed == 14 + 2 + 2 + 2
+
+
+class IdTokenizer:
+    """Token ids as text (test_engine_e2e's): no vocabulary needed."""
+
+    eog_ids = frozenset({383})
+
+    def detokenizer(self, skip_special: bool = False):
+        return self
+
+    def push(self, token_id: int) -> str:
+        return f"<{token_id}>"
+
+    def flush(self) -> str:
+        return ""
+
+
+def test_real_runner_gives_the_same_tokens_recomputed_or_cached(tmp_path):
+    """The real ModelRunner (tiny random qwen2, CPU fp32): B shares A's first 32 tokens; taken from the
+    cache (rule 0) or recomputed (rule 64), B's greedy tokens equal B's alone on a fresh engine."""
+    import torch
+
+    from orcd.gguf.synth import write_model_gguf
+    from orcd.loading.loader import load_model
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        path = write_model_gguf(tmp_path / "tiny.gguf", "qwen2", vocab_size=384, hidden=64, n_layers=2,
+                                ffn=128, n_heads=4, n_kv_heads=2, context_length=512, seed=3)
+        loaded = load_model(path, "cpu", tokenizer=False)
+        loaded.tokenizer = IdTokenizer()
+        shared = [(7 * i) % 300 + 1 for i in range(32)]
+        a, b = shared + [11, 12, 13], shared + [21, 22]
+        sp = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+
+        def run(rule: int | None, prompts: list[list[int]]):
+            engine = LLMEngine(loaded, num_kv_blocks=64, block_size=16, min_prefix_hit=rule)
+            outs = []
+            for i, prompt in enumerate(prompts):
+                engine.add_request(EngineRequest(f"r{i}", prompt, sp))
+                while engine.has_work():
+                    outs += [(ev.request_id, ev.token_id) for ev in engine.step() if ev.token_id is not None]
+            return [t for rid, t in outs if rid == f"r{len(prompts) - 1}"], engine.stats()
+
+        alone, _ = run(0, [b])
+        cached, st0 = run(0, [a, b])
+        recomputed, st64 = run(64, [a, b])
+        assert st0["prefix_cache_hits"] == 32 and st0["prefix_cache_recomputed"] == 0
+        assert st64["prefix_cache_hits"] == 0 and st64["prefix_cache_recomputed"] == 32
+        assert cached == recomputed == alone and len(alone) == 6
+    finally:
+        torch.set_num_threads(threads)
