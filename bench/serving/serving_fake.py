@@ -9,6 +9,10 @@ captured lazily, as before they were captured at engine start); rows as serving.
 to OUT/serving_fake.json. Not a GPU figure: it tells where the API process is the limit.
 
 A tag TAG@CHECKOUT runs that checkout's orcd (e.g. an older commit, for a before/after pair).
+--fake-eager-ms X: a step admitting a cached prompt prefix costs X ms more (the real engine runs it
+eagerly; 17.6 on the H100 for the 0.5B); a server's own --fake-min-prefix-hit 0 takes every cached prefix
+(the engine before issue 19's fix) where the default recomputes short ones. Each server's prefix-cache
+counters (/metrics) are printed under the table.
 
 Usage: python bench/serving/serving_fake.py --server 'api1' --server 'api2 --api-processes 2' \
            [--model F.gguf] [--streams 1,8,32,64] [--routes generate,chat] [--repeat 3]
