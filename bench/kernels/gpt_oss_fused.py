@@ -5,10 +5,12 @@ model.forward, then of GptOssDecoder (captured here), the same decode rounds on 
 over decode steps of the fused graphs (gpt_oss_profile.profile_round).
 
 usage: python bench/kernels/gpt_oss_fused.py MODEL.gguf OUT.json [--streams 1,8,32,64] [--profile 1,8]
-  [--int8] [--no-float]
+  [--int8] [--fuse-quant] [--no-float]
 Prints tok/s per stream count both ways, then the profiled kernels of the fused step. --int8: also the
 fused step with GptOssDecoder(int8_moe=True) (fused_int8_moe) and with int8_attn=True as well (fused_int8),
 each profiled.
+--fuse-quant: the fused int8 step (int8_moe and int8_attn) with fuse_quant off (fused_int8, unless --int8
+has it already) and on (fused_int8_fq), each profiled: the A/B for GptOssDecoder's FUSE_QUANT_DEFAULT.
 --no-float: without the model.forward and float fused-step columns (the runner's own graphs are always
 measured first).
 """
@@ -31,10 +33,10 @@ from orcd.runner.decode_graphs import DecodeGraphs, buckets_for, table_width  # 
 from orcd.runner.fused_gpt_oss import GptOssDecoder  # noqa: E402
 
 
-def use_step(eng, max_num_seqs: int, fused: bool, int8: tuple[bool, bool] = (False, False)) -> float:
+def use_step(eng, max_num_seqs: int, fused: bool, int8: tuple = (False, False)) -> float:
     """Replace the engine runner's decode graphs by graphs of the fused step (fused; int8: its
-    GptOssDecoder flags int8_moe, int8_attn) or of model.forward, built as DecodeGraphs.for_engine builds
-    them; returns the capture seconds."""
+    GptOssDecoder flags int8_moe, int8_attn and optionally fuse_quant) or of model.forward, built as
+    DecodeGraphs.for_engine builds them; returns the capture seconds."""
     runner = eng.runner
     scratch = runner.kv.k[0].shape[0] - 1  # the extra block past the block manager's ids
     width = table_width(eng.max_model_len, runner.block_size)  # as the engine gives the runner
@@ -61,6 +63,8 @@ def main() -> None:
     ap.add_argument("--streams", default="1,8,32,64")
     ap.add_argument("--profile", default="1,8")
     ap.add_argument("--int8", action="store_true", help="also the fused step with int8_moe (and int8_attn)")
+    ap.add_argument("--fuse-quant", action="store_true",
+                    help="the fused int8 step with fuse_quant off and on (quantize_x folded into producers)")
     ap.add_argument("--no-float", action="store_true", help="skip the model.forward and float fused steps")
     a = ap.parse_args()
     streams = [int(s) for s in a.streams.split(",")]
@@ -73,6 +77,9 @@ def main() -> None:
     rng = random.Random(2)
     steps = [] if a.no_float else [("model_forward", False, (False, False)), ("fused", True, (False, False))]
     steps += [("fused_int8_moe", True, (True, False)), ("fused_int8", True, (True, True))] if a.int8 else []
+    if a.fuse_quant:
+        steps += [] if a.int8 else [("fused_int8", True, (True, True, False))]
+        steps += [("fused_int8_fq", True, (True, True, True))]
     for name, fused, int8 in steps:
         res[name + "_capture_s"] = use_step(eng, max(64, max(streams)), fused, int8)  # measure's max seqs
         res[name] = rounds(eng, streams, rng)
@@ -86,7 +93,7 @@ def main() -> None:
     for c in map(str, streams):
         row = [res["runner"]["decode"][c]] + [res[name][c] for name, _, _ in steps]
         print(c, *(f"{r['decode_tok_s']:,.0f}" for r in row), sep=" | ")
-    for key in ("profile", "profile_int8_moe", "profile_int8"):
+    for key in ("profile", "profile_int8_moe", "profile_int8", "profile_int8_fq"):
         for p in res.get(key, []):
             print(f"-- {key}, {p['streams']} streams: {p['kernel_us_per_step']:,.0f} us of kernels per step")
             kernel_table.print_rows(p["kernels"], "step", 14, 80)

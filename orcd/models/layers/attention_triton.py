@@ -28,6 +28,7 @@ import triton.language as tl
 
 from orcd.models.layers.attention_ref import AttnMetadata, paged_attention_torch
 from orcd.quant.kernels.fused_linear import pdl_enabled
+from orcd.quant.kernels.xquant import quantize_x, store_quant32
 
 BLOCK_N = 64  # context tokens per inner iteration
 # Both kernels use programmatic dependent launch where pdl_enabled() (Hopper+): each
@@ -99,8 +100,9 @@ def _decode_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, sl_ptr, op_ptr, lse_ptr, o
 
 
 @triton.jit
-def _merge_kernel(op_ptr, lse_ptr, out_ptr, sink_ptr, n_heads, SPLITS: tl.constexpr, SP2: tl.constexpr,
-                  D: tl.constexpr, PDL: tl.constexpr = 0, SINK: tl.constexpr = 0):
+def _merge_kernel(op_ptr, lse_ptr, out_ptr, sink_ptr, xq_ptr, xs_ptr, n_heads, SPLITS: tl.constexpr,
+                  SP2: tl.constexpr, D: tl.constexpr, PDL: tl.constexpr = 0, SINK: tl.constexpr = 0,
+                  QUANT: tl.constexpr = 0):
     bh = tl.program_id(0)  # b * Hq + h
     if PDL:
         tl.extra.cuda.gdc_wait()
@@ -119,6 +121,11 @@ def _merge_kernel(op_ptr, lse_ptr, out_ptr, sink_ptr, n_heads, SPLITS: tl.conste
         den += tl.exp(sk - m)
     out = tl.sum(o * w[:, None], axis=0) / den
     tl.store(out_ptr + bh * D + d, out.to(out_ptr.dtype.element_ty))
+    if QUANT:  # the head's D outputs (D / 32 whole blocks of the row b) as quantize_x(out) writes them
+        xr = out.to(out_ptr.dtype.element_ty).to(tl.float32)
+        blk = tl.arange(0, D // 32)
+        store_quant32(tl.reshape(xr, (D // 32, 8, 4)), xq_ptr + bh * (D // 4), xs_ptr + bh * (D // 8), blk,
+                      blk < D // 32)
 
 
 def default_num_splits(batch: int, n_kv_heads: int, max_context: int) -> int:
@@ -130,13 +137,17 @@ def default_num_splits(batch: int, n_kv_heads: int, max_context: int) -> int:
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
                            num_splits: int | None = None, window: int = 0,
-                           sinks: torch.Tensor | None = None) -> torch.Tensor:
+                           sinks: torch.Tensor | None = None, quant: bool = False):
     """q [B, Hq, D]; caches [num_blocks, page, Hkv, D]; seq_lens >= 1 -> out [B, Hq, D] in q.dtype.
     window > 0: each query sees only its sequence's last `window` keys. sinks [Hq] float32: per-head
-    logits in the softmax denominator (gpt-oss)."""
+    logits in the softmax denominator (gpt-oss). quant=True (opt-in, D % 32 == 0): returns (out,
+    quantize_x(out.view(B, Hq * D))), the merge kernel writing the words and scales (one split:
+    quantize_x itself)."""
     bsz, n_heads, dim = q.shape
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
     group = n_heads // n_kv
+    if quant and dim % 32:
+        raise ValueError(f"head_dim {dim} is not a multiple of 32")
     if num_splits is None:
         span = block_tables.shape[1] * page
         num_splits = default_num_splits(bsz, n_kv, min(span, window) if window > 0 else span)
@@ -158,11 +169,15 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         q.stride(0), q.stride(1), *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0),
         GROUP=group, QB=max(16, triton.next_power_of_2(group)), D=dim, PAGE=page, BN=BLOCK_N,
         SPLITS=num_splits, IEEE=q.dtype == torch.float32, num_warps=4, **pdl, **sink)
+    if quant and num_splits == 1:
+        return out, quantize_x(out.view(bsz, n_heads * dim))
+    xq = torch.empty((bsz, n_heads * dim // 4), dtype=torch.int32, device=q.device) if quant else out
+    xs = torch.empty((bsz, n_heads * dim // 32, 4), dtype=torch.float32, device=q.device) if quant else out
     if num_splits > 1:
-        _merge_kernel[(bsz * n_heads,)](part, lse, out, sink_ptr, n_heads, SPLITS=num_splits,
+        _merge_kernel[(bsz * n_heads,)](part, lse, out, sink_ptr, xq, xs, n_heads, SPLITS=num_splits,
                                         SP2=triton.next_power_of_2(num_splits), D=dim, num_warps=1, **pdl,
-                                        **sink)
-    return out
+                                        **sink, **({"QUANT": 1} if quant else {}))
+    return (out, (xq, xs)) if quant else out
 
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMetadata,

@@ -12,7 +12,9 @@ is E2M1 * 2, ggml's half scale 2 ** (e - 128) takes it back), all exact but x's 
 
 Programs, epilogues and output rows as moe_gemv.py's kernel: one program per (output row, BN weight rows);
 GLU (gate + up, one row per pair, clamped SwiGLU) or down (slots = top_k: a token's k pairs summed, routed
-weights, optional residual added in place).
+weights, optional residual added in place). quant_out (GLU, opt-in: GptOssDecoder(fuse_quant=True)): the
+SwiGLU output rounded to out_dtype and quantized per 32 in the epilogue, as quantize_x would (the down
+GEMV's input; one launch fewer); BN a multiple of 32 so each program holds whole blocks.
 """
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ import triton
 import triton.language as tl
 
 from orcd.quant.kernels.moe_gemv import Split, _e8m0_scale, _epilogue
-from orcd.quant.kernels.xquant import asm_ok, dp4a, quantize_x
+from orcd.quant.kernels.xquant import asm_ok, dp4a, quantize_x, store_quant32
 
 # (BN weight rows, KB blocks per step, num_warps): not tuned on a GPU yet (moe_gemv's float GEMV_LAUNCH)
 I8_MOE_LAUNCH = (8, 16, 4)
+# the gate/up launch with the quantized epilogue: BN whole 32-blocks, KB as I8_MOE_LAUNCH's (the same
+# per-row sums of KB-wide partials; not tuned on a GPU)
+I8_GLU_QUANT_LAUNCH = (32, 16, 4)
 # twice the E2M1 values as int8 by nibble (bit 3: sign): 0x03020100, 0x0C080604 (0..3, 4 6 8 12), their
 # negatives 0xFDFEFF00, 0xF4F8FAFC; prmt picks bytes by 3-bit selectors, then by sign, then de-interleaves
 PRMT_PTX = """{
@@ -94,9 +99,9 @@ def _block_dots_i8(s_ptr, q_ptr, rows, nmask, blk, bmask, n_blocks, xlo, xhi, dx
 
 @triton.jit
 def _moe_i8_kernel(xq_ptr, xs_ptr, ids_ptr, sg_ptr, qg_ptr, su_ptr, qu_ptr, bg_ptr, bu_ptr, rw_ptr, out_ptr,
-                   N, K, alpha, limit, A_DIV: tl.constexpr, SLOTS: tl.constexpr, GLU: tl.constexpr,
-                   HAS_BIAS: tl.constexpr, HAS_RW: tl.constexpr, BN: tl.constexpr, KB: tl.constexpr,
-                   RES: tl.constexpr, ASM: tl.constexpr):
+                   oq_ptr, os_ptr, N, K, alpha, limit, A_DIV: tl.constexpr, SLOTS: tl.constexpr,
+                   GLU: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RW: tl.constexpr, BN: tl.constexpr,
+                   KB: tl.constexpr, RES: tl.constexpr, ASM: tl.constexpr, QOUT: tl.constexpr = 0):
     r = tl.program_id(0)  # output row: a pair (SLOTS 1) or a token (SLOTS top_k)
     n = tl.program_id(1) * BN + tl.arange(0, BN)
     nmask = n < N
@@ -122,8 +127,33 @@ def _moe_i8_kernel(xq_ptr, xs_ptr, ids_ptr, sg_ptr, qg_ptr, su_ptr, qu_ptr, bg_p
             acc_g += d
             if GLU:
                 acc_u += _block_dots_i8(su_ptr, qu_ptr, rows, nmask, blk, bmask, n_blocks, xlo, xhi, dx, ASM)
-    _epilogue(acc_g, acc_u, r, n, nmask, ids_ptr, bg_ptr, bu_ptr, rw_ptr, out_ptr, N, alpha, limit, SLOTS,
-              GLU, HAS_BIAS, HAS_RW, RES)
+    if QOUT:
+        _glu_quant_epilogue(acc_g, acc_u, r, n, nmask, ids_ptr, bg_ptr, bu_ptr, out_ptr, oq_ptr, os_ptr, N,
+                            alpha, limit, HAS_BIAS, BN)
+    else:
+        _epilogue(acc_g, acc_u, r, n, nmask, ids_ptr, bg_ptr, bu_ptr, rw_ptr, out_ptr, N, alpha, limit, SLOTS,
+                  GLU, HAS_BIAS, HAS_RW, RES)
+
+
+@triton.jit
+def _glu_quant_epilogue(acc_g, acc_u, r, n, nmask, ids_ptr, bg_ptr, bu_ptr, out_ptr, oq_ptr, os_ptr, N, alpha,
+                        limit, HAS_BIAS: tl.constexpr, BN: tl.constexpr):
+    """GLU pair r's outputs n [BN] (BN / 32 whole blocks): moe_gemv._epilogue's clamped SwiGLU, op for op,
+    rounded to out's dtype, quantized per 32 into oq (words [P, N / 4]) and os (scales [P, N / 32, 4])."""
+    e = tl.load(ids_ptr + r).to(tl.int64)
+    y = tl.sum(acc_g, axis=1)  # [BN]
+    if HAS_BIAS:
+        y += tl.load(bg_ptr + e * N + n, mask=nmask, other=0.0).to(tl.float32)
+    u = tl.sum(acc_u, axis=1)
+    if HAS_BIAS:
+        u += tl.load(bu_ptr + e * N + n, mask=nmask, other=0.0).to(tl.float32)
+    g = tl.minimum(y, limit)
+    u = tl.minimum(tl.maximum(u, -limit), limit)
+    y = (g * tl.sigmoid(g * alpha) * (u + 1)).to(out_ptr.dtype.element_ty).to(tl.float32)
+    blk = tl.program_id(1) * (BN // 32) + tl.arange(0, BN // 32)
+    r64 = r.to(tl.int64)
+    store_quant32(tl.reshape(y, (BN // 32, 8, 4)), oq_ptr + r64 * (N // 4), os_ptr + r64 * (N // 8), blk,
+                  blk < N // 32)
 
 
 def _words(w: Split) -> Split:
@@ -135,13 +165,17 @@ def moe_gemv_i8(xq: tuple[torch.Tensor, torch.Tensor], ids: torch.Tensor, w_gate
                 b_gate: torch.Tensor | None, b_up: torch.Tensor | None, route_w: torch.Tensor | None,
                 top_k: int, slots: int = 1, out_dtype: torch.dtype = torch.bfloat16, alpha: float = 1.702,
                 limit: float = 7.0, launch: tuple[int, int, int] | None = None,
-                residual: torch.Tensor | None = None) -> torch.Tensor:
+                residual: torch.Tensor | None = None, quant_out: bool = False):
     """moe_gemv with x given quantized: xq = quantize_x(x) of x [T, K] (GLU: per token, read by
     pair // top_k) or [P, K] (down: per pair). Other arguments and the result as moe_gemv's; the output
-    dtype is out_dtype (residual's when given)."""
+    dtype is out_dtype (residual's when given). quant_out (GLU only): returns quantize_x of the GLU output
+    [P, N] instead, (words [P, N / 4], scales [P, N / 32, 4]); launch BN a multiple of 32."""
     glu = w_up is not None
     if glu and slots != 1:
         raise ValueError("the GLU projection writes one row per pair (slots 1)")
+    launch = launch or (I8_GLU_QUANT_LAUNCH if quant_out else I8_MOE_LAUNCH)
+    if quant_out and (not glu or launch[0] % 32 or w_gate[0].shape[1] % 32):
+        raise ValueError("quant_out: the GLU projection, N and BN multiples of 32")
     words, scales = xq
     n_out, k = w_gate[0].shape[1], words.shape[1] * 4
     p = ids.numel()
@@ -152,22 +186,30 @@ def moe_gemv_i8(xq: tuple[torch.Tensor, torch.Tensor], ids: torch.Tensor, w_gate
     wg = _words(w_gate)
     wu = _words(w_up) if glu else wg  # never read unless GLU
     dummy = w_gate[0]
-    bn, kb, warps = launch or I8_MOE_LAUNCH
+    oq = torch.empty((p, n_out // 4), dtype=torch.int32, device=words.device) if quant_out else dummy
+    os_ = torch.empty((p, n_out // 32, 4), dtype=torch.float32, device=words.device) if quant_out else dummy
+    bn, kb, warps = launch
     _moe_i8_kernel[(p // slots, triton.cdiv(n_out, bn))](
         words, scales, ids, *wg, *wu, b_gate if b_gate is not None else dummy,
-        b_up if b_up is not None else dummy, route_w if route_w is not None else dummy, out, n_out, k,
-        alpha, limit, A_DIV=top_k if glu else 1, SLOTS=slots, GLU=glu, HAS_BIAS=b_gate is not None,
+        b_up if b_up is not None else dummy, route_w if route_w is not None else dummy, out, oq, os_, n_out,
+        k, alpha, limit, A_DIV=top_k if glu else 1, SLOTS=slots, GLU=glu, HAS_BIAS=b_gate is not None,
         HAS_RW=route_w is not None, BN=bn, KB=kb, RES=residual is not None, ASM=asm_ok(words.device),
-        num_warps=warps)
-    return out
+        num_warps=warps, **({"QOUT": 1} if quant_out else {}))
+    return (oq, os_) if quant_out else out
 
 
 def moe_mlp_i8(h: torch.Tensor, ids: torch.Tensor, gate: Split, up: Split, down: Split, biases: tuple,
-               route_w: torch.Tensor, top_k: int, residual: torch.Tensor) -> torch.Tensor:
+               route_w: torch.Tensor, top_k: int, residual: torch.Tensor, hq: tuple | None = None,
+               fuse_quant: bool = False) -> torch.Tensor:
     """The expert MLP of a decode step, int8 activations: residual [T, H] += sum over each token's k
     experts of route_w * (down(clamped SwiGLU(gate h, up h)) + b_down). h [T, H]; ids, route_w [T * k];
-    biases (b_gate, b_up, b_down) [E, *] or None each. 4 launches: quantize h, gate/up, quantize, down."""
+    biases (b_gate, b_up, b_down) [E, *] or None each. 4 launches: quantize h, gate/up, quantize, down;
+    hq = quantize_x(h) given (norm_route(quant=True)): 3; fuse_quant (F % 32 == 0): the SwiGLU output
+    quantized in the gate/up epilogue, one fewer."""
     bg, bu, bd = biases
-    act = moe_gemv_i8(quantize_x(h), ids, gate, up, bg, bu, None, top_k, out_dtype=h.dtype)  # [P, F]
-    return moe_gemv_i8(quantize_x(act), ids, down, None, bd, None, route_w, top_k, slots=top_k,
-                       residual=residual)
+    xq = hq if hq is not None else quantize_x(h)
+    if fuse_quant and gate[0].shape[1] % 32 == 0:
+        aq = moe_gemv_i8(xq, ids, gate, up, bg, bu, None, top_k, out_dtype=h.dtype, quant_out=True)
+    else:
+        aq = quantize_x(moe_gemv_i8(xq, ids, gate, up, bg, bu, None, top_k, out_dtype=h.dtype))  # [P, F]
+    return moe_gemv_i8(aq, ids, down, None, bd, None, route_w, top_k, slots=top_k, residual=residual)
