@@ -21,7 +21,8 @@ default): Q8_0 q, k, v (one launch, the RMSNorm fused into x's quantization: 2 l
 fuse_quant (opt-in, FUSE_QUANT_DEFAULT): three of the four quantize_x launches per layer folded into their
 producers, bit for bit the same words and scales: o by the attention's split merge, h by norm_route, the
 SwiGLU output by the gate/up epilogue (the q, k, v input keeps its own: its producer is the down GEMV's
-sum over the top-k pairs). At <= GEMV_MAX_N rows with int8_attn / int8_moe; 3 launches fewer per layer.
+sum over the top-k pairs). 3 launches fewer per layer at <= GEMV_MAX_N rows (int8_attn and int8_moe; o only
+where the attention takes more than one split), 2 (the MoE's) at up to 8.
 """
 
 from __future__ import annotations

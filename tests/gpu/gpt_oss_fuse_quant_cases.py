@@ -1,8 +1,9 @@
 """GptOssDecoder(fuse_quant=True): each producer that quantizes its own output against quantize_x of that
 output, and the fused int8 step against the unfused one. Prints `name err tol` per case, err the number
-of differing int8 words plus scales (dx) — 0 required, tolerance 0.5 — except the step, whose err is the
-largest |logit difference| (0 required under the interpreter; on CUDA the gate/up launch's BN differs
-from the unfused one's, so its per-row float sums may be reduced in another order: tolerance 1e-2).
+of differing int8 words plus scales (dx) — 0 required, tolerance 0.5 — except where the gate/up launch's
+BN differs from the unfused one's (compiled, its per-row float sums may be reduced in another order): the
+GLU output against the default launch's (1 % of words + scales on CUDA) and the step, whose err is the
+largest |logit difference| (0 required under the interpreter, 1e-2 on CUDA).
 Sums of x (xs[..., 1:3]) are compared too where bit-equal is promised (the interpreter; on CUDA a
 reduction's order may differ between layouts; no consumer of these producers reads them).
 - norm_route(quant=True): bf16 and fp32, H = 96 (not a power of two: masked blocks), with a delta;
@@ -81,7 +82,9 @@ def glu_cases(dev: str, gen: torch.Generator, sums: bool, dims=(4, 2, 64, 64, 2)
     aq = moe_gemv_i8(xq, ids, wg, wu, bg, bu, None, top_k, quant_out=True)
     for name, launch in (("same-launch", (32, 16, 4)), ("default-launch", None)):
         act = moe_gemv_i8(xq, ids, wg, wu, bg, bu, None, top_k, launch=launch)
-        print(f"glu-quant-{name}-T{t} {mismatches(aq, quantize_x(act), sums)} 0.5")
+        # compiled, BN 8 against 32 may sum a row's KB partials in another order: 1 % of words + dx may differ
+        tol = 0.5 if sums or launch else aq[0].numel() * 0.01 * 9 / 8
+        print(f"glu-quant-{name}-T{t} {mismatches(aq, quantize_x(act), sums)} {tol}")
 
 
 def step_case(dev: str, dtype: torch.dtype) -> float:
