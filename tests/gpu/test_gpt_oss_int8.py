@@ -20,8 +20,9 @@ def test_int8_moe_step_under_interpreter():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_int8_step_in_graphs_close_to_model_forward():
-    """bf16, CUDA graphs (buckets 1-8): GptOssDecoder(int8_moe, int8_attn) against eager
+@pytest.mark.parametrize("fuse_quant", [False, True])
+def test_int8_step_in_graphs_close_to_model_forward(fuse_quant):
+    """bf16, CUDA graphs (buckets 1-8): GptOssDecoder(int8_moe, int8_attn, fuse_quant) against eager
     model.forward within 3e-2 and the same greedy token where the top two logits are apart."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
     from gpt_oss_fused_cases import BATCHES, BLOCK, BLOCKS, WIDTH, decode_step, setup, step_inputs
@@ -31,7 +32,7 @@ def test_int8_step_in_graphs_close_to_model_forward():
     from orcd.runner.fused_gpt_oss import GptOssDecoder
 
     model, kv, seqs = setup("cuda", torch.bfloat16)
-    step = GptOssDecoder(model, int8_moe=True, int8_attn=True)
+    step = GptOssDecoder(model, int8_moe=True, int8_attn=True, fuse_quant=fuse_quant)
     graphs = DecodeGraphs(model, kv, BLOCK, WIDTH, BLOCKS - 1, (1, 2, 4, 8), step)
     graphs.capture()
     for b in BATCHES:
