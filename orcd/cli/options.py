@@ -16,6 +16,17 @@ def dense_rows_arg(text: str) -> int:
     return rows
 
 
+def prefix_tokens_arg(text: str) -> int:
+    """--min-prefix-hit's value: a whole number of tokens >= 0."""
+    try:
+        tokens = int(text)
+    except ValueError:
+        tokens = -1
+    if tokens < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number of tokens >= 0, got {text!r}")
+    return tokens
+
+
 def add_engine_options(p: argparse.ArgumentParser) -> None:
     """--enforce-eager, --batch-invariant, --tensor-parallel, --dense-batch-rows."""
     p.add_argument("--enforce-eager", action="store_true",

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from orcd import env
-from orcd.cli.options import add_engine_options
+from orcd.cli.options import add_engine_options, prefix_tokens_arg
 from orcd.cli.serve_http import HttpOptions, serve_app
 from orcd.distributed.runtime import launch, rank_args_for
 from orcd.errors import OrcdError
@@ -49,6 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="requests that may wait beyond the running slots; more get 503 + Retry-After")
     p.add_argument("--max-num-seqs", type=int, default=64, help="sequences decoded together")
     p.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget of one step")
+    p.add_argument("--min-prefix-hit", type=prefix_tokens_arg, default=None, metavar="TOKENS",
+                   help="a cached prompt prefix shorter than this is recomputed, so the step can replay a "
+                        "prefill CUDA graph (a step holding a cached prefix runs eagerly); default 64 where "
+                        "prefill graphs run, else 0 (every hit taken)")
     p.add_argument("--kv-fraction", type=float, default=0.7,
                    help="share of free device memory for the KV cache")
     p.add_argument("--num-kv-blocks", type=int, default=None,
@@ -116,7 +120,8 @@ def engine_build(args: argparse.Namespace, path: Path):
     return EngineBuild(Path(path), device=args.device, dtype=args.dtype, kv_fraction=args.kv_fraction,
                        num_kv_blocks=args.num_kv_blocks, max_num_seqs=args.max_num_seqs,
                        max_num_batched_tokens=args.max_num_batched_tokens, enforce_eager=args.enforce_eager,
-                       batch_invariant=args.batch_invariant, dense_batch_rows=args.dense_batch_rows)
+                       batch_invariant=args.batch_invariant, dense_batch_rows=args.dense_batch_rows,
+                       min_prefix_hit=args.min_prefix_hit)
 
 
 def use_engine_process(args: argparse.Namespace) -> bool:
@@ -162,6 +167,8 @@ def run(args: argparse.Namespace, build=None) -> int:
     if getattr(args, "tensor_parallel", 1) != 1 and build is None and not several:
         if args.dense_batch_rows is not None:
             raise OrcdError("--dense-batch-rows is for one GPU: not with --tensor-parallel")
+        if args.min_prefix_hit is not None:
+            raise OrcdError("--min-prefix-hit is for one GPU: not with --tensor-parallel")
         return run_tensor_parallel(args)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -42,6 +42,7 @@ class EngineBuild:
     batch_invariant: str = "seeded"
     warm_prefill_graphs: bool = True  # capture every prefill CUDA graph bucket at start (LLMEngine)
     dense_batch_rows: int | None = None  # LLMEngine's: decode batches of >= this many rows on dense copies
+    min_prefix_hit: int | None = None  # LLMEngine's: cached prefixes shorter than this are recomputed
 
     def build(self):
         """Load the model and build its LLMEngine here, progress on stderr."""
@@ -58,7 +59,8 @@ class EngineBuild:
         llm = LLMEngine(loaded, kv_fraction=self.kv_fraction, num_kv_blocks=self.num_kv_blocks,
                         max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
                         enforce_eager=self.enforce_eager, batch_invariant=self.batch_invariant,
-                        warm_prefill_graphs=self.warm_prefill_graphs, dense_batch_rows=self.dense_batch_rows)
+                        warm_prefill_graphs=self.warm_prefill_graphs, dense_batch_rows=self.dense_batch_rows,
+                        min_prefix_hit=self.min_prefix_hit)
         if llm.dense_weights_bytes:
             print(f"orcd serve: + {llm.dense_weights_bytes / 2**20:.1f} MiB of dense weight copies (decode "
                   f"batches of >= {self.dense_batch_rows} sequences)", file=sys.stderr, flush=True)

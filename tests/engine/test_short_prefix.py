@@ -4,6 +4,7 @@ header) cost a whole eager step. BlockManager(min_prefix_hit=...) and LLMEngine'
 
 from __future__ import annotations
 
+import pytest
 from engine_fakes import FakeRunner, fake_engine, fake_loaded, reference, run_all, tokens_of
 
 from orcd.engine.block_manager import BlockManager
@@ -145,3 +146,20 @@ def test_real_runner_gives_the_same_tokens_recomputed_or_cached(tmp_path):
         assert cached == recomputed == alone and len(alone) == 6
     finally:
         torch.set_num_threads(threads)
+
+
+def test_serve_option_parsed_refused_and_built(tiny_qwen2_gguf, capsys):
+    """`orcd serve --min-prefix-hit N` reaches the engine; negative or non-numbers are refused by name."""
+    from orcd.cli.main import build_parser
+    from orcd.cli.serve import engine_build
+
+    parser = build_parser("serve")
+    assert parser.parse_args(["serve"]).min_prefix_hit is None  # the engine's own default
+    for bad in ("-1", "many"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["serve", "--min-prefix-hit", bad])
+        assert "--min-prefix-hit: must be a whole number of tokens >= 0" in capsys.readouterr().err
+    build = engine_build(parser.parse_args(["serve", "--min-prefix-hit", "48", "--device", "cpu"]),
+                         tiny_qwen2_gguf)
+    assert build.min_prefix_hit == 48
+    assert build.build().block_manager.min_prefix_hit == 48  # the CPU's default would be 0
