@@ -63,7 +63,7 @@ def check_close(got: torch.Tensor, ref: torch.Tensor) -> None:
 
 @pytest.mark.parametrize("lengths", [[5], [64], [100], [300], [700], [30, 7, 90], [16] * 9])
 def test_graph_logits_match_eager(loaded, lengths):
-    engine = LLMEngine(loaded, num_kv_blocks=128, max_num_seqs=16)
+    engine = LLMEngine(loaded, num_kv_blocks=128, max_num_seqs=16, warm_prefill_graphs=False)
     runner, pg = engine.runner, engine.runner.prefill_graphs
     assert pg is not None and not pg.graphs
     for seed in (1, 2):  # 1: capture (the warm-up's result), 2: replay with other prompts
@@ -82,7 +82,7 @@ def test_unsampled_chunk_then_replay_then_eager_rest(loaded):
     """A long prompt's first chunk from a graph (K/V only, no token, no sync), at once another prompt's
     replay of the same graph (the host buffers are rewritten), then the prompt's rest eagerly over the
     graph-written K/V == the whole prompt in one eager step."""
-    engine = LLMEngine(loaded, num_kv_blocks=128, max_num_seqs=16)
+    engine = LLMEngine(loaded, num_kv_blocks=128, max_num_seqs=16, warm_prefill_graphs=False)
     runner, pg = engine.runner, engine.runner.prefill_graphs
     ids = make_seqs([230], 3)[0].token_ids
     first = [ScheduledSeq(0, ids[:200], 0, list(range(13)), False, GREEDY)]
@@ -133,7 +133,7 @@ def test_fp32_prefill_has_no_graphs(path):
 def test_fresh_prompts_beside_decode_rows_run_as_two_graphs(loaded):
     """New prompts beside one-token decode rows (what a request arriving mid-generation gives) run as a
     prefill graph + a decode graph; each sampled token is the eager step's argmax up to bf16 near-ties."""
-    engine = LLMEngine(loaded, num_kv_blocks=128, max_num_seqs=16)
+    engine = LLMEngine(loaded, num_kv_blocks=128, max_num_seqs=16, warm_prefill_graphs=False)
     runner = engine.runner
     ctx = make_seqs([40, 70], 7)  # blocks 0-2 and 3-7
     runner.forward(SchedulerOutput(ctx, 110))  # their K/V, eagerly

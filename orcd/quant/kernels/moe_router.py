@@ -75,11 +75,11 @@ def _norm_route_kernel(d_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, ids_ptr, rw_pt
     rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / H + eps)
     xn = (xf * rstd).to(r.dtype).to(tl.float32)  # rounded as the eager RMSNorm
     nw = tl.load(nw_ptr + offs, mask=m, other=0.0).to(tl.float32)
-    hv = (xn * nw).to(h_ptr.dtype.element_ty)
-    tl.store(h_ptr + t * H + offs, hv, mask=m)
+    h_out = (xn * nw).to(h_ptr.dtype.element_ty)
+    tl.store(h_ptr + t * H + offs, h_out, mask=m)
     if QUANT:  # h as quantize_x(h) reads it: [BH / 32] blocks of 32 (zeros past H), those below H / 32 stored
         blk = tl.arange(0, BH // 32)
-        store_quant32(tl.reshape(hv.to(tl.float32), (BH // 32, 8, 4)), hq_ptr + t * (H // 4),
+        store_quant32(tl.reshape(h_out.to(tl.float32), (BH // 32, 8, 4)), hq_ptr + t * (H // 4),
                       hs_ptr + t * (H // 8), blk, blk < H // 32)
     tl.debug_barrier()  # h is read back below by other threads of this program
     e = tl.arange(0, EP)
