@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -107,8 +108,8 @@ def gemv_split(xq, xs, data, d, out_features: int, in_features: int, launch=(8, 
     g = min(g, triton.next_power_of_2(triton.cdiv(in_features, 128)))
     y = torch.empty((1, out_features), dtype=torch.bfloat16, device=xq.device)
     _split_kernel[(triton.cdiv(out_features, bo),)](
-        xq, xs, data, data.view(-1).view(torch.int32), d, y, out_features, in_features, y.stride(0), G=g, BO=bo,
-        ASM=asm_ok(xq.device), num_warps=warps, **launch_opts(xq.device))
+        xq, xs, data, data.view(-1).view(torch.int32), d, y, out_features, in_features, y.stride(0),
+        G=g, BO=bo, ASM=asm_ok(xq.device), num_warps=warps, **launch_opts(xq.device))
     return y
 
 
@@ -135,12 +136,13 @@ def measure(out: str) -> None:
         sp = [repack(w) for w in ws]
         xq, xs = quantize_x(torch.randn(1, k, device="cuda", dtype=torch.bfloat16))
         want = gemv_i8(xq, xs, ws[0], n, k, int(Q.Q6_K)).float()
-        t = graph_time([lambda w=w: gemv_i8(xq, xs, w, n, k, int(Q.Q6_K)) for w in ws])
-        rows.append(dict(name=name, kernel="gguf 210 B (gemv_i8 default)", us=t * 1e6, TBps=nbytes / t / 1e12))
+        t = graph_time([partial(gemv_i8, xq, xs, w, n, k, int(Q.Q6_K)) for w in ws])
+        rows.append(dict(name=name, kernel="gguf 210 B (gemv_i8 default)", us=t * 1e6,
+                         TBps=nbytes / t / 1e12))
         for launch in LAUNCHES:
             got = gemv_split(xq, xs, *sp[0], n, k, launch).float()
             err = float((got - want).norm() / want.norm())
-            t = graph_time([lambda s=s: gemv_split(xq, xs, *s, n, k, launch) for s in sp])
+            t = graph_time([partial(gemv_split, xq, xs, *s, n, k, launch) for s in sp])
             rows.append(dict(name=name, kernel=f"split G{launch[0]} BO{launch[1]} w{launch[2]}", us=t * 1e6,
                              TBps=nbytes / t / 1e12, rel_err_vs_gguf=err))
     dev = torch.cuda.get_device_name()
