@@ -8,7 +8,7 @@ the same bytes: per row, nb blocks of 208 bytes (ql | qh | scales, unchanged) an
 fp16 tensor, the d's. Every 208-byte block starts 16-byte aligned, so ql/qh words load as int32 (4 per 16
 bytes, vectorizable) instead of halfword pairs. Kernel: gemv_int8's Q6_K pass with those offsets, NT = 1.
 
-usage: python bench/kernels/q6k_split.py OUT.json        (CUDA; prints a table last, writes OUT.json/.md)
+usage: python bench/kernels/q6k_split.py OUT.json [--model 7b.gguf --launch G,BO,W]   (CUDA; table last)
        TRITON_INTERPRET=1 python bench/kernels/q6k_split.py --check   (CPU: split == gemv_i8, small shapes)
 """
 
@@ -86,7 +86,7 @@ def _split_pass(p32, p8, dp, roww, rowd, rmask, xq, xs, k0, K, G: tl.constexpr, 
 
 @triton.jit
 def _split_kernel(xq_ptr, xs_ptr, p8, p32, dp, y_ptr, OUT, K, stride_yn, G: tl.constexpr, BO: tl.constexpr,
-                  ASM: tl.constexpr, PDL: tl.constexpr = 0):
+                  ASM: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr = 0):
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -99,17 +99,20 @@ def _split_kernel(xq_ptr, xs_ptr, p8, p32, dp, y_ptr, OUT, K, stride_yn, G: tl.c
     for k0 in range(G * 128, K, G * 128):
         acc += _split_pass(p32, p8, dp, roww, rowd, rmask, xq_ptr, xs_ptr, k0, K, G, BO, ASM)
     out = tl.sum(tl.sum(tl.sum(acc, axis=3), axis=2), axis=1)[None, :]  # [1, BO]
-    _epilogue(out, rows, tl.arange(0, 1), 1, y_ptr, OUT, stride_yn, None, False, False)
+    _epilogue(out, rows, tl.arange(0, 1), 1, y_ptr, OUT, stride_yn, None, False, RES)
 
 
-def gemv_split(xq, xs, data, d, out_features: int, in_features: int, launch=(8, 8, 4)) -> torch.Tensor:
-    """y [1, out] = x @ W.T for one x row from quantize_x and W in the split layout (repack)."""
+def gemv_split(xq, xs, data, d, out_features: int, in_features: int, launch=(8, 8, 4),
+               residual: torch.Tensor | None = None, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """y [1, out] = x @ W.T for one x row from quantize_x and W in the split layout (repack);
+    residual [1, out]: added into it in place and returned."""
     g, bo, warps = launch
     g = min(g, triton.next_power_of_2(triton.cdiv(in_features, 128)))
-    y = torch.empty((1, out_features), dtype=torch.bfloat16, device=xq.device)
+    y = residual if residual is not None else torch.empty((1, out_features), dtype=dtype, device=xq.device)
     _split_kernel[(triton.cdiv(out_features, bo),)](
         xq, xs, data, data.view(-1).view(torch.int32), d, y, out_features, in_features, y.stride(0),
-        G=g, BO=bo, ASM=asm_ok(xq.device), num_warps=warps, **launch_opts(xq.device))
+        G=g, BO=bo, ASM=asm_ok(xq.device), RES=residual is not None, num_warps=warps,
+        **launch_opts(xq.device))
     return y
 
 
@@ -127,7 +130,54 @@ def check() -> None:
             assert err < 1e-2, err
 
 
-def measure(out: str) -> None:
+def step_rows(path: str, launch: tuple) -> list[dict]:
+    """The batch-1 decode graph (FusedDecoder, int8 x, norms fused) on a 7B file, its Q6_K int8 GEMVs
+    (down, LM head; v stays in gemv3's launch) on GGUF blocks, then on split copies of the same weights
+    (an extra 1.3 GB: the prototype's measurement, not a layout the engine would keep); tok/s at depth 0
+    and 4096, alternating, and the two steps' logits against each other."""
+    from orcd.cli.bench_session import OrcdSession
+    from orcd.quant.linear import QuantLinear
+    from orcd.runner import decode_products
+    from orcd.runner.decode_graphs import DecodeGraphs
+    from orcd.runner.fused_decode import FusedDecoder
+
+    s = OrcdSession(path, num_blocks=320, page=16)  # 5,104 tokens: depth 4096 + 128 steps
+    split = {m.raw.data_ptr(): repack(m.raw) for m in s.model.modules()
+             if isinstance(m, QuantLinear) and m.raw is not None and m.qtype == Q.Q6_K}
+    gguf_gemv = decode_products.gemv_i8
+
+    def routed(xq, xs, raw, out_f, in_f, qtype, bias=None, residual=None, dtype=torch.bfloat16, launch_=None):
+        sp = split.get(raw.data_ptr())
+        if sp is None or xq.shape[0] != 1 or bias is not None:
+            return gguf_gemv(xq, xs, raw, out_f, in_f, qtype, bias, residual, dtype, launch_)
+        return gemv_split(xq, xs, *sp, out_f, in_f, launch, residual=residual, dtype=dtype)
+
+    rows, logits = [], {}
+    with torch.inference_mode():
+        tok = s.prefill(100)
+        meta, pos = s._meta(100, 1)
+        for key, fn in (("gguf", gguf_gemv), ("split", routed)):
+            decode_products.gemv_i8 = fn
+            dec = FusedDecoder(s.model, fuse_norm=True, int8_x=True)
+            logits[key] = dec(tok, pos, meta, s.kv).float()
+            g = DecodeGraphs(s.model, s.kv, s.page, s.width, scratch_block=s.width, buckets=(1,), step_fn=dec)
+            g.capture()
+            s.graphs[key] = g
+        decode_products.gemv_i8 = gguf_gemv
+    err = float((logits["split"] - logits["gguf"]).norm() / logits["gguf"].norm())
+    rows.append({"name": "step logits, split vs gguf", "rel_err": err, "q6k_weights": len(split)})
+    print(f"{len(split)} Q6_K weights; step logits split vs gguf: rel diff {err:.2e}")
+    for rep in range(2):
+        for key in ("gguf", "split"):
+            for depth in (0, 4096):
+                rate = s.decode_graph(depth, 128, key)
+                print(f"decode graph {key} depth {depth}: {rate:.1f} tok/s", flush=True)
+                rows.append({"name": "decode graph", "variant": key, "depth": depth, "rep": rep,
+                             "tok_s": rate})
+    return rows
+
+
+def measure(out: str, model: str | None, launch: tuple) -> None:
     bw = copy_bandwidth()
     rows = []
     for name, n, k in SHAPES:
@@ -145,12 +195,18 @@ def measure(out: str) -> None:
             t = graph_time([partial(gemv_split, xq, xs, *s, n, k, launch) for s in sp])
             rows.append(dict(name=name, kernel=f"split G{launch[0]} BO{launch[1]} w{launch[2]}", us=t * 1e6,
                              TBps=nbytes / t / 1e12, rel_err_vs_gguf=err))
+    steps = step_rows(model, launch) if model else []
     dev = torch.cuda.get_device_name()
-    Path(out).write_text(json.dumps({"device": dev, "copy_TBps": bw / 1e12, "rows": rows}, indent=1))
+    Path(out).write_text(json.dumps({"device": dev, "copy_TBps": bw / 1e12, "rows": rows, "step": steps},
+                                    indent=1))
     lines = [f"# Q6_K int8 GEMV, GGUF layout vs split layout ({dev}; copy {bw / 1e12:.2f} TB/s)", "",
              "| product | kernel | µs | TB/s | rel. err vs GGUF kernel |", "|---|---|---|---|---|"]
     lines += [f"| {r['name']} | {r['kernel']} | {r['us']:.1f} | {r['TBps']:.2f} | "
               f"{r.get('rel_err_vs_gguf', 0):.1e} |" for r in rows]
+    lines += ["", f"Batch-1 decode graph, 7B, Q6_K products on the split layout with launch {launch}:", "",
+              "| variant | depth | tok/s |", "|---|---|---|"]
+    lines += [f"| {r['variant']} | {r['depth']} | {r['tok_s']:.1f} |" for r in steps if "variant" in r]
+    lines += [f"step logits split vs gguf: {r['rel_err']:.2e}" for r in steps if "rel_err" in r]
     Path(out).with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -159,5 +215,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", nargs="?")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--model", default=None, help="7B Q4_K_M GGUF: also the batch-1 decode graph A/B")
+    ap.add_argument("--launch", default="8,8,4", help="(G, BO, warps) of the split kernel in the step")
     a = ap.parse_args()
-    check() if a.check else measure(a.out)
+    check() if a.check else measure(a.out, a.model, tuple(int(v) for v in a.launch.split(",")))
