@@ -96,7 +96,6 @@ class ModelRunner:
         self.loaded = loaded
         self.model = loaded.model
         self.invariant_layers = invariant_layers(loaded.model)  # switched per step (orcd.numerics)
-        self.invariant_now = False  # what those layers are set to (changed only when a step differs)
         self.device = loaded.device
         self.block_size = block_size
         self.graph: DecodeGraphs | None = None  # decode graphs of the fast (fused) step
@@ -158,11 +157,17 @@ class ModelRunner:
             return any(s.sampling.seed is not None for s in sched.seqs)
         return self.invariant_policy == "all"
 
+    @property
+    def invariant_now(self) -> bool:
+        """What the model's layers are set to now, read from them, never copied here: the layers belong
+        to the model, and every engine on it switches them (one whose last step was batch-invariant leaves
+        them on for the next engine built on the same model, or for one stepping beside it)."""
+        return bool(self.invariant_layers) and self.invariant_layers[0].batch_invariant
+
     def set_invariant(self, on: bool) -> None:
         """Set the model's layers to the batch-invariant kernels (or back) when the step needs the other."""
         if on != self.invariant_now:
             set_batch_invariant(self.invariant_layers, on)
-            self.invariant_now = on
 
     @torch.inference_mode()
     def forward(self, sched: SchedulerOutput) -> torch.Tensor:

@@ -42,6 +42,7 @@ import torch
 
 from orcd.engine.io import ScheduledSeq
 from orcd.models.layers.attention import AttnMetadata
+from orcd.numerics import batch_invariant_mode, invariant_layers
 from orcd.runner.decode_graphs import host_buffer
 from orcd.runner.sampler import pick_tokens, sample_rows
 
@@ -123,6 +124,7 @@ class PrefillGraphs:
         """kv: the runner's KVCache with scratch_block < kv.num_blocks owned by no sequence.
         capture=False: run the padded step eagerly (CPU tests)."""
         self.model, self.kv, self.block_size, self.scratch_block = model, kv, block_size, scratch_block
+        self.layers = invariant_layers(model)  # set to the fast kernels for every step run here (_step)
         self.token_buckets = tuple(sorted(token_buckets))
         below = [b for b in sorted(seq_buckets) if b < max_num_seqs]
         self.seq_buckets = tuple(below + [b for b in sorted(seq_buckets) if b >= max_num_seqs][:1])
@@ -174,8 +176,12 @@ class PrefillGraphs:
             cu_seqlens_q_host=cu, seq_lens_host=lens)
 
     def _step(self, tb: int, sb: int, meta: AttnMetadata) -> tuple[torch.Tensor, torch.Tensor]:
-        hidden = self.model(self.d64[0, :tb], self.d64[1, :tb], meta, self.kv)
-        logits = self.model.compute_logits(hidden.index_select(0, self.dsamp[:sb]))  # [sb, V] float32
+        # The fast kernels whatever the model's layers were left at (another engine on the same model, or
+        # this one's last step, may have left them batch-invariant): the invariant attention builds a
+        # prefill step's tile lists on the host, which a captured graph would re-read from freed memory.
+        with batch_invariant_mode(self.layers, False):
+            hidden = self.model(self.d64[0, :tb], self.d64[1, :tb], meta, self.kv)
+            logits = self.model.compute_logits(hidden.index_select(0, self.dsamp[:sb]))  # [sb, V] float32
         return logits, logits.argmax(dim=-1)
 
     def run(self, seqs: list[ScheduledSeq], key: tuple[int, int]

@@ -96,6 +96,10 @@ def _tiles(meta: AttnMetadata, n_rows: int, device: torch.device) -> tuple[torch
         seq = torch.arange(n_seqs, dtype=torch.int32, device=device)
         res = (seq, seq)
     else:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            # a graph would replay the copy below from the host list's address, freed by then
+            raise RuntimeError("batch-invariant attention over prefill rows cannot be captured in a CUDA "
+                               "graph: its tile lists are built on the host for each step")
         cu, _ = meta.host_lists()
         seqs, starts = [], []
         for b in range(len(cu) - 1):
