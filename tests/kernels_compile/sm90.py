@@ -32,6 +32,15 @@ class Compiled:
 @dataclass
 class Record:
     kernels: list[Compiled] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  # "<kernel> <constexprs>\n<error, shortened>"
+
+
+def short_error(exc: Exception) -> str:
+    """The exception's first lines and its distinct lines naming an error, without ptxas's file and line
+    prefix (ptxas's message carries the whole PTX)."""
+    lines = f"{type(exc).__name__}: {exc}".splitlines()
+    errors = dict.fromkeys(ln.split("; ", 1)[-1] for ln in lines[3:] if "error" in ln.lower())
+    return "\n".join(lines[:3] + list(errors)[:10])
 
 
 class _Sm90Driver:
@@ -70,22 +79,30 @@ def _yes(device) -> bool:
 
 @contextlib.contextmanager
 def compile_only(record: Record):
-    """Launches inside compile for sm_90 and record each new specialization; nothing runs."""
+    """Launches inside compile for sm_90 and record each new specialization, or the failure (then the
+    launch returns None and the caller goes on); nothing runs."""
     from triton.backends.compiler import GPUTarget
     from triton.runtime.driver import driver
     from triton.runtime.jit import JITFunction
 
     driver.set_active(_Sm90Driver(GPUTarget("cuda", 90, 32)))
-    launch = JITFunction.run
+    launch, seen = JITFunction.run, set()
 
     def run(self, *args, grid, warmup, **kwargs):
-        before, t0 = len(self.device_caches[0][0]), time.perf_counter()
-        kernel = launch(self, *args, grid=grid, warmup=True, **kwargs)
-        if len(self.device_caches[0][0]) > before:
-            name, shared = f"{self.fn.__module__}.{self.fn.__qualname__}", int(kernel.metadata.shared)
+        name = f"{self.fn.__module__}.{self.fn.__qualname__}"
+        consts = ",".join(f"{k}={v}" for k, v in kwargs.items() if k.isupper())
+        t0 = time.perf_counter()
+        try:
+            kernel = launch(self, *args, grid=grid, warmup=True, **kwargs)
+        except Exception as exc:  # recorded once; the wrapper goes on to its next launch
+            if not any(f.startswith(f"{name} {consts}\n") for f in record.failures):
+                record.failures.append(f"{name} {consts}\n{short_error(exc)}")
+            return None
+        if id(kernel) not in seen:  # a new specialization (Triton keeps each compiled kernel cached)
+            seen.add(id(kernel))
+            shared = int(kernel.metadata.shared)
             if shared > H100_SHARED:  # the launch would fail (out of resources) on the GPU
-                raise RuntimeError(f"{name}: {shared} bytes of shared memory, over sm_90's {H100_SHARED}")
-            consts = ",".join(f"{k}={v}" for k, v in kwargs.items() if k.isupper())
+                record.failures.append(f"{name} {consts}\n{shared} bytes of shared memory > {H100_SHARED}")
             record.kernels.append(Compiled(name, shared, consts, time.perf_counter() - t0))
         return kernel
 
