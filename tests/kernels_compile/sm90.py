@@ -3,15 +3,19 @@ an H100 (sm_90: Triton's full pipeline, PTX through the wheel's ptxas to a cubin
 
 How: a stand-in Triton driver whose current target is GPUTarget("cuda", 90, 32), and JITFunction.run
 turned into its warmup form (compile, cache, skip the launch). Tensors stay on the CPU: the binder reads
-only their dtype and data_ptr alignment. Outputs stay torch.empty garbage; only compilation matters.
+only their dtype and data_ptr alignment. Outputs stay torch.empty garbage (a case must not index with
+them on the host); only compilation matters.
 The variant helpers answer as on an H100: kernels apply to these CPU tensors (orcd.env.triton_interpreter
 True for the wrappers' device checks), programmatic dependent launch on (pdl_enabled), inline PTX on
-(asm_ok). Process-wide: use it in a subprocess (compile_cases.py), never inside the pytest process.
+(asm_ok). Process-wide and not undone (driver, helpers): use it in a subprocess (compile_cases.py),
+never inside the pytest process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
+import pkgutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -60,10 +64,17 @@ class _Sm90Driver:
 
 
 def _sm90_answers() -> None:
-    """Rebind orcd's variant helpers, wherever a module imported them by name, to an H100's answer."""
+    """Rebind orcd's variant helpers, wherever a module imported them by name, to an H100's answer (the
+    kernel, layer and runner modules imported first, so none binds the originals later)."""
+    import orcd.models.layers
+    import orcd.quant.kernels
+    import orcd.runner
     from orcd import env
-    from orcd.quant.kernels import fused_linear, xquant  # noqa: F401  (loads the helpers' modules)
+    from orcd.quant.kernels import fused_linear, xquant
 
+    for pkg in (orcd.quant.kernels, orcd.models.layers, orcd.runner):
+        for info in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + "."):
+            importlib.import_module(info.name)
     originals = {fused_linear.pdl_enabled, xquant.asm_ok}
     env.triton_interpreter = lambda: True  # the wrappers' "kernels run on this device" check
     for name, mod in list(sys.modules.items()):
