@@ -24,6 +24,7 @@ import triton.language as tl
 
 from orcd.quant.kernels.fused_linear import _views, launch_opts
 from orcd.quant.kernels.gemv_tiles import _f16, _w_q4_k
+from orcd.quant.kernels.layout import q6k_views
 from orcd.quant.kernels.xquant import asm_ok, dp4a, quantize_x, store_quant32
 
 # (G groups per pass: 64-input chunks for Q4_K, 128-input halves for Q6_K; BO rows per program; warps),
@@ -105,23 +106,34 @@ def _word(p16, off16, m):
 
 
 @triton.jit
-def _q6k_pass(p8, p16, row16, rmask, xq, xs, tm, k0, K, G: tl.constexpr, NT: tl.constexpr, BO: tl.constexpr,
-              ASM: tl.constexpr, WAIT: tl.constexpr, PDL: tl.constexpr):
+def _q6k_pass(p8, p16, p32, row16, rmask, xq, xs, tm, k0, K, G: tl.constexpr, NT: tl.constexpr,
+              BO: tl.constexpr, ASM: tl.constexpr, WAIT: tl.constexpr, PDL: tl.constexpr,
+              SPLIT: tl.constexpr):
     """G 128-input halves from k0: partial sums [NT, BO, G, 2, 1] (dims: tokens, rows, halves, scale
-    group, 1); row16, rmask [1, BO, 1, 1, 1]; xq, xs, tm [NT, 1, 1, 1, 1]."""
+    group, 1); row16, rmask [1, BO, 1, 1, 1]; xq, xs, tm [NT, 1, 1, 1, 1]. SPLIT (layout.split_q6_k):
+    row16 is each row's first block index, p32 the 208-byte blocks as words (16-byte aligned: int32
+    loads), p16 the d's fp16."""
     gh = tl.arange(0, G)[None, None, :, None, None]
     gg = tl.arange(0, 2)[None, None, None, :, None]
     w = gg * 4 + tl.arange(0, 4)[None, None, None, None, :]  # word 0..7 of the half's 32 bytes
     hh = k0 // 128 + gh
     km = hh * 128 < K
     m = rmask & km
-    blk16 = row16 + (hh // 2) * 105
     half = hh % 2
-    qla = _word(p16, blk16 + half * 32 + 2 * w, m)
-    qlb = _word(p16, blk16 + half * 32 + 16 + 2 * w, m)
-    qh = _word(p16, blk16 + 64 + half * 16 + 2 * w, m)
-    d = _f16(p16, blk16 + 104, m)  # [1, BO, G, 1, 1]
-    sc = p8 + blk16 * 2 + 192 + half * 8 + gg  # + 2k: group k's two scales
+    if SPLIT:
+        blkw = (row16 + hh // 2) * 52  # [1, BO, G, 1, 1]: the block's first word, a multiple of 4
+        qla = tl.load(p32 + tl.multiple_of(blkw + half * 16, (4, 4, 4, 4, 4)) + w, mask=m, other=0)
+        qlb = tl.load(p32 + tl.multiple_of(blkw + half * 16 + 8, (4, 4, 4, 4, 4)) + w, mask=m, other=0)
+        qh = tl.load(p32 + tl.multiple_of(blkw + 32 + half * 8, (4, 4, 4, 4, 4)) + w, mask=m, other=0)
+        d = tl.load(p16 + row16 + hh // 2, mask=m, other=0).to(tl.float32)  # [1, BO, G, 1, 1]
+        sc = p8 + blkw * 4 + 192 + half * 8 + gg
+    else:
+        blk16 = row16 + (hh // 2) * 105
+        qla = _word(p16, blk16 + half * 32 + 2 * w, m)
+        qlb = _word(p16, blk16 + half * 32 + 16 + 2 * w, m)
+        qh = _word(p16, blk16 + 64 + half * 16 + 2 * w, m)
+        d = _f16(p16, blk16 + 104, m)  # [1, BO, G, 1, 1]
+        sc = p8 + blk16 * 2 + 192 + half * 8 + gg  # + 2k: group k's two scales
     if WAIT and PDL:
         tl.extra.cuda.gdc_wait()
         if PDL == 3:
@@ -162,9 +174,10 @@ def _epilogue(out, rows, tok, N, y_ptr, OUT, stride_yn, b_ptr, HAS_BIAS: tl.cons
 @triton.jit
 def gemv_i8_program(pid, nb, N, xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_yn, b_ptr,
                     QT: tl.constexpr, G: tl.constexpr, BO: tl.constexpr, NT: tl.constexpr, ASM: tl.constexpr,
-                    HAS_BIAS: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr):
+                    HAS_BIAS: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr,
+                    SPLIT: tl.constexpr = False):
     """Rows [pid * BO, (pid + 1) * BO) of tokens [nb * NT, (nb + 1) * NT) (< N) over all of K; QT 12
-    Q4_K, 14 Q6_K."""
+    Q4_K, 14 Q6_K (SPLIT: in layout.split_q6_k's layout, pointers from layout.q6k_views)."""
     rows = pid * BO + tl.arange(0, BO)
     tok = nb * NT + tl.arange(0, NT)
     if QT == 12:
@@ -180,10 +193,10 @@ def gemv_i8_program(pid, nb, N, xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K, row
         t5 = tok[:, None, None, None, None]
         xq, xs, tm = xq_ptr + t5 * (K // 4), xs_ptr + t5 * (K // 8), t5 < N
         rmask = (rows < OUT)[None, :, None, None, None]
-        row16 = rows.to(tl.int64)[None, :, None, None, None] * (row_bytes // 2)
-        acc = _q6k_pass(p8, p16, row16, rmask, xq, xs, tm, 0, K, G, NT, BO, ASM, True, PDL)
+        row16 = rows.to(tl.int64)[None, :, None, None, None] * (K // 256 if SPLIT else row_bytes // 2)
+        acc = _q6k_pass(p8, p16, p32, row16, rmask, xq, xs, tm, 0, K, G, NT, BO, ASM, True, PDL, SPLIT)
         for k0 in range(G * 128, K, G * 128):
-            acc += _q6k_pass(p8, p16, row16, rmask, xq, xs, tm, k0, K, G, NT, BO, ASM, False, PDL)
+            acc += _q6k_pass(p8, p16, p32, row16, rmask, xq, xs, tm, k0, K, G, NT, BO, ASM, False, PDL, SPLIT)
         out = tl.sum(tl.sum(tl.sum(acc, axis=4), axis=3), axis=2)
     _epilogue(out, rows, tok, N, y_ptr, OUT, stride_yn, b_ptr, HAS_BIAS, RES)
 
@@ -191,9 +204,10 @@ def gemv_i8_program(pid, nb, N, xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K, row
 @triton.jit
 def _gemv_i8_kernel(xq_ptr, xs_ptr, p8, p16, p32, y_ptr, N, OUT, K, row_bytes, stride_yn, b_ptr,
                     QT: tl.constexpr, G: tl.constexpr, BO: tl.constexpr, NT: tl.constexpr, ASM: tl.constexpr,
-                    HAS_BIAS: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr = 0):
+                    HAS_BIAS: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr = 0,
+                    SPLIT: tl.constexpr = False):
     gemv_i8_program(tl.program_id(0), tl.program_id(1), N, xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K,
-                    row_bytes, stride_yn, b_ptr, QT, G, BO, NT, ASM, HAS_BIAS, RES, PDL)
+                    row_bytes, stride_yn, b_ptr, QT, G, BO, NT, ASM, HAS_BIAS, RES, PDL, SPLIT)
 
 
 @triton.jit
@@ -228,20 +242,23 @@ def _glu_i8_kernel(xq_ptr, xs_ptr, g8, g16, g32, u8, u16, u32, y_ptr, yq_ptr, ys
 
 def gemv_i8(xq: torch.Tensor, xs: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int,
             qtype: int, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
-            dtype: torch.dtype = torch.bfloat16, launch: tuple | None = None) -> torch.Tensor:
+            dtype: torch.dtype = torch.bfloat16, launch: tuple | None = None,
+            split: bool = False) -> torch.Tensor:
     """y [N, out] = x @ W.T for x from quantize_x (xq [N, K / 4], xs [N, K / 32, 4]) and W raw Q4_K (12)
     or Q6_K (14) [out, row_bytes]; + bias; residual [N, out]: added into it in place and returned.
-    launch: (G, BO, warps[, NT]) instead of I8_LAUNCH's."""
+    launch: (G, BO, warps[, NT]) instead of I8_LAUNCH's. split: W is Q6_K in layout.split_q6_k's layout."""
     qt = int(qtype)
+    if split and qt != 14:
+        raise ValueError(f"the split layout is Q6_K's (14), not type {qt}")
     n = xq.shape[0]
     y = residual if residual is not None else torch.empty((n, out_features), dtype=dtype, device=xq.device)
     g, bo, warps, nt = i8_launch(qt, n, launch)
     g = min(g, triton.next_power_of_2(triton.cdiv(in_features, 64 if qt == 12 else 128)))
     row_bytes = in_features // 256 * (144 if qt == 12 else 210)
     _gemv_i8_kernel[(triton.cdiv(out_features, bo), triton.cdiv(n, nt))](
-        xq, xs, *_views(raw, qt), y, n, out_features, in_features, row_bytes, y.stride(0), bias, QT=qt, G=g,
-        BO=bo, NT=nt, ASM=asm_ok(xq.device), HAS_BIAS=bias is not None, RES=residual is not None,
-        num_warps=warps, **launch_opts(xq.device))
+        xq, xs, *(q6k_views(raw) if split else _views(raw, qt)), y, n, out_features, in_features, row_bytes,
+        y.stride(0), bias, QT=qt, G=g, BO=bo, NT=nt, ASM=asm_ok(xq.device), HAS_BIAS=bias is not None,
+        RES=residual is not None, SPLIT=split, num_warps=warps, **launch_opts(xq.device))
     return y
 
 

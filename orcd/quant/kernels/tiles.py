@@ -79,14 +79,20 @@ def tile_q4_k(p8, p16, row_off, rmask, k0, G: tl.constexpr):
 
 
 @triton.jit
-def tile_q6_k(p8, p16, row_off, rmask, k0, G: tl.constexpr):
-    # groups are the 16-element scale groups (16 per 256-block); G must be a multiple of 16
+def tile_q6_k(p8, p16, row_off, rmask, k0, G: tl.constexpr, SPLIT: tl.constexpr = False):
+    # groups are the 16-element scale groups (16 per 256-block); G must be a multiple of 16. SPLIT
+    # (layout.split_q6_k): block (r, b) = row_off // 210 + b at byte * 208, p16 the d's (one per block)
     gg = tl.arange(0, G)[None, :, None]
     l = tl.arange(0, 16)[None, None, :]
     sb = k0 // 256 + gg // 16
     gi = gg % 16
-    blk_off = row_off + sb * 210
-    d = _f16_at(p16, blk_off + 208, rmask)
+    if SPLIT:
+        blk = row_off // 210 + sb  # row_off = r * nb * 210
+        blk_off = blk * 208
+        d = tl.load(p16 + blk, mask=rmask, other=0).to(tl.float16, bitcast=True).to(tl.float32)
+    else:
+        blk_off = row_off + sb * 210
+        d = _f16_at(p16, blk_off + 208, rmask)
     sc = tl.load(p8 + blk_off + 192 + gi, mask=rmask, other=0).to(tl.int8, bitcast=True).to(tl.float32)
     h = gi // 8
     ql = tl.load(p8 + blk_off + h * 64 + (gi % 4) * 16 + l, mask=rmask, other=0).to(tl.int32)
@@ -97,8 +103,9 @@ def tile_q6_k(p8, p16, row_off, rmask, k0, G: tl.constexpr):
 
 
 @triton.jit
-def dequant_tile(p8, p16, row_off, rmask, k0, QT: tl.constexpr, G: tl.constexpr):
-    """Dispatch on the GGML type id (constexpr): 8 Q8_0, 6 Q5_0, 12 Q4_K, 14 Q6_K."""
+def dequant_tile(p8, p16, row_off, rmask, k0, QT: tl.constexpr, G: tl.constexpr, SPLIT: tl.constexpr = False):
+    """Dispatch on the GGML type id (constexpr): 8 Q8_0, 6 Q5_0, 12 Q4_K, 14 Q6_K (SPLIT: its split
+    layout, p16 the d's)."""
     if QT == 8:
         w = tile_q8_0(p8, p16, row_off, rmask, k0, G)
     elif QT == 6:
@@ -106,5 +113,5 @@ def dequant_tile(p8, p16, row_off, rmask, k0, QT: tl.constexpr, G: tl.constexpr)
     elif QT == 12:
         w = tile_q4_k(p8, p16, row_off, rmask, k0, G)
     else:
-        w = tile_q6_k(p8, p16, row_off, rmask, k0, G)
+        w = tile_q6_k(p8, p16, row_off, rmask, k0, G, SPLIT)
     return w

@@ -1,0 +1,64 @@
+"""The Q6_K split layout (issue 16): the conversion and its inverse, and every kernel that reads it
+against the same kernel on GGUF's blocks (interp_q6k_split.py under the Triton interpreter)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as T
+
+from orcd.quant import dequantize
+from orcd.quant.kernels import triton_available
+from orcd.quant.kernels.layout import q6k_tail, split_q6_k, unsplit_q6_k
+
+
+def _raw(out: int, nb: int, seed: int) -> torch.Tensor:
+    """uint8 [out, nb * 210]: random bytes, the d's finite fp16."""
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, size=(out, nb, 210), dtype=np.uint8)
+    d = (rng.standard_normal((out, nb)) * 0.02).astype(np.float16)
+    raw[:, :, 208:] = d.view(np.uint8).reshape(out, nb, 2)
+    return torch.from_numpy(raw.reshape(out, -1))
+
+
+def test_split_places_blocks_and_ds():
+    raw = _raw(5, 3, 0)
+    sp = split_q6_k(raw)
+    assert sp.shape == raw.shape and sp.dtype == torch.uint8
+    flat, blocks = sp.reshape(-1), raw.view(5, 3, 210)
+    for r in range(5):
+        for b in range(3):
+            i = r * 3 + b
+            assert torch.equal(flat[i * 208:(i + 1) * 208], blocks[r, b, :208])
+            assert torch.equal(flat[5 * 3 * 208 + 2 * i:5 * 3 * 208 + 2 * i + 2], blocks[r, b, 208:])
+    assert torch.equal(q6k_tail(sp), blocks[:, :, 208:].reshape(-1, 2).contiguous().view(torch.float16)[:, 0])
+
+
+@pytest.mark.parametrize("out, nb", [(1, 1), (7, 3), (16, 14)])
+def test_round_trip(out, nb):
+    raw = _raw(out, nb, out * nb)
+    sp = split_q6_k(raw)
+    assert not torch.equal(sp, raw) or out * nb == 1
+    assert torch.equal(unsplit_q6_k(sp), raw)
+    want = dequantize(raw, T.Q6_K, (out, nb * 256))
+    assert torch.equal(dequantize(unsplit_q6_k(sp), T.Q6_K, (out, nb * 256)), want)
+
+
+@pytest.mark.skipif(not triton_available() or torch.cuda.is_available(),
+                    reason="needs triton and no CUDA (the GPU command checks the compiled kernels)")
+def test_kernels_split_equal_gguf():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    script = Path(__file__).with_name("interp_q6k_split.py")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [ln.split() for ln in proc.stdout.splitlines() if ln.strip()]
+    assert [r[0] for r in rows] == ["gemv_i8_m1", "gemv_i8_m3", "gemv_i8_m9", "gemv3_i8_ggs", "gemv3_i8_gsg",
+                                    "dequantize_raw"]
+    for name, err, _ in rows:
+        assert float(err) == 0.0, name
