@@ -29,8 +29,14 @@ def _own(t: torch.Tensor | None, device: torch.device | None) -> torch.Tensor | 
     return moved.clone() if moved.data_ptr() == t.data_ptr() else moved  # never a view of the full one
 
 
+def _gguf_rows(m: QuantLinear) -> None:
+    if m.layout != "gguf":  # orcd/loading/q6k_layout.py: the split layout's rows are not W's rows
+        raise TensorParallelError("tensor parallelism slices GGUF rows: load with q6k_layout='gguf'")
+
+
 def slice_rows(m: QuantLinear, r0: int, r1: int, device: torch.device | None = None) -> QuantLinear:
     """Output rows [r0, r1) of W [out, in] (and of the bias) as a new QuantLinear on `device`."""
+    _gguf_rows(m)
     w = _own(m.weight[r0:r1], device) if m.weight is not None else None
     raw = _own(m.raw[r0:r1], device) if m.raw is not None else None
     bias = _own(m.bias[r0:r1], device) if m.bias is not None else None
@@ -41,6 +47,7 @@ def slice_cols(m: QuantLinear, c0: int, c1: int, name: str, keep_bias: bool,
                device: torch.device | None = None) -> QuantLinear:
     """Input columns [c0, c1) of W [out, in] as a new QuantLinear; `name` (the GGUF tensor) goes into the
     error when the cut is not on a block boundary of the tensor's type (checked for dense-held too)."""
+    _gguf_rows(m)
     fmt = get_format(m.qtype)
     bs = fmt.block_size
     if c0 % bs or c1 % bs:

@@ -32,6 +32,7 @@ from orcd.gcpause import gc_paused
 from orcd.gguf import GGUFFile, open_gguf
 from orcd.gguf.config import ModelConfig, model_config_from_gguf
 from orcd.gguf.validate import validate_tensors
+from orcd.loading.q6k_layout import apply_q6k_layout, check_q6k_layout
 from orcd.loading.warmup import warm_cuda
 from orcd.models.registry import get_model_class
 from orcd.quant.linear import DeviceMirror
@@ -146,9 +147,10 @@ def _mirror_for(f, cls, dev: torch.device, keep_quantized: bool):
 
 def load_model(path: str | Path, device: str | torch.device = "auto", dtype: torch.dtype | None = None,
                keep_quantized: bool | None = None, tokenizer: bool = True,
-               options: LoadOptions = LoadOptions()) -> LoadedModel:
+               options: LoadOptions = LoadOptions(), q6k_layout: str = "gguf") -> LoadedModel:
     """device "auto" = CUDA when available. dtype default: float32 on CPU, bfloat16 on CUDA.
     keep_quantized default: True on CUDA (raw GGUF blocks on the device), False on CPU.
+    q6k_layout: "gguf", or "split" (CUDA, opt-in: raw Q6_K rearranged, orcd/loading/q6k_layout.py).
     `LoadedModel.phases`: open (parse + check the header), check (config + tensor validation), weights
     (upload/dequantize; upload, part of it: the one copy of the tensor data section), tokenizer (its
     build, overlapped with weights), tokenizer_wait (main thread waiting for it after the weights),
@@ -157,11 +159,11 @@ def load_model(path: str | Path, device: str | torch.device = "auto", dtype: tor
     waiting for the warm thread's CUDA context, part of weights). `LoadedModel.timeline`: when each of
     those steps ended, in seconds after the start of the load, in order (cuda_ready: the context)."""
     with gc_paused(), switch_interval(options.switch_interval if options.overlap else None):
-        return _load(path, device, dtype, keep_quantized, tokenizer, options)
+        return _load(path, device, dtype, keep_quantized, tokenizer, options, q6k_layout)
 
 
 def _load(path: str | Path, device: str | torch.device, dtype: torch.dtype | None,
-          keep_quantized: bool | None, tokenizer: bool, options: LoadOptions) -> LoadedModel:
+          keep_quantized: bool | None, tokenizer: bool, options: LoadOptions, q6k_layout: str) -> LoadedModel:
     t0 = time.perf_counter()
     dev = resolve_device(device)
     handoff: queue.SimpleQueue = queue.SimpleQueue()  # (file, config, dtype) for the warm-up, or None
@@ -174,6 +176,7 @@ def _load(path: str | Path, device: str | torch.device, dtype: torch.dtype | Non
     keep_quantized = dev.type == "cuda" if keep_quantized is None else keep_quantized
     join_tok = None
     try:
+        check_q6k_layout(q6k_layout, dev, keep_quantized)
         f = open_gguf(path)
         t1 = time.perf_counter()
         cls = get_model_class(f.architecture)  # an unknown architecture is named before any key is read
@@ -196,6 +199,7 @@ def _load(path: str | Path, device: str | torch.device, dtype: torch.dtype | Non
             mirror.attach(f.tensors)  # tensors in the upload become views of it
         with torch.no_grad():
             model = cls.from_gguf(f, cfg, dev, dtype, keep_quantized).eval()
+            apply_q6k_layout(model, q6k_layout)
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
     except BaseException:

@@ -87,6 +87,19 @@ def _check_2d(t: GGUFTensor) -> tuple[int, int]:
     return t.shape[0], t.shape[1]
 
 
+def _dense_split(raw: torch.Tensor, out_f: int, in_f: int, dtype: torch.dtype) -> torch.Tensor:
+    """W [out, in] in dtype from Q6_K in the split layout: the Triton dequantize where it runs (CUDA, or
+    the CPU under the interpreter), else the blocks put back in GGUF order and dequantized."""
+    from orcd.quant.kernels.layout import unsplit_q6_k
+
+    if _fused(GGMLQuantizationType.Q6_K, raw.device) is not None:
+        from orcd.quant.kernels.dequant_kernel import dequantize_raw
+
+        return dequantize_raw(raw, GGMLQuantizationType.Q6_K, out_f, in_f, dtype, split=True)
+    return dequantize_to(unsplit_q6_k(raw), GGMLQuantizationType.Q6_K, (out_f, in_f), dtype)
+
+
+LAYOUTS = ("gguf", "split")  # QuantLinear.layout: how raw holds the blocks
 INVARIANT_CPU_ROWS = 16  # rows per GEMM call of the batch-invariant CPU path (QuantLinear._invariant_cpu)
 
 
@@ -97,13 +110,28 @@ class QuantLinear(nn.Module):
 
     def __init__(self, out_features: int, in_features: int, qtype: GGMLQuantizationType, dtype: torch.dtype,
                  weight: torch.Tensor | None = None, raw: torch.Tensor | None = None,
-                 bias: torch.Tensor | None = None):
+                 bias: torch.Tensor | None = None, layout: str = "gguf"):
+        """layout: how `raw` holds the blocks: "gguf" (the file's rows) or "split" (Q6_K only,
+        kernels/layout.split_q6_k: its rows are not the weight's rows; to_split converts)."""
         super().__init__()
         self.out_features, self.in_features, self.qtype, self.dtype = out_features, in_features, qtype, dtype
         self.register_buffer("weight", weight, persistent=False)  # [out, in] dtype, or None
         self.register_buffer("raw", raw, persistent=False)  # uint8 [out, row_bytes], or None
         self.register_buffer("bias", bias, persistent=False)  # [out] dtype, or None
-        self._fused = _fused(qtype, raw.device) if raw is not None else None
+        q6k_raw = raw is not None and qtype == GGMLQuantizationType.Q6_K
+        if layout not in LAYOUTS or (layout == "split" and not q6k_raw):
+            raise ValueError(f"layout {layout!r}: one of {LAYOUTS}, 'split' only for raw Q6_K")
+        self.layout = layout
+        self._fused = _fused(qtype, raw.device) if raw is not None and layout == "gguf" else None
+
+    def to_split(self) -> None:
+        """Rearrange the raw Q6_K blocks into the split layout in place (same bytes, same buffer)."""
+        from orcd.quant.kernels.layout import split_q6_k
+
+        if self.raw is None or self.qtype != GGMLQuantizationType.Q6_K or self.layout != "gguf":
+            raise ValueError(f"to_split needs raw Q6_K in the gguf layout, not {self.extra_repr()}")
+        self.raw.copy_(split_q6_k(self.raw))
+        self.layout, self._fused = "split", None
 
     @classmethod
     def from_gguf(cls, weight: GGUFTensor, bias: GGUFTensor | None, device: torch.device | str,
@@ -124,6 +152,8 @@ class QuantLinear(nn.Module):
         """W [out, in] in self.dtype (a fresh tensor when kept quantized)."""
         if self.weight is not None:
             return self.weight
+        if self.layout == "split":
+            return _dense_split(self.raw, self.out_features, self.in_features, self.dtype)
         return dequantize_to(self.raw, self.qtype, (self.out_features, self.in_features), self.dtype)
 
     def _invariant_cpu(self, x2: torch.Tensor) -> torch.Tensor:
@@ -163,12 +193,12 @@ class QuantLinear(nn.Module):
 
         if self.weight is not None:
             return invariant_linear(x2, self.weight, DENSE, bias=self.bias)
-        if int(self.qtype) in invariant_kernel_types():
+        if int(self.qtype) in invariant_kernel_types() and self.layout == "gguf":
             return invariant_linear(x2, self.raw, int(self.qtype), self.out_features, self.bias)
         return invariant_linear(x2, self.dense_weight(), DENSE, bias=self.bias)
 
     def extra_repr(self) -> str:
-        kept = "raw" if self.raw is not None else "dense"
+        kept = ("raw" if self.layout == "gguf" else "raw, split") if self.raw is not None else "dense"
         return f"in={self.in_features}, out={self.out_features}, {self.qtype.name} ({kept}), {self.dtype}"
 
 
@@ -193,6 +223,8 @@ class QuantEmbedding(nn.Module):
         t = self.table
         if t.weight is not None:
             return t.weight[ids]
+        if t.layout != "gguf":
+            raise ValueError("an embedding gathers rows: its table cannot be in the split Q6_K layout")
         rows = t.raw[ids.reshape(-1)]  # uint8 [T, row_bytes]
         out = dequantize(rows, t.qtype, (rows.shape[0], t.in_features)).to(t.dtype)
         return out.reshape(*ids.shape, t.in_features)

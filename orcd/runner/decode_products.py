@@ -58,8 +58,24 @@ class BlockLinears:
         return (self.q, self.k, self.v)
 
 
+def split(m) -> bool:
+    """m's raw Q6_K blocks are in the split layout (QuantLinear.layout; orcd/loading/q6k_layout.py)."""
+    return getattr(m, "layout", "gguf") == "split"
+
+
+def gguf_raw(m, kernel: str) -> torch.Tensor:
+    """m.raw for a kernel that reads GGUF's blocks only: ValueError naming it for a split weight."""
+    if split(m):
+        raise ValueError(f"{kernel} does not read the split Q6_K layout (q6k_layout='split'): "
+                         f"the int8 GEMVs (int8_x) do")
+    return m.raw
+
+
 def linear(m, x: torch.Tensor) -> torch.Tensor:
-    """QuantLinear m on x [N, in]: fused GEMV / batched kernel over raw blocks (+ bias), else dense."""
+    """QuantLinear m on x [N, in]: fused GEMV / batched kernel over raw blocks (+ bias), else dense (a
+    split Q6_K weight: its own forward, the Triton dequantize then cuBLAS)."""
+    if split(m):
+        return m(x)
     if m.raw is not None:
         return fused_linear(x, m.raw, m.out_features, m.in_features, m.qtype, m.bias)
     return F.linear(x, m.weight, m.bias)
@@ -80,7 +96,7 @@ def attend(a, q, k, v, pos: torch.Tensor, inv_freq: torch.Tensor, k_cache, v_cac
 def glu(g, u, h: torch.Tensor) -> torch.Tensor:
     """silu(h @ Wg.T) * (h @ Wu.T), h [N, H] already normed: one SwiGLU launch where it can."""
     if (g.raw is not None and u.raw is not None and g.qtype == u.qtype and h.shape[0] <= GEMV_MAX_N
-            and g.bias is None and u.bias is None):
+            and g.bias is None and u.bias is None and not split(g) and not split(u)):
         return fused_glu(h, g.raw, u.raw, g.out_features, g.in_features, g.qtype)
     return F.silu(linear(g, h)) * linear(u, h)
 
@@ -154,6 +170,13 @@ class DecodeProducts:
                 return GEMV_MAX_N
         return max(I8_MAX_ROWS, GEMV_MAX_N)
 
+    def check_layouts(self, blocks: list[BlockLinears], head) -> None:
+        """ValueError where the norm-fused step would hand a split Q6_K weight to a float GEMV: split
+        weights need int8_x and int8_attn (gemv_i8 / gemv3_i8 read them)."""
+        if any(split(m) for lin in blocks for m in lin.all()) or split(head):
+            if not (self.int8_x and self.int8_attn):
+                raise ValueError("q6k_layout='split' needs the int8 GEMVs (int8_x; not float32 models)")
+
     def attn_i8(self, lin: BlockLinears) -> bool:
         """q/k/v (when their biases agree) and o on the int8 GEMVs."""
         return self.int8_attn and all(m.qtype in I8_TYPES for m in (*lin.qkv(), lin.o))
@@ -164,16 +187,20 @@ class DecodeProducts:
         same_bias = len({m.bias is None for m in qkv}) == 1
         if self.attn_i8(lin) and same_bias:
             xq, xs = quantize_x(res, norm=nrm)
-            return gemv3_i8(xq, xs, [(m.raw, m.out_features, m.qtype, m.bias) for m in qkv], k_in, res.dtype)
+            return gemv3_i8(xq, xs, [(m.raw, m.out_features, m.qtype, m.bias) for m in qkv], k_in, res.dtype,
+                            split=tuple(split(m) for m in qkv))
         if same_bias:
-            return fused_gemv3(res, [(m.raw, m.out_features, m.qtype, m.bias) for m in qkv], k_in, norm=nrm)
-        return [fused_gemv(res, m.raw, m.out_features, m.in_features, m.qtype, m.bias, norm=nrm) for m in qkv]
+            weights = [(gguf_raw(m, "fused_gemv3"), m.out_features, m.qtype, m.bias) for m in qkv]
+            return fused_gemv3(res, weights, k_in, norm=nrm)
+        return [fused_gemv(res, gguf_raw(m, "fused_gemv"), m.out_features, m.in_features, m.qtype, m.bias,
+                           norm=nrm) for m in qkv]
 
     def qkv_rows(self, lin: BlockLinears, h: torch.Tensor) -> list[torch.Tensor]:
         """The unfused step's q, k, v of h [B, H] (already normed): one batched_qkv launch for
         GEMV_MAX_N < B <= MM_MAX_N where it is on and takes the three weights, else three products."""
         qkv = lin.qkv()
-        if self.batched_qkv and GEMV_MAX_N < h.shape[0] <= MM_MAX_N and all(m.raw is not None for m in qkv):
+        if (self.batched_qkv and GEMV_MAX_N < h.shape[0] <= MM_MAX_N
+                and all(m.raw is not None and not split(m) for m in qkv)):
             weights = [(m.raw, m.out_features, m.qtype, m.bias) for m in qkv]
             if qkv_routed(weights, lin.q.in_features):
                 return batched_qkv(h, weights, lin.q.in_features)
@@ -184,9 +211,9 @@ class DecodeProducts:
         m = lin.o
         if self.attn_i8(lin):
             xq, xs = quantize_x(x)
-            gemv_i8(xq, xs, m.raw, m.out_features, m.in_features, m.qtype, residual=res)
+            gemv_i8(xq, xs, m.raw, m.out_features, m.in_features, m.qtype, residual=res, split=split(m))
         else:
-            fused_gemv(x, m.raw, m.out_features, m.in_features, m.qtype, residual=res)
+            fused_gemv(x, gguf_raw(m, "fused_gemv"), m.out_features, m.in_features, m.qtype, residual=res)
 
     def glu(self, lin: BlockLinears, res: torch.Tensor, nrm: Norm) -> tuple:
         """x = RMSNorm(res) * w -> (silu(x @ Wg.T) * (x @ Wu.T) [B, F], and that quantized for an int8
@@ -196,23 +223,26 @@ class DecodeProducts:
             xq, xs = quantize_x(res, norm=nrm)
             return glu_q4k_i8(xq, xs, g.raw, u.raw, g.out_features, g.in_features, res.dtype,
                               quant_out=dn.qtype in I8_TYPES)
-        return fused_glu(res, g.raw, u.raw, g.out_features, g.in_features, g.qtype, norm=nrm), None, None
+        y = fused_glu(res, gguf_raw(g, "fused_glu"), gguf_raw(u, "fused_glu"), g.out_features, g.in_features,
+                      g.qtype, norm=nrm)
+        return y, None, None
 
     def down(self, lin: BlockLinears, act: tuple, res: torch.Tensor) -> None:
         """res [B, H] += act @ Wdown.T in place; act from glu (int8 words when it quantized them)."""
         y, aq, asc = act
         dn = lin.down
         if aq is not None:
-            gemv_i8(aq, asc, dn.raw, dn.out_features, dn.in_features, dn.qtype, residual=res)
+            gemv_i8(aq, asc, dn.raw, dn.out_features, dn.in_features, dn.qtype, residual=res, split=split(dn))
         else:
-            fused_gemv(y, dn.raw, dn.out_features, dn.in_features, dn.qtype, residual=res)
+            fused_gemv(y, gguf_raw(dn, "fused_gemv"), dn.out_features, dn.in_features, dn.qtype, residual=res)
 
     def head(self, m, res: torch.Tensor, nrm: Norm) -> torch.Tensor:
         """RMSNorm(res) * w @ W_head.T -> [B, out] in res.dtype (m: the head, or this rank's rows)."""
         if self.int8_x and m.qtype in I8_TYPES:  # the final RMSNorm inside the x quantization
             xq, xs = quantize_x(res, norm=nrm)
-            return gemv_i8(xq, xs, m.raw, m.out_features, m.in_features, m.qtype, m.bias, dtype=res.dtype)
+            return gemv_i8(xq, xs, m.raw, m.out_features, m.in_features, m.qtype, m.bias, dtype=res.dtype,
+                           split=split(m))
         # the final RMSNorm as one small kernel of its own: inside the head GEMV, each of its ~38k
         # programs would redo the RMS
         h = add_rmsnorm(None, res, nrm[0], nrm[1])
-        return fused_gemv(h, m.raw, m.out_features, m.in_features, m.qtype, m.bias)
+        return fused_gemv(h, gguf_raw(m, "fused_gemv"), m.out_features, m.in_features, m.qtype, m.bias)

@@ -85,6 +85,8 @@ class FusedDecoder:
         self.products = DecodeProducts(int8_x=int8, int8_attn=int8, batched_qkv=batched_qkv)
         self.inv_freq = model.rotary.inv_freq.float().contiguous()
         self.fuse_norm = fuse_norm and norm_fusable(self.linears, model.lm_head)
+        if self.fuse_norm:
+            self.products.check_layouts(self.linears, model.lm_head)
         self.quant_rows = [QuantRows(lin, self.products) for lin in self.linears]  # the unfused step's
         if dense is not None and dense_rows not in (None, dense.rows):
             raise DenseCopiesError(f"dense_rows {dense_rows} disagrees with the copies' {dense.rows}")

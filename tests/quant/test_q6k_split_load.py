@@ -1,0 +1,86 @@
+"""q6k_layout="split" (issue 16) where weights reach the device: load_model's option and its refusals,
+apply_q6k_layout on a tiny qwen2 file with Q6_K ffn_down and output (the CPU stands in for CUDA: the
+split QuantLinears' forward / dense_weight put the blocks back in GGUF order off the interpreter), the
+tied embedding left alone, and the decode step's and tensor parallelism's refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gguf import GGMLQuantizationType as Q
+
+from orcd.gguf.synth import write_model_gguf
+from orcd.loading.loader import load_model
+from orcd.loading.q6k_layout import apply_q6k_layout
+from orcd.quant.linear import QuantLinear
+
+DIMS = dict(vocab_size=320, hidden=256, n_layers=2, ffn=512, n_heads=4, n_kv_heads=2)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("q6k")
+    qt = {"default": Q.Q4_K, "ffn_down": Q.Q6_K, "output": Q.Q6_K, "token_embd": Q.Q6_K}
+    return {tied: write_model_gguf(d / f"tied{tied}.gguf", "qwen2", tied=tied, qtypes=qt, seed=3, **DIMS)
+            for tied in (False, True)}
+
+
+def _q6k(model) -> dict[str, QuantLinear]:
+    return {n: m for n, m in model.named_modules() if isinstance(m, QuantLinear) and m.qtype == Q.Q6_K}
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(q6k_layout="packed"), "one of"),
+                                           (dict(q6k_layout="split"), "CUDA"),
+                                           (dict(q6k_layout="split", keep_quantized=True), "CUDA")])
+def test_load_refuses(files, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        load_model(files[False], device="cpu", tokenizer=False, **kwargs)
+
+
+def test_split_modules_compute_the_same(files):
+    loaded = load_model(files[False], device="cpu", keep_quantized=True, tokenizer=False)
+    mods = _q6k(loaded.model)
+    assert len(mods) == 4  # ffn_down x 2, the head and the embedding's table
+    before = {n: (m.raw.clone(), m.dense_weight()) for n, m in mods.items()}
+    x = torch.randn(3, 512)
+    ys = {n: m(x[:, :m.in_features]) for n, m in mods.items()}
+    assert apply_q6k_layout(loaded.model, "split") == 3  # not the embedding's table
+    for n, m in _q6k(loaded.model).items():
+        kept = "embed" in n
+        assert m.layout == ("gguf" if kept else "split") and ("split" in repr(m)) != kept
+        assert torch.equal(m.raw, before[n][0]) == kept
+        assert torch.equal(m.dense_weight(), before[n][1])
+        assert torch.equal(m(x[:, :m.in_features]), ys[n])
+    ids = torch.tensor([1, 5, 7])
+    assert loaded.model.embed(ids).shape == (3, 256)
+
+
+def test_tied_table_stays_gguf(files):
+    loaded = load_model(files[True], device="cpu", keep_quantized=True, tokenizer=False)
+    assert apply_q6k_layout(loaded.model, "split") == 2  # the ffn_downs; the head is the table
+    assert loaded.model.lm_head.layout == "gguf"
+
+
+def test_split_refused_by_readers(files):
+    from orcd.distributed.layers import slice_cols, slice_rows
+    from orcd.distributed.partition import TensorParallelError
+    from orcd.runner.decode_products import DecodeProducts, gguf_raw
+    from orcd.runner.fused_decode import block_linears
+
+    loaded = load_model(files[False], device="cpu", keep_quantized=True, tokenizer=False)
+    apply_q6k_layout(loaded.model, "split")
+    down = loaded.model.blocks[0].mlp.down
+    with pytest.raises(ValueError, match="fused_glu does not read the split"):
+        gguf_raw(down, "fused_glu")
+    lins = [block_linears(b) for b in loaded.model.blocks]
+    DecodeProducts(int8_x=True, int8_attn=True).check_layouts(lins, loaded.model.lm_head)
+    with pytest.raises(ValueError, match="int8 GEMVs"):
+        DecodeProducts(int8_x=False, int8_attn=False).check_layouts(lins, loaded.model.lm_head)
+    with pytest.raises(TensorParallelError, match="q6k_layout='gguf'"):
+        slice_rows(down, 0, 128)
+    with pytest.raises(TensorParallelError, match="q6k_layout='gguf'"):
+        slice_cols(down, 0, 256, "blk.0.ffn_down.weight", True)
+    with pytest.raises(ValueError, match="split"):
+        QuantLinear(4, 256, Q.Q4_K, torch.float32, raw=torch.zeros(4, 144, dtype=torch.uint8), layout="split")
+    with pytest.raises(ValueError, match="to_split"):
+        down.to_split()
