@@ -80,6 +80,16 @@ def _fused(qtype: GGMLQuantizationType, device: torch.device):
     return get_fused_linear(qtype, device)
 
 
+def _split_linear(fused):
+    """The split Q6_K weight's kernel (kernels/q6k_split.split_linear) where `fused` says kernels run
+    on its device, else None (forward then multiplies dense_weight())."""
+    if fused is None:
+        return None
+    from orcd.quant.kernels.q6k_split import split_linear
+
+    return split_linear
+
+
 def _check_2d(t: GGUFTensor) -> tuple[int, int]:
     if len(t.shape) != 2:
         raise GGUFError(f"tensor {t.name} should be 2-D, has shape {t.shape}")
@@ -122,7 +132,8 @@ class QuantLinear(nn.Module):
         if layout not in LAYOUTS or (layout == "split" and not q6k_raw):
             raise ValueError(f"layout {layout!r}: one of {LAYOUTS}, 'split' only for raw Q6_K")
         self.layout = layout
-        self._fused = _fused(qtype, raw.device) if raw is not None and layout == "gguf" else None
+        self._fused = _fused(qtype, raw.device) if raw is not None else None
+        self._fused = _split_linear(self._fused) if layout == "split" else self._fused
 
     def to_split(self) -> None:
         """Rearrange the raw Q6_K blocks into the split layout in place (same bytes, same buffer)."""
@@ -131,7 +142,7 @@ class QuantLinear(nn.Module):
         if self.raw is None or self.qtype != GGMLQuantizationType.Q6_K or self.layout != "gguf":
             raise ValueError(f"to_split needs raw Q6_K in the gguf layout, not {self.extra_repr()}")
         self.raw.copy_(split_q6_k(self.raw))
-        self.layout, self._fused = "split", None
+        self.layout, self._fused = "split", _split_linear(self._fused)
 
     @classmethod
     def from_gguf(cls, weight: GGUFTensor, bias: GGUFTensor | None, device: torch.device | str,
@@ -179,7 +190,9 @@ class QuantLinear(nn.Module):
             return F.linear(x, self.weight, self.bias)
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
-        if self._fused is not None:
+        if self._fused is not None and self.layout == "split":
+            y = self._fused(x2, self.raw, self.out_features, self.in_features, self.bias)
+        elif self._fused is not None:
             y = self._fused(x2, self.raw, self.out_features, self.in_features).to(self.dtype)
             if self.bias is not None:
                 y = y + self.bias

@@ -73,7 +73,7 @@ def gguf_raw(m, kernel: str) -> torch.Tensor:
 
 def linear(m, x: torch.Tensor) -> torch.Tensor:
     """QuantLinear m on x [N, in]: fused GEMV / batched kernel over raw blocks (+ bias), else dense (a
-    split Q6_K weight: its own forward, the Triton dequantize then cuBLAS)."""
+    split Q6_K weight: its forward, kernels/q6k_split.split_linear)."""
     if split(m):
         return m(x)
     if m.raw is not None:

@@ -42,19 +42,31 @@ def block(down: Q) -> BlockLinears:
                         gate=linear(Q.Q4_K, FFN, H), up=linear(Q.Q4_K, FFN, H), down=linear(down, H, FFN))
 
 
-def step(int8: bool, rows: tuple, downs: tuple, head: bool = True) -> None:
-    """The norm-fused step's products (q/k/v, o, gate/up, down) at each row count, then the head."""
+def step(int8: bool, rows: tuple, downs: tuple, head: bool = True, split: bool = False) -> None:
+    """The norm-fused step's products (q/k/v, o, gate/up, down) at each row count, then the head; split:
+    the Q6_K weights in q6k_layout='split' (DecodeProducts reads QuantLinear.layout)."""
     nrm = (torch.zeros(H, dtype=BF16), 1e-6)
     prod = DecodeProducts(int8_x=int8, int8_attn=int8)
     for down in downs:
         lin = block(down)
+        for m in lin.all():
+            m.layout = "split" if split and m.qtype == Q.Q6_K else "gguf"
         for n in rows:
             res = torch.zeros(n, H, dtype=BF16)
             prod.qkv(lin, res, nrm)
             prod.o(lin, torch.zeros(n, Q_OUT, dtype=BF16), res)
             prod.down(lin, prod.glu(lin, res, nrm), res)
     if head:
-        prod.head(linear(Q.Q6_K, VOCAB, H), torch.zeros(1, H, dtype=BF16), nrm)
+        m = linear(Q.Q6_K, VOCAB, H)
+        m.layout = "split" if split else "gguf"
+        prod.head(m, torch.zeros(1, H, dtype=BF16), nrm)
+
+
+def q6k_split(rows: tuple) -> None:
+    """q6k_layout='split' (issue 16): the int8 step with v, down and the head split (gemv3_i8's SC,
+    gemv_i8's SPLIT), and the split dequantize (QuantLinear.forward / dense_weight)."""
+    step(True, rows, (Q.Q6_K,), split=True)
+    dequantize_raw(raw(Q.Q6_K, 1024, H), Q.Q6_K, 1024, H, BF16, split=True)
 
 
 def unfused_rows(rows: tuple) -> None:
@@ -133,8 +145,9 @@ def every_type() -> None:
         mmq_linear(torch.zeros(32, H, dtype=BF16), raw(Q.Q6_K, 1024, H), 1024, H, Q.Q6_K, float_w=float_w)
 
 
-CORE = {"int8_decode": int8_decode, "dense_batched": dense_batched}
+CORE = {"int8_decode": int8_decode, "dense_batched": dense_batched, "q6k_split": lambda: q6k_split((1,))}
 EXTENDED = {"int8_rows_2_4": lambda: step(True, (2, 4), (Q.Q6_K, Q.Q4_K)),
             "int8_tables": lambda: int8_tables((1, 2, 4, 8)),
             "float_decode": lambda: step(False, (1, 4), (Q.Q6_K, Q.Q4_K)),
-            "unfused_rows_64": lambda: unfused_rows((64,)), "every_type": every_type}
+            "unfused_rows_64": lambda: unfused_rows((64,)), "every_type": every_type,
+            "q6k_split_rows": lambda: q6k_split((2, 4, 8))}

@@ -20,6 +20,7 @@ from orcd.quant.kernels.gemv3_int8 import gemv3_i8  # noqa: E402
 from orcd.quant.kernels.gemv_int8 import gemv_i8  # noqa: E402
 from orcd.quant.kernels.layout import split_q6_k  # noqa: E402
 from orcd.quant.kernels.xquant import quantize_x  # noqa: E402
+from orcd.quant.linear import QuantLinear  # noqa: E402
 
 
 def diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -64,6 +65,22 @@ def dequant_cases():
                                  want)
 
 
+def linear_cases():
+    """A split QuantLinear's forward (q6k_split.split_linear): 3 fp16 rows on gemv_i8 against gemv_i8 on
+    the GGUF blocks; 70 float32 rows (dequantize + GEMM) against the GGUF QuantLinear's forward."""
+    raw = random_blocks(T.Q6_K, 21, 768, 4)
+    bias = torch.randn(21)
+    x = torch.randn(3, 768).half()
+    lin = QuantLinear(21, 768, T.Q6_K, torch.float16, raw=split_q6_k(raw), bias=bias.half(), layout="split")
+    want = gemv_i8(*quantize_x(x), raw, 21, 768, T.Q6_K, bias.half(), dtype=torch.float16)
+    yield "split_linear_i8_m3", diff(lin(x), want)
+    x = torch.randn(70, 768)
+    gguf = QuantLinear(21, 768, T.Q6_K, torch.float32, raw=raw, bias=bias)
+    lin = QuantLinear(21, 768, T.Q6_K, torch.float32, raw=raw.clone(), bias=bias)
+    lin.to_split()
+    yield "split_linear_f32_m70", diff(lin(x), gguf(x))
+
+
 if __name__ == "__main__":
-    for name, err in (*gemv_cases(), *gemv3_cases(), *dequant_cases()):
+    for name, err in (*gemv_cases(), *gemv3_cases(), *dequant_cases(), *linear_cases()):
         print(name, f"{err:.3e}", 0, flush=True)
