@@ -84,3 +84,27 @@ def test_split_refused_by_readers(files):
         QuantLinear(4, 256, Q.Q4_K, torch.float32, raw=torch.zeros(4, 144, dtype=torch.uint8), layout="split")
     with pytest.raises(ValueError, match="to_split"):
         down.to_split()
+
+
+def test_engine_same_tokens(files):
+    """An engine over a model with split Q6_K weights (the CPU: dense_weight's host path) generates the
+    GGUF layout's greedy tokens."""
+    from orcd.engine.io import EngineRequest
+    from orcd.engine.llm_engine import LLMEngine
+    from orcd.engine.sampling_params import SamplingParams
+
+    outs = {}
+    for layout in ("gguf", "split"):
+        loaded = load_model(files[False], device="cpu", keep_quantized=True)
+        apply_q6k_layout(loaded.model, layout)
+        eng = LLMEngine(loaded, num_kv_blocks=32, max_num_seqs=4, enable_prefix_caching=False)
+        sp = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+        for i in range(2):
+            eng.add_request(EngineRequest(f"r{i}", [10 + 7 * i + j for j in range(12)], sp))
+        toks: dict[str, list[int]] = {"r0": [], "r1": []}
+        while eng.has_work():
+            for ev in eng.step():
+                if ev.token_id is not None:
+                    toks[ev.request_id].append(ev.token_id)
+        outs[layout] = toks
+    assert outs["split"] == outs["gguf"] and len(outs["gguf"]["r0"]) == 4
