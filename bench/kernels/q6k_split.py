@@ -6,7 +6,8 @@ gemv_int8.py reads each int32 as two 16-bit loads; Nsight Compute on the H100 (b
 ncu_gemv_int8_7b.md) shows 90 % excess sectors for those loads against 50 % for Q4_K. The split layout keeps
 the same bytes: per row, nb blocks of 208 bytes (ql | qh | scales, unchanged) and, in a separate [rows, nb]
 fp16 tensor, the d's. Every 208-byte block starts 16-byte aligned, so ql/qh words load as int32 (4 per 16
-bytes, vectorizable) instead of halfword pairs. Kernel: gemv_int8's Q6_K pass with those offsets, NT = 1.
+bytes, vectorizable) instead of halfword pairs. Kernel: gemv_int8's Q6_K pass with those offsets
+(`gemv_i8(..., split=True)`; first written here as a standalone prototype, commit 23d3e72).
 
 usage: python bench/kernels/q6k_split.py OUT.json [--model 7b.gguf --launch G,BO,W]   (CUDA; table last)
        TRITON_INTERPRET=1 python bench/kernels/q6k_split.py --check   (CPU: split == gemv_i8, small shapes)
@@ -21,99 +22,26 @@ from functools import partial
 from pathlib import Path
 
 import torch
-import triton
-import triton.language as tl
 from gguf import GGMLQuantizationType as Q
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "bench/peers")]
 from products import blocks, copies_for, copy_bandwidth, graph_time  # noqa: E402
 
-from orcd.quant.kernels.fused_linear import launch_opts  # noqa: E402
-from orcd.quant.kernels.gemv_int8 import _epilogue, gemv_i8  # noqa: E402
-from orcd.quant.kernels.xquant import asm_ok, dp4a, quantize_x  # noqa: E402
+from orcd.quant.kernels.gemv_int8 import gemv_i8  # noqa: E402
+from orcd.quant.kernels.layout import split_q6_k  # noqa: E402
+from orcd.quant.kernels.xquant import quantize_x  # noqa: E402
 
 SHAPES = [("down 3584x18944", 3584, 18944), ("lm_head 152064x3584", 152064, 3584), ("v 512x3584", 512, 3584)]
 LAUNCHES = [(8, 8, 4), (16, 4, 4), (32, 4, 4), (8, 4, 4), (16, 8, 4), (4, 8, 4)]  # (G, BO, warps)
 
 
-def repack(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """GGUF Q6_K rows uint8 [n, nb * 210] -> (data uint8 [n, nb * 208], d fp16 [n, nb]); same bytes."""
-    n = raw.shape[0]
-    b = raw.view(n, -1, 210)
-    data = b[:, :, :208].reshape(n, -1).contiguous()
-    d = b[:, :, 208:].contiguous().view(torch.float16).view(n, -1)
-    return data, d
-
-
-@triton.jit
-def _split_pass(p32, p8, dp, roww, rowd, rmask, xq, xs, k0, K, G: tl.constexpr, BO: tl.constexpr,
-                ASM: tl.constexpr):
-    """G 128-input halves from k0: partial sums [BO, G, 2, 1]; roww: the rows' first word, rowd: first d."""
-    gh = tl.arange(0, G)[None, :, None, None]
-    gg = tl.arange(0, 2)[None, None, :, None]
-    w = gg * 4 + tl.arange(0, 4)[None, None, None, :]  # word 0..7 of the half's 32 bytes
-    hh = k0 // 128 + gh
-    km = hh * 128 < K
-    m = rmask & km
-    blkw = roww + (hh // 2) * 52  # 208-byte blocks: 52 words
-    half = hh % 2
-    qla = tl.load(p32 + tl.multiple_of(blkw + half * 16, (4, 4, 4, 4)) + w, mask=m, other=0)
-    qlb = tl.load(p32 + tl.multiple_of(blkw + half * 16 + 8, (4, 4, 4, 4)) + w, mask=m, other=0)
-    qh = tl.load(p32 + tl.multiple_of(blkw + 32 + half * 8, (4, 4, 4, 4)) + w, mask=m, other=0)
-    d = tl.load(dp + rowd + hh // 2, mask=m, other=0).to(tl.float32)  # [BO, G, 1, 1]
-    sc = p8 + blkw * 4 + 192 + half * 8 + gg
-    xm = km
-    acc = tl.zeros((BO, G, 2, 1), tl.float32)
-    for k in tl.static_range(4):
-        if k == 0:
-            v = (qla & 0x0F0F0F0F) | ((qh & 0x03030303) << 4)
-        elif k == 1:
-            v = (qlb & 0x0F0F0F0F) | ((qh & 0x0C0C0C0C) << 2)
-        elif k == 2:
-            v = ((qla >> 4) & 0x0F0F0F0F) | (qh & 0x30303030)
-        else:
-            v = ((qlb >> 4) & 0x0F0F0F0F) | ((qh >> 2) & 0x30303030)
-        xw = tl.load(xq + hh * 32 + 8 * k + w, mask=xm, other=0)
-        xb = xs + (hh * 4 + k) * 4
-        dx = tl.load(xb, mask=xm, other=0.0)
-        s16 = tl.load(xb + 1 + gg, mask=xm, other=0.0)
-        dot = tl.sum(dp4a(v, xw, ASM), axis=3, keep_dims=True).to(tl.float32)
-        scale = tl.load(sc + 2 * k, mask=m, other=0).to(tl.int8, bitcast=True).to(tl.float32)
-        acc += scale * (dx * dot - 32.0 * s16)
-    return d * acc
-
-
-@triton.jit
-def _split_kernel(xq_ptr, xs_ptr, p8, p32, dp, y_ptr, OUT, K, stride_yn, G: tl.constexpr, BO: tl.constexpr,
-                  ASM: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr = 0):
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    rows = tl.program_id(0) * BO + tl.arange(0, BO)
-    rmask = (rows < OUT)[:, None, None, None]
-    r64 = rows.to(tl.int64)[:, None, None, None]
-    roww = r64 * (K // 256 * 52)
-    rowd = r64 * (K // 256)
-    acc = _split_pass(p32, p8, dp, roww, rowd, rmask, xq_ptr, xs_ptr, 0, K, G, BO, ASM)
-    for k0 in range(G * 128, K, G * 128):
-        acc += _split_pass(p32, p8, dp, roww, rowd, rmask, xq_ptr, xs_ptr, k0, K, G, BO, ASM)
-    out = tl.sum(tl.sum(tl.sum(acc, axis=3), axis=2), axis=1)[None, :]  # [1, BO]
-    _epilogue(out, rows, tl.arange(0, 1), 1, y_ptr, OUT, stride_yn, None, False, RES)
-
-
-def gemv_split(xq, xs, data, d, out_features: int, in_features: int, launch=(8, 8, 4),
+def gemv_split(xq, xs, split_raw, out_features: int, in_features: int, launch=(8, 8, 4),
                residual: torch.Tensor | None = None, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """y [1, out] = x @ W.T for one x row from quantize_x and W in the split layout (repack);
-    residual [1, out]: added into it in place and returned."""
-    g, bo, warps = launch
-    g = min(g, triton.next_power_of_2(triton.cdiv(in_features, 128)))
-    y = residual if residual is not None else torch.empty((1, out_features), dtype=dtype, device=xq.device)
-    _split_kernel[(triton.cdiv(out_features, bo),)](
-        xq, xs, data, data.view(-1).view(torch.int32), d, y, out_features, in_features, y.stride(0),
-        G=g, BO=bo, ASM=asm_ok(xq.device), RES=residual is not None, num_warps=warps,
-        **launch_opts(xq.device))
-    return y
+    """gemv_i8 on a Q6_K weight in layout.split_q6_k's layout at launch (G, BO, warps). The prototype kernel
+    this script first timed (commit 23d3e72) is gemv_int8's SPLIT path now, with the same loads and sums."""
+    return gemv_i8(xq, xs, split_raw, out_features, in_features, int(Q.Q6_K), residual=residual, dtype=dtype,
+                   launch=launch, split=True)
 
 
 def check() -> None:
@@ -122,9 +50,9 @@ def check() -> None:
         raw = blocks(Q.Q6_K, n, k, 7)
         xq, xs = quantize_x(torch.randn(1, k))
         want = gemv_i8(xq, xs, raw, n, k, int(Q.Q6_K)).float()
-        data, d = repack(raw)
+        split_raw = split_q6_k(raw)
         for launch in [(2, 4, 4), (4, 8, 4), (1, 2, 2)]:
-            got = gemv_split(xq, xs, data, d, n, k, launch).float()
+            got = gemv_split(xq, xs, split_raw, n, k, launch).float()
             err = float((got - want).norm() / want.norm())
             print(f"n {n} k {k} launch {launch}: rel err {err:.2e}")
             assert err < 1e-2, err
@@ -142,7 +70,7 @@ def step_rows(path: str, launch: tuple) -> list[dict]:
     from orcd.runner.fused_decode import FusedDecoder
 
     s = OrcdSession(path, num_blocks=320, page=16)  # 5,104 tokens: depth 4096 + 128 steps
-    split = {m.raw.data_ptr(): repack(m.raw) for m in s.model.modules()
+    split = {m.raw.data_ptr(): split_q6_k(m.raw) for m in s.model.modules()
              if isinstance(m, QuantLinear) and m.raw is not None and m.qtype == Q.Q6_K}
     gguf_gemv = decode_products.gemv_i8
 
@@ -150,7 +78,7 @@ def step_rows(path: str, launch: tuple) -> list[dict]:
         sp = split.get(raw.data_ptr())
         if sp is None or xq.shape[0] != 1 or bias is not None:
             return gguf_gemv(xq, xs, raw, out_f, in_f, qtype, bias, residual, dtype, launch_)
-        return gemv_split(xq, xs, *sp, out_f, in_f, launch, residual=residual, dtype=dtype)
+        return gemv_split(xq, xs, sp, out_f, in_f, launch, residual=residual, dtype=dtype)
 
     rows, logits = [], {}
     with torch.inference_mode():
@@ -183,16 +111,16 @@ def measure(out: str, model: str | None, launch: tuple) -> None:
     for name, n, k in SHAPES:
         nbytes = n * k // 256 * 210
         ws = [blocks(Q.Q6_K, n, k, i) for i in range(copies_for(nbytes))]
-        sp = [repack(w) for w in ws]
+        sp = [split_q6_k(w) for w in ws]
         xq, xs = quantize_x(torch.randn(1, k, device="cuda", dtype=torch.bfloat16))
         want = gemv_i8(xq, xs, ws[0], n, k, int(Q.Q6_K)).float()
         t = graph_time([partial(gemv_i8, xq, xs, w, n, k, int(Q.Q6_K)) for w in ws])
         rows.append(dict(name=name, kernel="gguf 210 B (gemv_i8 default)", us=t * 1e6,
                          TBps=nbytes / t / 1e12))
         for launch in LAUNCHES:
-            got = gemv_split(xq, xs, *sp[0], n, k, launch).float()
+            got = gemv_split(xq, xs, sp[0], n, k, launch).float()
             err = float((got - want).norm() / want.norm())
-            t = graph_time([partial(gemv_split, xq, xs, *s, n, k, launch) for s in sp])
+            t = graph_time([partial(gemv_split, xq, xs, s, n, k, launch) for s in sp])
             rows.append(dict(name=name, kernel=f"split G{launch[0]} BO{launch[1]} w{launch[2]}", us=t * 1e6,
                              TBps=nbytes / t / 1e12, rel_err_vs_gguf=err))
     steps = step_rows(model, launch) if model else []
