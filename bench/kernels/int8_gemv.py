@@ -122,14 +122,7 @@ def step_rows(path: str) -> list[dict]:
         g = DecodeGraphs(s.model, s.kv, s.page, s.width, scratch_block=s.width, buckets=(1,), step_fn=dec)
         g.capture()
         s.graphs[key] = g
-    for rep in range(2):
-        for key in variants:
-            for depth in (0, 4096):
-                rate = s.decode_graph(depth, 128, key)
-                print(f"decode graph {key} depth {depth}: {rate:.1f} tok/s", flush=True)
-                rows.append({"name": "decode graph", "variant": key, "depth": depth, "rep": rep,
-                             "tok_s": rate})
-    return rows
+    return rows + s.decode_graph_rounds(list(variants))
 
 
 def main() -> None:

@@ -95,14 +95,7 @@ def step_rows(path: str, launch: tuple) -> list[dict]:
     err = float((logits["split"] - logits["gguf"]).norm() / logits["gguf"].norm())
     rows.append({"name": "step logits, split vs gguf", "rel_err": err, "q6k_weights": len(split)})
     print(f"{len(split)} Q6_K weights; step logits split vs gguf: rel diff {err:.2e}")
-    for rep in range(2):
-        for key in ("gguf", "split"):
-            for depth in (0, 4096):
-                rate = s.decode_graph(depth, 128, key)
-                print(f"decode graph {key} depth {depth}: {rate:.1f} tok/s", flush=True)
-                rows.append({"name": "decode graph", "variant": key, "depth": depth, "rep": rep,
-                             "tok_s": rate})
-    return rows
+    return rows + s.decode_graph_rounds(("gguf", "split"))
 
 
 def measure(out: str, model: str | None, launch: tuple) -> None:

@@ -126,3 +126,16 @@ class OrcdSession:
             _, tok = graphs.replay(tok, pos[i:i + 1], pos[i:i + 1], lens[i:i + 1], self.tables)
         self._sync()
         return steps / (time.perf_counter() - t0)
+
+    def decode_graph_rounds(self, modes, reps: int = 2, depths=(0, 4096), steps: int = 128) -> list[dict]:
+        """decode_graph for each mode at each depth, the modes alternating, `reps` times: rows
+        {name, variant, depth, rep, tok_s}, each also printed."""
+        rows = []
+        for rep in range(reps):
+            for mode in modes:
+                for depth in depths:
+                    rate = self.decode_graph(depth, steps, mode)
+                    print(f"decode graph {mode} depth {depth}: {rate:.1f} tok/s", flush=True)
+                    rows.append({"name": "decode graph", "variant": mode, "depth": depth, "rep": rep,
+                                 "tok_s": rate})
+        return rows
