@@ -81,8 +81,9 @@ def _fused(qtype: GGMLQuantizationType, device: torch.device):
 
 
 def _split_linear(fused):
-    """The split Q6_K weight's kernel (kernels/q6k_split.split_linear) where `fused` says kernels run
-    on its device, else None (forward then multiplies dense_weight())."""
+    """The split Q6_K weight's kernel (kernels/q6k_split.split_linear: fused_linear's routing and
+    values) where `fused` says kernels run on its device, else None (forward then multiplies
+    dense_weight())."""
     if fused is None:
         return None
     from orcd.quant.kernels.q6k_split import split_linear
@@ -190,9 +191,7 @@ class QuantLinear(nn.Module):
             return F.linear(x, self.weight, self.bias)
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
-        if self._fused is not None and self.layout == "split":
-            y = self._fused(x2, self.raw, self.out_features, self.in_features, self.bias)
-        elif self._fused is not None:
+        if self._fused is not None:  # fused_linear, or a split weight's split_linear (the same values)
             y = self._fused(x2, self.raw, self.out_features, self.in_features).to(self.dtype)
             if self.bias is not None:
                 y = y + self.bias

@@ -25,6 +25,7 @@ from orcd.quant.kernels.fused_linear import GEMV_MAX_N, MM_MAX_N, fused_gemv, fu
 from orcd.quant.kernels.gemv3_int8 import gemv3_i8
 from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8
 from orcd.quant.kernels.gemv_multi import fused_gemv3
+from orcd.quant.kernels.q6k_split import split_linear
 from orcd.quant.kernels.xquant import quantize_x
 
 Q4_K, Q6_K = 12, 14  # GGMLQuantizationType
@@ -73,9 +74,9 @@ def gguf_raw(m, kernel: str) -> torch.Tensor:
 
 def linear(m, x: torch.Tensor) -> torch.Tensor:
     """QuantLinear m on x [N, in]: fused GEMV / batched kernel over raw blocks (+ bias), else dense (a
-    split Q6_K weight: its forward, kernels/q6k_split.split_linear)."""
+    split Q6_K weight: kernels/q6k_split.split_linear, fused_linear's kernels and values)."""
     if split(m):
-        return m(x)
+        return split_linear(x, m.raw, m.out_features, m.in_features, m.bias)
     if m.raw is not None:
         return fused_linear(x, m.raw, m.out_features, m.in_features, m.qtype, m.bias)
     return F.linear(x, m.weight, m.bias)
@@ -96,8 +97,8 @@ def attend(a, q, k, v, pos: torch.Tensor, inv_freq: torch.Tensor, k_cache, v_cac
 def glu(g, u, h: torch.Tensor) -> torch.Tensor:
     """silu(h @ Wg.T) * (h @ Wu.T), h [N, H] already normed: one SwiGLU launch where it can."""
     if (g.raw is not None and u.raw is not None and g.qtype == u.qtype and h.shape[0] <= GEMV_MAX_N
-            and g.bias is None and u.bias is None and not split(g) and not split(u)):
-        return fused_glu(h, g.raw, u.raw, g.out_features, g.in_features, g.qtype)
+            and g.bias is None and u.bias is None and split(g) == split(u)):
+        return fused_glu(h, g.raw, u.raw, g.out_features, g.in_features, g.qtype, split=split(g))
     return F.silu(linear(g, h)) * linear(u, h)
 
 
@@ -197,13 +198,14 @@ class DecodeProducts:
 
     def qkv_rows(self, lin: BlockLinears, h: torch.Tensor) -> list[torch.Tensor]:
         """The unfused step's q, k, v of h [B, H] (already normed): one batched_qkv launch for
-        GEMV_MAX_N < B <= MM_MAX_N where it is on and takes the three weights, else three products."""
+        GEMV_MAX_N < B <= MM_MAX_N where it is on and takes the three weights (split Q6_K ones too: a
+        flag each), else three products."""
         qkv = lin.qkv()
         if (self.batched_qkv and GEMV_MAX_N < h.shape[0] <= MM_MAX_N
-                and all(m.raw is not None and not split(m) for m in qkv)):
+                and all(m.raw is not None for m in qkv)):
             weights = [(m.raw, m.out_features, m.qtype, m.bias) for m in qkv]
             if qkv_routed(weights, lin.q.in_features):
-                return batched_qkv(h, weights, lin.q.in_features)
+                return batched_qkv(h, weights, lin.q.in_features, split=tuple(split(m) for m in qkv))
         return [linear(m, h) for m in qkv]
 
     def o(self, lin: BlockLinears, x: torch.Tensor, res: torch.Tensor) -> None:

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 from gguf import GGMLQuantizationType as Q
 
-from orcd.quant.kernels.batched_linear import MM_TILES, mm_dot, w_tile
+from orcd.quant.kernels.batched_linear import MM_TILES, mm_dot, mm_views, w_tile
 from orcd.quant.kernels.layout import row_bytes
 from orcd.quant.kernels.split_k import TARGET_PROGRAMS, partials, reduce_partials, row_tile, steps_per_split
 
@@ -57,7 +57,7 @@ def _fused_mm_kernel(x_ptr, w8, w16, w32, u8, u16, u32, nw_ptr, b_ptr, y_ptr, ws
                      stride_ym, w_row, eps, steps_per_split, QT: tl.constexpr, S: tl.constexpr,
                      G: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NORM: tl.constexpr,
                      RES: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
-                     SPLIT: tl.constexpr, GELU: tl.constexpr = False):
+                     SPLIT: tl.constexpr, GELU: tl.constexpr = False, Q6S: tl.constexpr = False):
     # program (n tile, m tile, split s): y.T [BN, BM] = W [BN, K_s] @ x'.T [K_s, BM] over split s's K
     # steps (u*: GLU's up); SPLIT: the fp32 partial to ws [splits, M, N], the reduce kernel does the rest
     rm = tl.program_id(1) * BM + tl.arange(0, BM)
@@ -75,10 +75,10 @@ def _fused_mm_kernel(x_ptr, w8, w16, w32, u8, u16, u32, nw_ptr, b_ptr, y_ptr, ws
     k_lo = tl.program_id(2) * steps_per_split * BK
     for k0 in range(k_lo, tl.minimum(k_lo + steps_per_split * BK, K), BK):
         xt = tl.trans(_x_tile(x_ptr, nw_ptr, rm, mmask, k0, K, stride_xm, rstd, BK, NORM))  # [BK, BM]
-        w = w_tile(w8, w16, w32, row_off, nm3, k0, K, QT, S, G)
+        w = w_tile(w8, w16, w32, row_off, nm3, k0, K, QT, S, G, Q6S)
         acc = mm_dot(w.to(xt.dtype), xt, acc, IEEE)
         if GLU:
-            wu = w_tile(u8, u16, u32, row_off, nm3, k0, K, QT, S, G)
+            wu = w_tile(u8, u16, u32, row_off, nm3, k0, K, QT, S, G, Q6S)
             acc_u = mm_dot(wu.to(xt.dtype), xt, acc_u, IEEE)
     if GLU and GELU:  # 0.5 a (1 + tanh(z)) = a * sigmoid(2z), z = sqrt(2/pi) (a + 0.044715 a^3)
         acc = acc / (1.0 + tl.exp(-1.5957691216057308 * (acc + 0.044715 * acc * acc * acc))) * acc_u
@@ -103,21 +103,17 @@ def _epilogue(out, b_ptr, y_ptr, rm, rn, mmask, nmask, stride_ym, HAS_BIAS: tl.c
     tl.store(ptrs, out.to(y_ptr.dtype.element_ty), mask=omask)
 
 
-def _views(raw: torch.Tensor, qt: Q) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    p16 = raw.view(-1).view(torch.int16)
-    return raw, p16, raw.view(-1).view(torch.int32) if qt == Q.Q4_K else p16  # Q4_K rows: 144-byte multiples
-
-
 def batched_fused(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int, qtype: int,
                   norm: tuple[torch.Tensor, float] | None = None, residual: torch.Tensor | None = None,
                   raw_up: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                   launch: tuple[int, int, int] | None = None, gelu: bool = False,
-                  target: int = TARGET_PROGRAMS) -> torch.Tensor:
+                  target: int = TARGET_PROGRAMS, split: bool = False) -> torch.Tensor:
     """x [M <= 64, in] (bf16/fp16/fp32), raw uint8 [out, row_bytes] -> [M, out] in x.dtype:
     x' @ W.T (+ bias [out]) with x' = x or RMSNorm(x) * weight for norm = (weight [in], eps); residual
     [M, out]: the product added into it in place and returned; raw_up (same type and shape): silu(x' @ W.T)
     * (x' @ U.T) (no residual, no bias; gelu: gelu_tanh for silu). launch: (BN, warps, stages) instead
-    of FUSED_LAUNCH; target: programs to aim for with split-K (not for the SwiGLU; 1: no split)."""
+    of FUSED_LAUNCH; target: programs to aim for with split-K (not for the SwiGLU; 1: no split).
+    split: raw (and raw_up) Q6_K in layout.split_q6_k's layout (the same values as on GGUF's blocks)."""
     qt = Q(int(qtype))
     x = x.contiguous()
     m, k = x.shape
@@ -134,14 +130,15 @@ def batched_fused(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feat
     s, g = MM_TILES[qt]
     bn, warps, stages = launch or FUSED_LAUNCH
     bm = row_tile(m)
-    up = _views(raw_up.contiguous(), qt) if raw_up is not None else _views(raw, qt)
     steps = triton.cdiv(k, s * g)
     sps = steps if raw_up is not None else steps_per_split(steps, m, out_features, bm, bn, target)
     splits = triton.cdiv(steps, sps)
     ws = partials(splits, y)
     grid = (triton.cdiv(out_features, bn), triton.cdiv(m, bm), splits)
-    flags = {"HAS_BIAS": bias is not None, "RES": residual is not None}
-    _fused_mm_kernel[grid](x, *_views(raw.contiguous(), qt), *up, norm[0] if norm else None, bias, y, ws, m,
+    flags = {"HAS_BIAS": bias is not None, "RES": residual is not None, "Q6S": split}
+    w = mm_views(raw.contiguous(), qt, split)
+    up = mm_views(raw_up.contiguous(), qt, split) if raw_up is not None else w
+    _fused_mm_kernel[grid](x, *w, *up, norm[0] if norm else None, bias, y, ws, m,
                            out_features, k, x.stride(0), y.stride(0), w_row, float(norm[1]) if norm else 0.0,
                            sps, QT=int(qt), S=s, G=g, BM=bm, BN=bn, NORM=norm is not None,
                            GLU=raw_up is not None, IEEE=x.dtype == torch.float32, SPLIT=splits > 1, GELU=gelu,

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from gguf import GGMLQuantizationType as Q
 
-from orcd.quant.kernels.layout import row_bytes
+from orcd.quant.kernels.layout import q6k_views, row_bytes
 from orcd.quant.kernels.split_k import TARGET_PROGRAMS, partials, reduce_partials, row_tile, steps_per_split
 from orcd.quant.kernels.tiles import dequant_tile
 
@@ -88,10 +88,38 @@ def _tile_q6_k(p8, p16, row_off, nmask, k0):
 
 
 @triton.jit
-def w_tile(p8, p16, p32, row_off, nmask, k0, K, QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr):
-    """W's [BN, S * G] tile at inputs k0.. in float32 (input order); rows or groups past K are zero."""
+def _tile_q6_k_split(p8, pd, p32, row_off, nmask, k0):
+    """_tile_q6_k's [BN, 256] from layout.split_q6_k's layout: block (r, b) = row_off // 210 + b, its
+    208 bytes at byte 208 * block (16-byte aligned: int32 loads of p32), its d at pd[block]. Dims (u, wh,
+    wl, i), l = 16wh + 4wl + i (word 4wh + wl of a 32-byte run, byte i): the same elements and the same
+    arithmetic as _tile_q6_k, so the same values bit for bit."""
+    u = tl.arange(0, 8)[None, :, None, None, None]
+    wh = tl.arange(0, 2)[None, None, :, None, None]
+    wl = tl.arange(0, 4)[None, None, None, :, None]
+    i = tl.arange(0, 4)[None, None, None, None, :]
+    blk = row_off[:, :, :, None, None] // 210 + k0 // 256  # [BN, 1, 1, 1, 1] (row_off = r * nb * 210)
+    m = nmask[:, :, :, None, None]
+    n = u // 4
+    t = u % 4
+    d = tl.load(pd + blk, mask=m, other=0).to(tl.float16, bitcast=True).to(tl.float32)
+    blkw = blk * 52  # the block's first int32 word
+    sc = tl.load(p8 + blkw * 4 + 192 + 8 * n + 2 * t + wh, mask=m, other=0).to(tl.int8, bitcast=True)
+    w = 4 * wh + wl
+    ql = tl.load(p32 + tl.multiple_of(blkw + 16 * n + 8 * (t % 2), (4, 4, 4, 4, 4)) + w, mask=m, other=0)
+    qh = tl.load(p32 + tl.multiple_of(blkw + 32 + 8 * n, (4, 4, 4, 4, 4)) + w, mask=m, other=0)
+    q = ((ql >> (4 * (t // 2) + 8 * i)) & 0xF) | (((qh >> (2 * t + 8 * i)) & 3) << 4)
+    return tl.reshape((d * sc.to(tl.float32)) * (q - 32).to(tl.float32), [ql.shape[0], 256])
+
+
+@triton.jit
+def w_tile(p8, p16, p32, row_off, nmask, k0, K, QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr,
+           Q6S: tl.constexpr = False):
+    """W's [BN, S * G] tile at inputs k0.. in float32 (input order); rows or groups past K are zero.
+    Q6S: Q6_K in layout.split_q6_k's layout, pointers from mm_views(split=True)."""
     if QT == 12:
         w = _tile_q4_k(p8, p16, p32, row_off, nmask, k0)
+    elif QT == 14 and Q6S:
+        w = _tile_q6_k_split(p8, p16, p32, row_off, nmask, k0)
     elif QT == 14:
         w = _tile_q6_k(p8, p16, row_off, nmask, k0)
     else:
@@ -105,7 +133,7 @@ def w_tile(p8, p16, p32, row_off, nmask, k0, K, QT: tl.constexpr, S: tl.constexp
 def _mm_kernel(x_ptr, w_ptr, w16_ptr, w32_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm, stride_ym, w_row,
                steps_per_split, QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr, BM: tl.constexpr,
                BN: tl.constexpr, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
-               SWAP: tl.constexpr = True):
+               SWAP: tl.constexpr = True, Q6S: tl.constexpr = False):
     # program (n tile, m tile, split s): rows [BM], columns [BN], K steps [s * sps, (s + 1) * sps);
     # w_row: bytes per weight row; SPLIT: write fp32 partials ws [splits, M, N] instead of y.
     # SWAP: accumulate y.T [BN, BM] = W [BN, BK] @ x.T [BK, BM], the dequantized weights as the dot's
@@ -124,7 +152,7 @@ def _mm_kernel(x_ptr, w_ptr, w16_ptr, w32_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, st
     k_lo = split * steps_per_split * BK
     k_hi = tl.minimum(k_lo + steps_per_split * BK, K)
     for k0 in range(k_lo, k_hi, BK):
-        w = w_tile(w_ptr, w16_ptr, w32_ptr, row_off, nm3, k0, K, QT, S, G)
+        w = w_tile(w_ptr, w16_ptr, w32_ptr, row_off, nm3, k0, K, QT, S, G, Q6S)
         kk = k0 + tl.arange(0, BK)
         x = tl.load(x_ptr + rm.to(tl.int64)[:, None] * stride_xm + kk[None, :],
                     mask=mmask[:, None] & (kk[None, :] < K), other=0.0)  # [BM, BK]
@@ -153,6 +181,19 @@ def mm_dot(a, b, acc, IEEE: tl.constexpr):
     return acc
 
 
+def mm_views(raw: torch.Tensor, qt: int, split: bool = False) -> tuple[torch.Tensor, ...]:
+    """w_tile's (p8, p16, p32) of raw uint8 [out, row_bytes]: the bytes, int16 and (Q4_K rows: 144-byte
+    multiples) int32 views; split (Q6_K in layout.split_q6_k's layout): the bytes, the d's as int16,
+    the 208-byte blocks as int32 words."""
+    if split:
+        if int(qt) != 14:
+            raise ValueError(f"the split layout is Q6_K's (14), not type {int(qt)}")
+        p8, pd, p32 = q6k_views(raw)
+        return p8, pd.view(torch.int16), p32
+    p16 = raw.reshape(-1).view(torch.int16)
+    return raw, p16, raw.reshape(-1).view(torch.int32) if int(qt) == 12 else p16
+
+
 def routed(qtype: Q | int, out_features: int, in_features: int) -> bool:
     """Whether fused_linear runs an [N <= MM_MAX_N, in] x [out, in].T product of this type here."""
     floor = MM_ROUTE.get(qtype)
@@ -173,10 +214,11 @@ def mm_plan(qtype: Q, m: int, n: int, k: int, launch: tuple[int, int, int] | Non
 
 def batched_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int, qtype: int,
                    bias: torch.Tensor | None = None, launch: tuple[int, int, int] | None = None,
-                   target: int = TARGET_PROGRAMS, swap: bool = True) -> torch.Tensor:
+                   target: int = TARGET_PROGRAMS, swap: bool = True, split: bool = False) -> torch.Tensor:
     """x [M, in] (bf16/fp16/fp32), raw uint8 [out, row_bytes] of `qtype` -> [M, out] in x.dtype (+ bias).
     launch: (BN, warps, stages) instead of MM_LAUNCH(_LONG_K); target: programs to aim for with split-K;
-    swap: W as the dot's first operand (y.T = W @ x.T), else x first."""
+    swap: W as the dot's first operand (y.T = W @ x.T), else x first; split: Q6_K in layout.split_q6_k's
+    layout (the same values as the GGUF blocks' product, bit for bit)."""
     qt = Q(int(qtype))
     x = x.contiguous()
     m, k = x.shape
@@ -192,11 +234,9 @@ def batched_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_fea
     splits = triton.cdiv(triton.cdiv(k, s * g), sps)
     ws = partials(splits, y)
     grid = (triton.cdiv(out_features, bn), triton.cdiv(m, bm), splits)
-    p16 = raw.view(-1).view(torch.int16)
-    p32 = raw.view(-1).view(torch.int32) if qt == Q.Q4_K else p16  # Q4_K rows: 144-byte multiples
-    _mm_kernel[grid](x, raw, p16, p32, bias, y, ws, m, out_features, k, x.stride(0),
+    _mm_kernel[grid](x, *mm_views(raw, qt, split), bias, y, ws, m, out_features, k, x.stride(0),
                      y.stride(0), w_row, sps, QT=int(qt), S=s, G=g, BM=bm, BN=bn, SPLIT=splits > 1,
-                     HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32, SWAP=swap, num_warps=warps,
-                     num_stages=stages)
+                     HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32, SWAP=swap, Q6S=split,
+                     num_warps=warps, num_stages=stages)
     reduce_partials(ws, bias, y)
     return y

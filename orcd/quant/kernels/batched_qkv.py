@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from orcd.quant.kernels.batched_linear import MM_LAUNCH, MM_TILES, mm_dot, w_tile
+from orcd.quant.kernels.batched_linear import MM_LAUNCH, MM_TILES, mm_dot, mm_views, w_tile
 from orcd.quant.kernels.layout import row_bytes
 from orcd.quant.kernels.split_k import (
     TARGET_PROGRAMS,
@@ -37,7 +37,7 @@ Weight = tuple[torch.Tensor, int, int, torch.Tensor | None]  # (raw [out, row_by
 def _piece(pid_n, pid_m, split, x_ptr, w8, w16, w32, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm, w_row,
            k_split, cnt_ptr, cnt_idx, splits, QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr,
            BM: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr,
-           IEEE: tl.constexpr, LAST: tl.constexpr):
+           IEEE: tl.constexpr, LAST: tl.constexpr, Q6S: tl.constexpr = False):
     """One [BM, BN] tile of y = x @ W.T over inputs [split * k_split, +k_split): y [M, N] contiguous, or
     (SPLIT) the fp32 partial ws [splits, M, N]; with LAST the last of the tile's `splits` programs to
     arrive (int32 counter cnt_ptr[cnt_idx], reset after use) sums the partials in split order and writes y."""
@@ -51,7 +51,7 @@ def _piece(pid_n, pid_m, split, x_ptr, w8, w16, w32, b_ptr, y_ptr, ws_ptr, M, N,
     k_lo = split * k_split
     k_hi = tl.minimum(k_lo + k_split, K)
     for k0 in range(k_lo, k_hi, BK):
-        w = w_tile(w8, w16, w32, row_off, nmask[:, None, None], k0, K, QT, S, G)
+        w = w_tile(w8, w16, w32, row_off, nmask[:, None, None], k0, K, QT, S, G, Q6S)
         kk = k0 + tl.arange(0, BK)
         x = tl.load(x_ptr + rm.to(tl.int64)[:, None] * stride_xm + kk[None, :],
                     mask=mmask[:, None] & (kk[None, :] < K), other=0.0)  # [BM, BK]
@@ -88,9 +88,11 @@ def _qkv_kernel(x_ptr, M, K, stride_xm, k_split, cnt_ptr, splits,
                 QA: tl.constexpr, SA: tl.constexpr, GA: tl.constexpr, QB: tl.constexpr, SB: tl.constexpr,
                 GB: tl.constexpr, QC: tl.constexpr, SC: tl.constexpr, GC: tl.constexpr, BM: tl.constexpr,
                 BN: tl.constexpr, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
-                LAST: tl.constexpr):
+                LAST: tl.constexpr, Q6SA: tl.constexpr = False, Q6SB: tl.constexpr = False,
+                Q6SC: tl.constexpr = False):
     # program (tile t of q's, then k's, then v's BN-row tiles; m tile; split); LAST: split-K summed by
-    # the last program of each (tile, m tile) to arrive, counter cnt_ptr[t * m tiles + m tile]
+    # the last program of each (tile, m tile) to arrive, counter cnt_ptr[t * m tiles + m tile];
+    # Q6SA/B/C: that weight is Q6_K in layout.split_q6_k's layout
     pid = tl.program_id(0)
     pid_m = tl.program_id(1)
     split = tl.program_id(2)
@@ -99,13 +101,13 @@ def _qkv_kernel(x_ptr, M, K, stride_xm, k_split, cnt_ptr, splits,
     nb = tl.cdiv(NB, BN)
     if pid < na:
         _piece(pid, pid_m, split, x_ptr, a8, a16, a32, ab, ay, aws, M, NA, K, stride_xm, ra, k_split,
-               cnt_ptr, cnt_idx, splits, QA, SA, GA, BM, BN, SPLIT, HAS_BIAS, IEEE, LAST)
+               cnt_ptr, cnt_idx, splits, QA, SA, GA, BM, BN, SPLIT, HAS_BIAS, IEEE, LAST, Q6SA)
     elif pid < na + nb:
         _piece(pid - na, pid_m, split, x_ptr, b8, b16, b32, bb, by, bws, M, NB, K, stride_xm, rb, k_split,
-               cnt_ptr, cnt_idx, splits, QB, SB, GB, BM, BN, SPLIT, HAS_BIAS, IEEE, LAST)
+               cnt_ptr, cnt_idx, splits, QB, SB, GB, BM, BN, SPLIT, HAS_BIAS, IEEE, LAST, Q6SB)
     else:
         _piece(pid - na - nb, pid_m, split, x_ptr, c8, c16, c32, cb, cy, cws, M, NC, K, stride_xm, rc,
-               k_split, cnt_ptr, cnt_idx, splits, QC, SC, GC, BM, BN, SPLIT, HAS_BIAS, IEEE, LAST)
+               k_split, cnt_ptr, cnt_idx, splits, QC, SC, GC, BM, BN, SPLIT, HAS_BIAS, IEEE, LAST, Q6SC)
 
 
 def qkv_routed(weights: list[Weight], in_features: int) -> bool:
@@ -123,11 +125,13 @@ def qkv_plan(m: int, outs: list[int], k: int, bn: int, target: int = TARGET_PROG
 
 def batched_qkv(x: torch.Tensor, weights: list[Weight], in_features: int,
                 launch: tuple[int, int, int] = MM_LAUNCH,
-                target: int = TARGET_PROGRAMS, reduce_in_kernel: bool = True) -> list[torch.Tensor]:
+                target: int = TARGET_PROGRAMS, reduce_in_kernel: bool = True,
+                split: tuple[bool, bool, bool] = (False, False, False)) -> list[torch.Tensor]:
     """x [M, in] (bf16/fp16/fp32) -> [y_j [M, out_j] in x.dtype, each contiguous] for the three weights
     (qkv_routed); launch: (BN, num_warps, num_stages); target: programs to aim for with split-K.
     reduce_in_kernel: split-K partials summed by each tile's last program (no reduce launches), else
-    (and while capturing before the counters exist) by split_k.reduce_partials, one launch per weight."""
+    (and while capturing before the counters exist) by split_k.reduce_partials, one launch per weight.
+    split: per weight, Q6_K in layout.split_q6_k's layout (the same values as on GGUF's blocks)."""
     if not qkv_routed(weights, in_features) or x.dim() != 2 or x.shape[1] != in_features:
         raise ValueError("batched_qkv: three MM_TILES weights, x [M, in], in % 256 == 0, biases all or none")
     x = x.contiguous()
@@ -141,16 +145,14 @@ def batched_qkv(x: torch.Tensor, weights: list[Weight], in_features: int,
     splits = triton.cdiv(triton.cdiv(k, SPLIT_STEP), sps)
     wss = [partials(splits, y) for y in ys]
     args, consts = [], {}
-    for j, ((raw, out_f, qtype, bias), y, ws) in enumerate(zip(weights, ys, wss, strict=True)):
+    for j, ((raw, out_f, qtype, bias), y, ws, sp) in enumerate(zip(weights, ys, wss, split, strict=True)):
         qt = int(qtype)
         w_row = row_bytes(qt, in_features)
         if raw.dtype != torch.uint8 or raw.numel() != out_f * w_row:
             raise ValueError(f"weight {j}: raw must be uint8 [{out_f}, {w_row}]")
-        p16 = raw.reshape(-1).view(torch.int16)
-        p32 = raw.reshape(-1).view(torch.int32) if qt == 12 else p16  # Q4_K rows: 144-byte multiples
-        args += [raw, p16, p32, bias, y, ws, out_f, w_row]
+        args += [*mm_views(raw, qt, sp), bias, y, ws, out_f, w_row]
         s, g = MM_TILES[qt]
-        consts.update({f"Q{'ABC'[j]}": qt, f"S{'ABC'[j]}": s, f"G{'ABC'[j]}": g})
+        consts.update({f"Q{'ABC'[j]}": qt, f"S{'ABC'[j]}": s, f"G{'ABC'[j]}": g, f"Q6S{'ABC'[j]}": bool(sp)})
     grid = (sum(triton.cdiv(o, bn) for o in outs), triton.cdiv(m, bm), splits)
     cnt = split_counters(x.device, grid[0] * grid[1]) if splits > 1 and reduce_in_kernel else None
     _qkv_kernel[grid](

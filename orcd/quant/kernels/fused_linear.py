@@ -28,7 +28,7 @@ from orcd.quant.kernels.batched_fused import batched_fused
 from orcd.quant.kernels.batched_linear import batched_linear, routed
 from orcd.quant.kernels.dequant_kernel import dequantize_raw
 from orcd.quant.kernels.gemv_tiles import gemv_tile
-from orcd.quant.kernels.layout import BLOCK_SIZE, TYPE_SIZE
+from orcd.quant.kernels.layout import BLOCK_SIZE, TYPE_SIZE, q6k_tail
 from orcd.quant.kernels.mmq import mmq_linear, mmq_routed
 from orcd.quant.kernels.split_k import split_counters
 
@@ -44,19 +44,20 @@ def _gemv_kernel(x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_xn, strid
                  QT: tl.constexpr, EPG: tl.constexpr, U: tl.constexpr, G: tl.constexpr, BO: tl.constexpr,
                  b_ptr=None, HAS_BIAS: tl.constexpr = False, nw_ptr=None, eps=0.0,
                  NORM: tl.constexpr = False, RES: tl.constexpr = False, PDL: tl.constexpr = 0,
-                 ws_ptr=None, cnt_ptr=None, S: tl.constexpr = 1):
+                 ws_ptr=None, cnt_ptr=None, S: tl.constexpr = 1, Q6S: tl.constexpr = False):
     gemv_program(tl.program_id(0), tl.program_id(1), x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_xn,
                  stride_yn, b_ptr, nw_ptr, eps, QT, EPG, U, G, BO, HAS_BIAS, NORM, RES, PDL,
-                 ws_ptr, cnt_ptr, S)
+                 ws_ptr, cnt_ptr, S, Q6S)
 
 
 @triton.jit
 def gemv_program(pid_o, n, x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_xn, stride_yn, b_ptr, nw_ptr,
                  eps, QT: tl.constexpr, EPG: tl.constexpr, U: tl.constexpr, G: tl.constexpr,
                  BO: tl.constexpr, HAS_BIAS: tl.constexpr, NORM: tl.constexpr, RES: tl.constexpr,
-                 PDL: tl.constexpr = 0, ws_ptr=None, cnt_ptr=None, S: tl.constexpr = 1):
+                 PDL: tl.constexpr = 0, ws_ptr=None, cnt_ptr=None, S: tl.constexpr = 1,
+                 Q6S: tl.constexpr = False):
     # one program: BO rows x all of K (or split s's share of it) for token n; products accumulate
-    # elementwise, reduced once
+    # elementwise, reduced once; Q6S: Q6_K in layout.split_q6_k's layout (_views(split=True))
     if PDL == 2:
         tl.extra.cuda.gdc_launch_dependents()
     s = 0
@@ -75,11 +76,11 @@ def gemv_program(pid_o, n, x_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride
         k_hi = tl.minimum(K, k_lo + k_step)
     km = (k_lo + gg * EPG) < k_hi  # whole groups: K is a multiple of the block size
     acc, _b, rstd = gemv_tile(p8, p16, p32, row16, rmask & km, km, xr, k_lo, QT, G, nw_ptr, 1.0, K, eps,
-                              NORM, True, PDL)
+                              NORM, True, PDL, Q6S=Q6S)
     for k0 in range(k_lo + G * EPG, k_hi, G * EPG):
         km = (k0 + gg * EPG) < k_hi
         a, _b2, _r = gemv_tile(p8, p16, p32, row16, rmask & km, km, xr, k0, QT, G, nw_ptr, rstd, K, eps,
-                               NORM, False, PDL)
+                               NORM, False, PDL, Q6S=Q6S)
         acc += a
     if PDL == 4:
         tl.extra.cuda.gdc_launch_dependents()
@@ -123,9 +124,9 @@ def split_reduce(out, rows, pid_o, n, s, OUT, ws_ptr, cnt_ptr, S: tl.constexpr):
 def _gemv_glu_kernel(x_ptr, g8, g16, g32, u8, u16, u32, y_ptr, OUT, K, row_bytes, stride_xn, stride_yn,
                      QT: tl.constexpr, EPG: tl.constexpr, U: tl.constexpr, G: tl.constexpr, BO: tl.constexpr,
                      nw_ptr=None, eps=0.0, NORM: tl.constexpr = False, PDL: tl.constexpr = 0,
-                     GELU: tl.constexpr = False):
+                     GELU: tl.constexpr = False, Q6S: tl.constexpr = False):
     # y = silu(x @ Wg.T) * (x @ Wu.T) (GELU: gelu_tanh, Gemma): gate and up read side by side, each x
-    # load shared by both
+    # load shared by both; Q6S: both Q6_K in layout.split_q6_k's layout
     if PDL == 2:
         tl.extra.cuda.gdc_launch_dependents()
     n = tl.program_id(1)
@@ -136,11 +137,11 @@ def _gemv_glu_kernel(x_ptr, g8, g16, g32, u8, u16, u32, y_ptr, OUT, K, row_bytes
     xr = x_ptr + n * stride_xn
     km = gg * EPG < K
     acc_g, acc_u, rstd = gemv_tile(g8, g16, g32, row16, rmask & km, km, xr, 0, QT, G, nw_ptr, 1.0, K, eps,
-                                   NORM, True, PDL, u8, u16, u32, True)
+                                   NORM, True, PDL, u8, u16, u32, True, Q6S)
     for k0 in range(G * EPG, K, G * EPG):
         km = (k0 + gg * EPG) < K
         a, b, _r = gemv_tile(g8, g16, g32, row16, rmask & km, km, xr, k0, QT, G, nw_ptr, rstd, K, eps,
-                             NORM, False, PDL, u8, u16, u32, True)
+                             NORM, False, PDL, u8, u16, u32, True, Q6S)
         acc_g += a
         acc_u += b
     if PDL == 4:
@@ -218,31 +219,38 @@ def launch_opts(device: torch.device) -> dict:
     return {"PDL": PDL_MODE, "launch_pdl": True} if pdl_enabled(device) else {}
 
 
-def _views(raw: torch.Tensor, qt: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _views(raw: torch.Tensor, qt: int, split: bool = False) -> tuple[torch.Tensor, ...]:
     p16 = raw.view(-1).view(torch.int16)
+    if split and qt != Q.Q6_K:
+        raise ValueError(f"the split layout is Q6_K's (14), not type {qt}")
+    if split:  # Q6_K in layout.split_q6_k's layout: p32's place holds the d's
+        return raw, p16, q6k_tail(raw).view(torch.int16)
     return raw, p16, raw.view(-1).view(torch.int32) if qt == Q.Q4_K else p16  # Q4_K rows: 4-byte aligned
 
 
 def fused_glu(x: torch.Tensor, raw_gate: torch.Tensor, raw_up: torch.Tensor, out_features: int,
               in_features: int, qtype: int, norm: tuple[torch.Tensor, float] | None = None,
-              launch: tuple[int, int, int] | None = None, gelu: bool = False) -> torch.Tensor:
+              launch: tuple[int, int, int] | None = None, gelu: bool = False,
+              split: bool = False) -> torch.Tensor:
     """silu(x' @ Wg.T) * (x' @ Wu.T) for x [N <= MM_MAX_N, in]; both weights raw, same type and shape.
     x' = x, or RMSNorm(x) * weight for norm = (weight [in], eps). launch: (G, BO, warps) override of the
     GEMV (N <= GEMV_MAX_N; above: batched_fused.py, one pass over both weights for all rows).
-    gelu: GELU (tanh approximation) in place of SiLU (Gemma's gated FFN)."""
+    gelu: GELU (tanh approximation) in place of SiLU (Gemma's gated FFN). split: both Q6_K in
+    layout.split_q6_k's layout (the same values as on GGUF's blocks)."""
     qt = int(qtype)
     x = x.contiguous()
     n = x.shape[0]
     if n > GEMV_MAX_N:
-        return batched_fused(x, raw_gate, out_features, in_features, qt, norm, raw_up=raw_up, gelu=gelu)
+        return batched_fused(x, raw_gate, out_features, in_features, qt, norm, raw_up=raw_up, gelu=gelu,
+                             split=split)
     y = torch.empty((n, out_features), dtype=x.dtype, device=x.device)
     row_bytes = in_features // BLOCK_SIZE[qt] * TYPE_SIZE[qt]
     g, bo, warps = launch or gemv_config(qt, out_features, in_features, glu=True)
     epg, u = GEMV_GROUPS[qt]
     _gemv_glu_kernel[(triton.cdiv(out_features, bo), n)](
-        x, *_views(raw_gate, qt), *_views(raw_up, qt), y, out_features, in_features, row_bytes, x.stride(0),
-        y.stride(0), QT=qt, EPG=epg, U=u, G=g, BO=bo, nw_ptr=norm[0] if norm else None,
-        eps=float(norm[1]) if norm else 0.0, NORM=norm is not None, GELU=gelu, num_warps=warps,
+        x, *_views(raw_gate, qt, split), *_views(raw_up, qt, split), y, out_features, in_features, row_bytes,
+        x.stride(0), y.stride(0), QT=qt, EPG=epg, U=u, G=g, BO=bo, nw_ptr=norm[0] if norm else None,
+        eps=float(norm[1]) if norm else 0.0, NORM=norm is not None, GELU=gelu, Q6S=split, num_warps=warps,
         **launch_opts(x.device))
     return y
 
@@ -293,8 +301,9 @@ def fused_gemv(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feature
 def launch_gemv(x: torch.Tensor, raw: torch.Tensor, y: torch.Tensor, qt: int, out_features: int,
                 in_features: int, g: int, bo: int, warps: int, splits: int = 1,
                 bias: torch.Tensor | None = None, norm: tuple[torch.Tensor, float] | None = None,
-                res: bool = False) -> None:
-    """_gemv_kernel for x [N, in] -> y [N, out] with an explicit launch shape (also used by the bench)."""
+                res: bool = False, split: bool = False) -> None:
+    """_gemv_kernel for x [N, in] -> y [N, out] with an explicit launch shape (also used by the bench).
+    split: Q6_K in layout.split_q6_k's layout (the same values as on GGUF's blocks)."""
     n = x.shape[0]
     nprog = triton.cdiv(out_features, bo)
     cnt = split_counters(x.device, nprog * n) if splits > 1 else None
@@ -303,7 +312,7 @@ def launch_gemv(x: torch.Tensor, raw: torch.Tensor, y: torch.Tensor, qt: int, ou
     epg, u = GEMV_GROUPS[qt]
     row_bytes = in_features // BLOCK_SIZE[qt] * TYPE_SIZE[qt]
     _gemv_kernel[(nprog, n, splits)](
-        x, *_views(raw, qt), y, out_features, in_features, row_bytes, x.stride(0), y.stride(0), QT=qt,
+        x, *_views(raw, qt, split), y, out_features, in_features, row_bytes, x.stride(0), y.stride(0), QT=qt,
         EPG=epg, U=u, G=g, BO=bo, b_ptr=bias, HAS_BIAS=bias is not None, nw_ptr=norm[0] if norm else None,
         eps=float(norm[1]) if norm else 0.0, NORM=norm is not None, RES=res, ws_ptr=ws, cnt_ptr=cnt,
-        S=splits, num_warps=warps, **launch_opts(x.device))
+        S=splits, Q6S=split, num_warps=warps, **launch_opts(x.device))

@@ -6,7 +6,8 @@ unit u of w[r, k] * x[k], scales applied; b = the same for a second matrix (DUAL
 offsets: SwiGLU's up next to gate, sharing every x load), else a. Loading whole halfwords/words (not
 bytes) and folding the scale in per unit keeps the load count per weight low; scales are read once per
 group, not per element.
-`p8`/`p16`/`p32` (`s8`/`s16`/`s32`: the second matrix): the raw bytes as uint8 / int16 / int32; `row16`
+`p8`/`p16`/`p32` (`s8`/`s16`/`s32`: the second matrix): the raw bytes as uint8 / int16 / int32 (Q6_K with
+Q6S, layout.split_q6_k's layout: p32 the d's as int16); `row16`
 [BO, 1, 1] is each row's offset in int16 units (row * row_bytes / 2); `m` [BO, G, 1] masks invalid rows
 and groups, `km` [1, G, 1] groups past K; `xr` points at x's row. With NORM, x is RMSNorm(x) * nw as it
 is read. Weights never depend on the previous kernel, x does: each helper issues its weight loads first;
@@ -188,9 +189,10 @@ def gemv_q4_k(p8, p16, p32, s8, s16, s32, row16, m, km, xr, k0, G: tl.constexpr,
 
 
 @triton.jit
-def _w_q6_k(p8, p16, blk16, half, u, s, m):
-    """d, ql, qh halfwords of unit u, and the int8 scale of each (unit, nibble) as float32."""
-    d = _f16(p16, blk16 + 104, m)
+def _w_q6_k(p8, p16, pd, blk16, d16, half, u, s, m):
+    """d (fp16 at pd + d16), ql, qh halfwords of unit u, and the int8 scale of each (unit, nibble) as
+    float32."""
+    d = _f16(pd, d16, m)
     ql = tl.load(p16 + blk16 + half * 32 + u, mask=m, other=0).to(tl.int32)
     qh = tl.load(p16 + blk16 + 64 + half * 16 + u % 16, mask=m, other=0).to(tl.int32)
     sc_idx = half[:, :, :, None] * 8 + s * 4 + u[:, :, :, None] // 8
@@ -208,22 +210,30 @@ def _dot_q6_k(d, ql, qh, sc, u, s, i, xv):
 
 
 @triton.jit
-def gemv_q6_k(p8, p16, s8, s16, row16, m, km, xr, k0, G: tl.constexpr, nw, rstd, K, eps,
-              NORM: tl.constexpr, WAIT: tl.constexpr, PDL: tl.constexpr, DUAL: tl.constexpr):
+def gemv_q6_k(p8, p16, p32, s8, s16, s32, row16, m, km, xr, k0, G: tl.constexpr, nw, rstd, K, eps,
+              NORM: tl.constexpr, WAIT: tl.constexpr, PDL: tl.constexpr, DUAL: tl.constexpr,
+              Q6S: tl.constexpr = False):
     # G groups = 128-element halves (2 per 210-byte super-block); unit u = one halfword of ql,
-    # holding elements (s, i): half*128 + s*64 + 2u + i, s = nibble, i = byte within the halfword
+    # holding elements (s, i): half*128 + s*64 + 2u + i, s = nibble, i = byte within the halfword.
+    # Q6S (layout.split_q6_k): block (r, b) = row16 // 105 + b at halfword * 104, its d at p32[block]
+    # (p32 / s32: the d's as int16); the same loads otherwise, so the same values bit for bit
     gh = tl.arange(0, G)[None, :, None]
     u = tl.arange(0, 32)[None, None, :]
     hh = k0 // 128 + gh  # half-block index along the row
     half = hh % 2
-    blk16 = row16 + (hh // 2) * 105
+    if Q6S:
+        blk = row16 // 105 + hh // 2  # row16 = r * nb * 105
+        blk16, pd, sd, d16 = blk * 104, p32, s32, blk
+    else:
+        blk16 = row16 + (hh // 2) * 105
+        pd, sd, d16 = p16, s16, blk16 + 104
     si = tl.arange(0, 4)[None, None, None, :]
     s = si // 2
     i = si % 2
-    d, ql, qh, sc = _w_q6_k(p8, p16, blk16, half, u, s, m)
+    d, ql, qh, sc = _w_q6_k(p8, p16, pd, blk16, d16, half, u, s, m)
     d2, ql2, qh2, sc2 = d, ql, qh, sc
     if DUAL:
-        d2, ql2, qh2, sc2 = _w_q6_k(s8, s16, blk16, half, u, s, m)
+        d2, ql2, qh2, sc2 = _w_q6_k(s8, s16, sd, blk16, d16, half, u, s, m)
     rstd = _sync(xr, K, eps, rstd, WAIT, PDL, NORM)
     kx = k0 + gh[:, :, :, None] * 128 + s * 64 + 2 * u[:, :, :, None] + i
     xv = _ldx(xr, nw, kx, km[:, :, :, None], rstd, NORM)
@@ -237,7 +247,7 @@ def gemv_q6_k(p8, p16, s8, s16, row16, m, km, xr, k0, G: tl.constexpr, nw, rstd,
 @triton.jit
 def gemv_tile(p8, p16, p32, row16, m, km, xr, k0, QT: tl.constexpr, G: tl.constexpr, nw, rstd, K, eps,
               NORM: tl.constexpr, WAIT: tl.constexpr, PDL: tl.constexpr,
-              s8=None, s16=None, s32=None, DUAL: tl.constexpr = False):
+              s8=None, s16=None, s32=None, DUAL: tl.constexpr = False, Q6S: tl.constexpr = False):
     if QT == 8:
         a, b, r = gemv_q8_0(p16, s16, row16, m, km, xr, k0, G, nw, rstd, K, eps, NORM, WAIT, PDL, DUAL)
     elif QT == 6:
@@ -246,6 +256,6 @@ def gemv_tile(p8, p16, p32, row16, m, km, xr, k0, QT: tl.constexpr, G: tl.conste
         a, b, r = gemv_q4_k(p8, p16, p32, s8, s16, s32, row16, m, km, xr, k0, G, nw, rstd, K, eps, NORM, WAIT,
                             PDL, DUAL)
     else:
-        a, b, r = gemv_q6_k(p8, p16, s8, s16, row16, m, km, xr, k0, G, nw, rstd, K, eps, NORM, WAIT, PDL,
-                            DUAL)
+        a, b, r = gemv_q6_k(p8, p16, p32, s8, s16, s32, row16, m, km, xr, k0, G, nw, rstd, K, eps, NORM,
+                            WAIT, PDL, DUAL, Q6S)
     return a, b, r

@@ -1,27 +1,41 @@
-"""y = x @ W.T for a Q6_K weight in the split layout (layout.split_q6_k; q6k_layout='split'), any rows:
-QuantLinear.forward's kernel for such a weight (the decode step's own products call gemv_i8 directly).
-
-Up to MM_ROWS rows of bf16/fp16 x: gemv_i8 (x quantized to int8 per 32, llama.cpp's MMVQ error, NT
-rows per program); more rows, or float32 x (kept exact): the split dequantize, then one cuBLAS GEMM."""
+"""y = x @ W.T (+ bias) for a Q6_K weight in the split layout (layout.split_q6_k; q6k_layout='split'), any
+rows: fused_linear's routing for a Q6_K weight, each kernel reading the split layout, so the result
+equals fused_linear's on the GGUF blocks bit for bit (tests/quant/test_q6k_split_mm.py):
+  N <= GEMV_MAX_N             the float GEMV (launch_gemv, gemv_plan's shape), split
+  N <= MM_MAX_N and routed()  batched_linear (tensor cores), split (mmq.py takes no Q6_K: MMQ_ROUTE)
+  otherwise                   the split dequantize to x.dtype, then one cuBLAS GEMM
+QuantLinear.forward's kernel for such a weight; the norm-fused decode step's products call the int8
+GEMVs (gemv_i8 / gemv3_i8) with split=True directly."""
 
 from __future__ import annotations
 
 import torch
 from gguf import GGMLQuantizationType as Q
 
+from orcd.quant.kernels.batched_linear import batched_linear, routed
 from orcd.quant.kernels.dequant_kernel import dequantize_raw
-from orcd.quant.kernels.gemv_int8 import gemv_i8
-from orcd.quant.kernels.xquant import quantize_x
-
-MM_ROWS = 64  # as fused_linear.MM_MAX_N: above, the dequantized weight's one GEMM
+from orcd.quant.kernels.fused_linear import GEMV_MAX_N, MM_MAX_N, gemv_plan, launch_gemv
+from orcd.quant.kernels.layout import row_bytes
 
 
 def split_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int,
                  bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x [N, in] -> [N, out] in x.dtype; raw: split Q6_K uint8 [out, row_bytes]; bias [out] or None."""
-    if x.shape[0] <= MM_ROWS and x.dtype != torch.float32:
-        xq, xs = quantize_x(x.contiguous())
-        return gemv_i8(xq, xs, raw, out_features, in_features, Q.Q6_K, bias, dtype=x.dtype, split=True)
-    w = dequantize_raw(raw, Q.Q6_K, out_features, in_features, x.dtype, split=True)
-    y = torch.matmul(x, w.t())
-    return y + bias if bias is not None else y  # as QuantLinear.forward over fused_linear
+    """x [N, in] (bf16/fp16/fp32), raw: split Q6_K uint8 [out, row_bytes] -> [N, out] in x.dtype (+ bias
+    [out]): fused_linear(x, unsplit(raw), out, in, Q6_K, bias), bit for bit."""
+    qt = int(Q.Q6_K)
+    if x.dim() != 2 or x.shape[1] != in_features:
+        raise ValueError(f"x must be [N, {in_features}], got {tuple(x.shape)}")
+    if raw.dtype != torch.uint8 or raw.numel() != out_features * row_bytes(qt, in_features):
+        raise ValueError(f"raw must be uint8 [{out_features}, {row_bytes(qt, in_features)}]")
+    x = x.contiguous()
+    n = x.shape[0]
+    if n <= GEMV_MAX_N:
+        y = torch.empty((n, out_features), dtype=x.dtype, device=x.device)
+        if n:
+            g, bo, warps, splits = gemv_plan(qt, out_features, in_features)
+            launch_gemv(x, raw, y, qt, out_features, in_features, g, bo, warps, splits, bias, split=True)
+        return y
+    if n <= MM_MAX_N and routed(qt, out_features, in_features):
+        return batched_linear(x, raw, out_features, in_features, qt, bias, split=True)
+    w = dequantize_raw(raw, qt, out_features, in_features, x.dtype, split=True)
+    return torch.addmm(bias, x, w.t()) if bias is not None else torch.matmul(x, w.t())
