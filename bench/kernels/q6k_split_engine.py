@@ -33,6 +33,7 @@ from orcd.engine.llm_engine import LLMEngine  # noqa: E402
 from orcd.engine.sampling_params import SamplingParams  # noqa: E402
 from orcd.loading.loader import load_model  # noqa: E402
 from orcd.quant.kernels.dequant_kernel import dequantize_raw  # noqa: E402
+from orcd.quant.kernels.fused_linear import fused_linear  # noqa: E402
 from orcd.quant.kernels.gemv3_int8 import gemv3_i8  # noqa: E402
 from orcd.quant.kernels.gemv_int8 import gemv_i8  # noqa: E402
 from orcd.quant.kernels.layout import split_q6_k  # noqa: E402
@@ -48,7 +49,9 @@ def diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def kernel_rows() -> list[dict]:
     """Per 7B Q6_K shape: max |split - gguf| of gemv_i8 at 1, 4, 8 rows, of dequantize_raw and of
-    split_linear at 8 rows (vs gemv_i8 on GGUF); µs of gemv_i8 at 1 row each way (>= 200 MB rotated)."""
+    split_linear at 1, 8, 64 rows (vs fused_linear on GGUF: the same routing, so 0); µs of gemv_i8 at 1
+    row and of split_linear / fused_linear at 8 rows (the batched step's product) each way (>= 200 MB
+    rotated)."""
     rows = []
     for name, n, k in SHAPES:
         nbytes = n * k // 256 * 210
@@ -59,8 +62,13 @@ def kernel_rows() -> list[dict]:
             xq, xs = quantize_x(torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
             err = max(err, diff(gemv_i8(xq, xs, sp[0], n, k, Q.Q6_K, split=True),
                                 gemv_i8(xq, xs, ws[0], n, k, Q.Q6_K)))
+        lin_err = 0.0
+        for m in (1, 8, 64):
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            lin_err = max(lin_err, diff(split_linear(x, sp[0], n, k), fused_linear(x, ws[0], n, k, Q.Q6_K)))
         x8 = torch.randn(8, k, device="cuda", dtype=torch.bfloat16)
-        lin_err = diff(split_linear(x8, sp[0], n, k), gemv_i8(*quantize_x(x8), ws[0], n, k, Q.Q6_K))
+        t8_g = graph_time([partial(fused_linear, x8, w, n, k, Q.Q6_K) for w in ws])
+        t8_s = graph_time([partial(split_linear, x8, w, n, k) for w in sp])
         deq_err = diff(dequantize_raw(sp[0], Q.Q6_K, n, k, torch.bfloat16, split=True),
                        dequantize_raw(ws[0], Q.Q6_K, n, k, torch.bfloat16))
         xq, xs = quantize_x(torch.randn(1, k, device="cuda", dtype=torch.bfloat16))
@@ -68,7 +76,7 @@ def kernel_rows() -> list[dict]:
         t_s = graph_time([partial(gemv_i8, xq, xs, w, n, k, Q.Q6_K, split=True) for w in sp])
         rows.append(dict(name=f"{name} {n}x{k}", gemv_err=err, linear_err=lin_err, dequant_err=deq_err,
                          gguf_us=t_g * 1e6, split_us=t_s * 1e6, gguf_TBps=nbytes / t_g / 1e12,
-                         split_TBps=nbytes / t_s / 1e12))
+                         split_TBps=nbytes / t_s / 1e12, gguf_us8=t8_g * 1e6, split_us8=t8_s * 1e6))
         print(rows[-1], flush=True)
         del ws, sp
     xq, xs = quantize_x(torch.randn(2, 3584, device="cuda", dtype=torch.bfloat16))
@@ -120,13 +128,15 @@ def engine_run(path: str, layout: str, streams: list[int], gen: int) -> dict:
 def table(kern: list[dict], runs: list[dict]) -> str:
     dev = torch.cuda.get_device_name()
     lines = [f"# q6k_layout gguf vs split ({dev})", "",
-             "| Q6_K product | max abs split-gguf (gemv_i8 1/4/8 rows; split_linear 8; dequant) | gguf µs "
-             "| split µs | gguf TB/s | split TB/s |", "|---|---|---|---|---|---|"]
+             "| Q6_K product | max abs split-gguf (gemv_i8 1/4/8 rows; split_linear 1/8/64; dequant) "
+             "| gguf µs | split µs | gguf TB/s | split TB/s | gguf µs 8 rows | split µs 8 rows |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in kern:
         lines.append(f"| {r['name']} | {r['gemv_err']:.1e}; {r.get('linear_err', 0):.1e}; "
                      f"{r.get('dequant_err', 0):.1e} | {r.get('gguf_us', 0):.1f} | "
                      f"{r.get('split_us', 0):.1f} | "
-                     f"{r.get('gguf_TBps', 0):.2f} | {r.get('split_TBps', 0):.2f} |")
+                     f"{r.get('gguf_TBps', 0):.2f} | {r.get('split_TBps', 0):.2f} | "
+                     f"{r.get('gguf_us8', 0):.1f} | {r.get('split_us8', 0):.1f} |")
     streams = list(runs[0]["decode"])
     lines += ["", "| layout | split weights | " + " | ".join(f"{c} streams tok/s" for c in streams)
               + " | alloc GiB |", "|---|---|" + "---|" * len(streams) + "---|"]
