@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import torch
 from gguf import GGMLQuantizationType as Q
 
+from orcd.quant.kernels.batched_fused import batched_fused
 from orcd.quant.kernels.batched_linear import batched_linear
 from orcd.quant.kernels.dequant_kernel import dequantize_raw
 from orcd.quant.kernels.fused_linear import fused_gemv, fused_glu, fused_linear
@@ -17,8 +18,10 @@ from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8
 from orcd.quant.kernels.invariant_linear import DENSE, invariant_linear
 from orcd.quant.kernels.layout import row_bytes
 from orcd.quant.kernels.mmq import mmq_linear
+from orcd.quant.kernels.q6k_split import split_linear
 from orcd.quant.kernels.xquant import quantize_x
 from orcd.runner.decode_products import BlockLinears, DecodeProducts, QuantRows
+from orcd.runner.decode_products import linear as decode_linear
 
 H, FFN, Q_OUT, KV_OUT, VOCAB = 3584, 18944, 3584, 512, 152064  # qwen2.5-7B
 BF16 = torch.bfloat16
@@ -69,10 +72,37 @@ def q6k_split(rows: tuple) -> None:
     dequantize_raw(raw(Q.Q6_K, 1024, H), Q.Q6_K, 1024, H, BF16, split=True)
 
 
-def unfused_rows(rows: tuple) -> None:
-    """Above the norm-fused rows: batched_qkv, MMQ (float_w) and batched_linear products."""
+def q6k_split_rows(rows: tuple) -> None:
+    """q6k_layout='split' above the norm-fused rows and in QuantLinear.forward (q6k_split.split_linear):
+    the unfused step with v, down and the head split (batched_qkv's Q6SC, batched_linear's Q6S), the
+    float GEMV's Q6S at 1 row (ffn_down; the large-matrix shape at the head)."""
+    unfused_rows(rows, split=True)
+    head = linear(Q.Q6_K, VOCAB, H)
+    head.layout = "split"
+    for n in (1, *rows):
+        decode_linear(head, torch.zeros(n, H, dtype=BF16))
+    split_linear(torch.zeros(1, FFN, dtype=BF16), raw(Q.Q6_K, H, FFN), H, FFN)
+
+
+def q6k_split_fused() -> None:
+    """The split layout in the norm-fused kernels at 1 and 8 rows: fused_glu (the GEMV's DUAL Q6S, then
+    batched_fused's GLU), batched_fused with the norm and the residual."""
+    g = raw(Q.Q6_K, FFN, H)
+    nrm = (torch.zeros(H, dtype=BF16), 1e-6)
+    for n in (1, 8):
+        fused_glu(torch.zeros(n, H, dtype=BF16), g, g, FFN, H, Q.Q6_K, norm=nrm, split=True)
+    batched_fused(torch.zeros(8, H, dtype=BF16), raw(Q.Q6_K, KV_OUT, H), KV_OUT, H, Q.Q6_K, nrm,
+                  torch.zeros(8, KV_OUT, dtype=BF16), split=True)
+
+
+def unfused_rows(rows: tuple, split: bool = False) -> None:
+    """Above the norm-fused rows: batched_qkv, MMQ (float_w) and batched_linear products (split: v and
+    down in q6k_layout='split')."""
     for n in rows:
-        rs = QuantRows(block(Q.Q6_K), DecodeProducts(int8_x=True, int8_attn=True, batched_qkv=True))
+        lin = block(Q.Q6_K)
+        for m in lin.all():
+            m.layout = "split" if split and m.qtype == Q.Q6_K else "gguf"
+        rs = QuantRows(lin, DecodeProducts(int8_x=True, int8_attn=True, batched_qkv=True))
         h = torch.zeros(n, H, dtype=BF16)
         rs.qkv(h)
         rs.o_proj(torch.zeros(n, Q_OUT, dtype=BF16))
@@ -145,9 +175,11 @@ def every_type() -> None:
         mmq_linear(torch.zeros(32, H, dtype=BF16), raw(Q.Q6_K, 1024, H), 1024, H, Q.Q6_K, float_w=float_w)
 
 
-CORE = {"int8_decode": int8_decode, "dense_batched": dense_batched, "q6k_split": lambda: q6k_split((1,))}
+CORE = {"int8_decode": int8_decode, "dense_batched": dense_batched, "q6k_split": lambda: q6k_split((1,)),
+        "q6k_split_batched": lambda: q6k_split_rows((8,))}
 EXTENDED = {"int8_rows_2_4": lambda: step(True, (2, 4), (Q.Q6_K, Q.Q4_K)),
             "int8_tables": lambda: int8_tables((1, 2, 4, 8)),
             "float_decode": lambda: step(False, (1, 4), (Q.Q6_K, Q.Q4_K)),
             "unfused_rows_64": lambda: unfused_rows((64,)), "every_type": every_type,
-            "q6k_split_rows": lambda: q6k_split((2, 4, 8))}
+            "q6k_split_rows": lambda: q6k_split((2, 4, 8)),
+            "q6k_split_rows_64": lambda: q6k_split_rows((64,)), "q6k_split_fused": q6k_split_fused}
