@@ -42,6 +42,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--streams", default="1,8,32,64")
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--gen-len", type=int, default=128)
+    ap.add_argument("--min-round-tokens", type=int, default=512,
+                    help="each fixed round generates at least this many tokens: at C streams a request's "
+                         "output is max(gen-len, this / C) (one 128-token request, ~0.14 s at one stream, "
+                         "swung +-15 %% round to round with the engine alone)")
     ap.add_argument("--warmup-len", type=int, default=16)
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3, help="rounds per point (engine and HTTP): the median")

@@ -35,7 +35,8 @@ def device_name(device: str) -> str:
 def kv_blocks(args) -> int:
     """A pool for the largest fixed round and for max_num_seqs of the mixed load's longest requests."""
     p_max, o_max = args.mixed_prompt[2], args.mixed_output[2]
-    return max(kv_blocks_for(max(args.streams), args.prompt_len + 64, args.gen_len),  # + a chat template
+    fixed = max(kv_blocks_for(c, args.prompt_len + 64, round_gen(args, c)) for c in args.streams)
+    return max(fixed,  # prompts + 64 for a chat template
                kv_blocks_for(args.max_num_seqs, p_max + 64, o_max))
 
 
@@ -65,7 +66,8 @@ def run_model(args, name: str, path: str, out: Path, deadline: Deadline) -> Iter
     try:
         for tag, repo, extra, own_args in args.servers:
             run = {"tag": tag, "device": device_name(args.device), "model_file": path,
-                   "prompt_len": args.prompt_len, "gen_len": args.gen_len, "client_procs": args.client_procs,
+                   "prompt_len": args.prompt_len, "gen_len": args.gen_len,
+                   "min_round_tokens": args.min_round_tokens, "client_procs": args.client_procs,
                    "server_repo": str(repo), "server_path": list(extra),
                    "serve_args": serve_args(args, name) + own_args, "engine": bench.info if bench else {}}
             server = ServerProcess(path, args.device, run["serve_args"], out / f"serving-{name}-{tag}.log",
@@ -134,7 +136,7 @@ def http_rows(args, name: str, tag: str, tok, port: int, bench: EngineBench | No
                 continue
             https, engines, busys = [], [], []
             for k in range(args.repeat):  # fresh prompts each time: no prefix-cache hits across repeats
-                reqs = fixed_round(tok, route, c, args.prompt_len, args.gen_len, name, c + 7919 * k)
+                reqs = fixed_round(tok, route, c, args.prompt_len, round_gen(args, c), name, c + 7919 * k)
                 if bench is not None:
                     engines.append(round_stats(*bench.run(engine_requests(tok, reqs))))
                 t0, results, busy = run_load("127.0.0.1", port, reqs, args.client_procs)
@@ -149,6 +151,11 @@ def http_rows(args, name: str, tag: str, tok, port: int, bench: EngineBench | No
                   f"ITL p50 {r['itl_p50_ms']} p99 {r['itl_p99_ms']} ms, client busy {r['client_busy']}",
                   flush=True)
     return rows
+
+
+def round_gen(args, c: int) -> int:
+    """Tokens each request of a C-stream fixed round generates: >= min_round_tokens in the round."""
+    return max(args.gen_len, -(-args.min_round_tokens // c))
 
 
 def fixed_row(tag: str, name: str, route: str, c: int, https: list[dict], engines: list[dict],
