@@ -90,24 +90,24 @@ def _tile_q6_k(p8, p16, row_off, nmask, k0):
 @triton.jit
 def _tile_q6_k_split(p8, pd, p32, row_off, nmask, k0):
     """_tile_q6_k's [BN, 256] from layout.split_q6_k's layout: block (r, b) = row_off // 210 + b, its
-    208 bytes at byte 208 * block (16-byte aligned: int32 loads of p32), its d at pd[block]. Dims (u, wh,
-    wl, i), l = 16wh + 4wl + i (word 4wh + wl of a 32-byte run, byte i): the same elements and the same
-    arithmetic as _tile_q6_k, so the same values bit for bit."""
-    u = tl.arange(0, 8)[None, :, None, None, None]
-    wh = tl.arange(0, 2)[None, None, :, None, None]
-    wl = tl.arange(0, 4)[None, None, None, :, None]
-    i = tl.arange(0, 4)[None, None, None, None, :]
-    blk = row_off[:, :, :, None, None] // 210 + k0 // 256  # [BN, 1, 1, 1, 1] (row_off = r * nb * 210)
-    m = nmask[:, :, :, None, None]
-    n = u // 4
-    t = u % 4
+    208 bytes at byte 208 * block (16-byte aligned: int32 loads of p32), its d at pd[block]. Dims (n, th,
+    tm, w, i): element 128n + 32t + l with t = 2th + tm (quarter) and l = 4w + i (byte i of word w of a
+    32-byte run); each ql / qh word is loaded once (ql's for both nibbles th, qh's for all four t). The
+    same elements and the same arithmetic as _tile_q6_k, so the same values bit for bit."""
+    n = tl.arange(0, 2)[None, :, None, None, None, None]
+    th = tl.arange(0, 2)[None, None, :, None, None, None]
+    tm = tl.arange(0, 2)[None, None, None, :, None, None]
+    w = tl.arange(0, 8)[None, None, None, None, :, None]
+    i = tl.arange(0, 4)[None, None, None, None, None, :]
+    blk = row_off[:, :, :, None, None, None] // 210 + k0 // 256  # [BN, 1, ...] (row_off = r * nb * 210)
+    m = nmask[:, :, :, None, None, None]
     d = tl.load(pd + blk, mask=m, other=0).to(tl.float16, bitcast=True).to(tl.float32)
     blkw = blk * 52  # the block's first int32 word
-    sc = tl.load(p8 + blkw * 4 + 192 + 8 * n + 2 * t + wh, mask=m, other=0).to(tl.int8, bitcast=True)
-    w = 4 * wh + wl
-    ql = tl.load(p32 + tl.multiple_of(blkw + 16 * n + 8 * (t % 2), (4, 4, 4, 4, 4)) + w, mask=m, other=0)
-    qh = tl.load(p32 + tl.multiple_of(blkw + 32 + 8 * n, (4, 4, 4, 4, 4)) + w, mask=m, other=0)
-    q = ((ql >> (4 * (t // 2) + 8 * i)) & 0xF) | (((qh >> (2 * t + 8 * i)) & 3) << 4)
+    t = 2 * th + tm
+    sc = tl.load(p8 + blkw * 4 + 192 + 8 * n + 2 * t + w // 4, mask=m, other=0).to(tl.int8, bitcast=True)
+    ql = tl.load(p32 + blkw + 16 * n + 8 * tm + w, mask=m, other=0)  # [BN, 2, 1, 2, 8, 1]
+    qh = tl.load(p32 + blkw + 32 + 8 * n + w, mask=m, other=0)  # [BN, 2, 1, 1, 8, 1]
+    q = ((ql >> (4 * th + 8 * i)) & 0xF) | (((qh >> (2 * t + 8 * i)) & 3) << 4)
     return tl.reshape((d * sc.to(tl.float32)) * (q - 32).to(tl.float32), [ql.shape[0], 256])
 
 
