@@ -6,6 +6,7 @@ multiplies them with the matching x word: about 1.5 integer instructions per wei
 ~5 of gemv_tiles.py's fp32 dequantize.
 - Q4_K: a word of a 64-input chunk c holds elements 4w..4w+3 of sub-block 2c (low nibbles) and of
   2c + 1 (high nibbles). Per sub-block j: d * sc_j * dx_j * dot(nibbles, xq) - dmin * m_j * sum(x).
+  Blocks are read in int32 words only, each block's 16-byte head in one load (q4k_head.py).
 - Q6_K (210-byte blocks: only 2-byte aligned, words read as two halfwords): a word w of half h's ql,
   ql[32:] and qh gives 4 values 0..63 for each of the 32-input groups k = 0..3 (elements h * 128 + 32k
   + 4w + i); per 16-input scale group: d * sc * (dx * dot(v, xq) - 32 * sum(x)).
@@ -23,8 +24,9 @@ import triton
 import triton.language as tl
 
 from orcd.quant.kernels.fused_linear import _views, launch_opts
-from orcd.quant.kernels.gemv_tiles import _f16, _w_q4_k
+from orcd.quant.kernels.gemv_tiles import _f16
 from orcd.quant.kernels.layout import q6k_views
+from orcd.quant.kernels.q4k_head import q4k_scales, q4k_words
 from orcd.quant.kernels.xquant import asm_ok, dp4a, quantize_x, store_quant32
 
 # (G groups per pass: 64-input chunks for Q4_K, 128-input halves for Q6_K; BO rows per program; warps),
@@ -57,20 +59,22 @@ def i8_launch(key, n: int, launch: tuple | None = None) -> tuple[int, int, int, 
 
 
 @triton.jit
-def _q4k_pass(p8, p16, p32, row16, rmask, xq, xs, tm, k0, K, G: tl.constexpr, ASM: tl.constexpr,
-              WAIT: tl.constexpr, PDL: tl.constexpr, s8=None, s16=None, s32=None, DUAL: tl.constexpr = False):
-    """G 64-input chunks from k0: partial sums [NT, BO, G, 1] (and the second matrix's, DUAL); row16,
-    rmask [1, BO, 1, 1]; xq, xs, tm: each token's x rows and mask [NT, 1, 1, 1]. Weight loads are issued
-    first; WAIT (the first pass) then waits for the previous kernel (PDL) before x."""
+def _q4k_pass(p32, row16, rmask, xq, xs, tm, k0, K, G: tl.constexpr, ASM: tl.constexpr, WAIT: tl.constexpr,
+              PDL: tl.constexpr, s32=None, DUAL: tl.constexpr = False):
+    """G 64-input chunks from k0: partial sums [NT, BO, G, 1] (and the second matrix's, DUAL, at s32);
+    p32 the raw blocks as int32 (q4k_head.py); row16, rmask [1, BO, 1, 1]; xq, xs, tm: each token's x
+    rows and mask [NT, 1, 1, 1]. Weight loads are issued first; WAIT (the first pass) then waits for the
+    previous kernel (PDL) before x."""
     gc = tl.arange(0, G)[None, None, :, None]
     ch = k0 // 64 + gc
     km = ch * 64 < K
     blk16 = row16 + (ch // 4) * 72
     w = tl.arange(0, 8)[None, None, None, :]
-    wa = _w_q4_k(p8, p16, p32, blk16, ch % 4, w, rmask & km)
+    c = ch % 4
+    wa = q4k_words(p32, blk16, c, w, rmask & km)
     wb = wa
     if DUAL:
-        wb = _w_q4_k(s8, s16, s32, blk16, ch % 4, w, rmask & km)
+        wb = q4k_words(s32, blk16, c, w, rmask & km)
     if WAIT and PDL:
         tl.extra.cuda.gdc_wait()
         if PDL == 3:
@@ -82,16 +86,17 @@ def _q4k_pass(p8, p16, p32, row16, rmask, xq, xs, tm, k0, K, G: tl.constexpr, AS
     xt = (xlo, xhi, tl.load(s, mask=xm, other=0.0), tl.load(s + 1, mask=xm, other=0.0)
           + tl.load(s + 2, mask=xm, other=0.0), tl.load(s + 4, mask=xm, other=0.0),
           tl.load(s + 5, mask=xm, other=0.0) + tl.load(s + 6, mask=xm, other=0.0))
-    a = _dot_q4k(wa, xt, ASM)
+    a = _dot_q4k(wa, c, xt, ASM)
     b = a
     if DUAL:
-        b = _dot_q4k(wb, xt, ASM)
+        b = _dot_q4k(wb, c, xt, ASM)
     return a, b
 
 
 @triton.jit
-def _dot_q4k(wt, xt, ASM: tl.constexpr):
-    d, dmin, sc_lo, m_lo, sc_hi, m_hi, q = wt
+def _dot_q4k(wt, c, xt, ASM: tl.constexpr):
+    w0, w1, w2, w3, q = wt
+    d, dmin, sc_lo, m_lo, sc_hi, m_hi = q4k_scales(w0, w1, w2, w3, c)
     xlo, xhi, dlo, slo, dhi, shi = xt
     ilo = tl.sum(dp4a(q & 0x0F0F0F0F, xlo, ASM), axis=3, keep_dims=True).to(tl.float32)
     ihi = tl.sum(dp4a((q >> 4) & 0x0F0F0F0F, xhi, ASM), axis=3, keep_dims=True).to(tl.float32)
@@ -185,9 +190,9 @@ def gemv_i8_program(pid, nb, N, xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K, row
         xq, xs, tm = xq_ptr + t4 * (K // 4), xs_ptr + t4 * (K // 8), t4 < N
         rmask = (rows < OUT)[None, :, None, None]
         row16 = rows.to(tl.int64)[None, :, None, None] * (row_bytes // 2)
-        acc, _ = _q4k_pass(p8, p16, p32, row16, rmask, xq, xs, tm, 0, K, G, ASM, True, PDL)
+        acc, _ = _q4k_pass(p32, row16, rmask, xq, xs, tm, 0, K, G, ASM, True, PDL)
         for k0 in range(G * 64, K, G * 64):
-            acc += _q4k_pass(p8, p16, p32, row16, rmask, xq, xs, tm, k0, K, G, ASM, False, PDL)[0]
+            acc += _q4k_pass(p32, row16, rmask, xq, xs, tm, k0, K, G, ASM, False, PDL)[0]
         out = tl.sum(tl.sum(acc, axis=3), axis=2)
     else:
         t5 = tok[:, None, None, None, None]
@@ -211,7 +216,7 @@ def _gemv_i8_kernel(xq_ptr, xs_ptr, p8, p16, p32, y_ptr, N, OUT, K, row_bytes, s
 
 
 @triton.jit
-def _glu_i8_kernel(xq_ptr, xs_ptr, g8, g16, g32, u8, u16, u32, y_ptr, yq_ptr, ys_ptr, N, OUT, K, row_bytes,
+def _glu_i8_kernel(xq_ptr, xs_ptr, g32, u32, y_ptr, yq_ptr, ys_ptr, N, OUT, K, row_bytes,
                    stride_yn, G: tl.constexpr, BO: tl.constexpr, NT: tl.constexpr, ASM: tl.constexpr,
                    QOUT: tl.constexpr, PDL: tl.constexpr = 0):
     # program (i, j): y[t, rows] = silu(x @ Wg.T) * (x @ Wu.T) for rows [i * BO, (i + 1) * BO) and
@@ -223,11 +228,9 @@ def _glu_i8_kernel(xq_ptr, xs_ptr, g8, g16, g32, u8, u16, u32, y_ptr, yq_ptr, ys
     xq, xs, tm = xq_ptr + t4 * (K // 4), xs_ptr + t4 * (K // 8), t4 < N
     rmask = (rows < OUT)[None, :, None, None]
     row16 = rows.to(tl.int64)[None, :, None, None] * (row_bytes // 2)
-    acc_g, acc_u = _q4k_pass(g8, g16, g32, row16, rmask, xq, xs, tm, 0, K, G, ASM, True, PDL, u8, u16, u32,
-                             True)
+    acc_g, acc_u = _q4k_pass(g32, row16, rmask, xq, xs, tm, 0, K, G, ASM, True, PDL, u32, True)
     for k0 in range(G * 64, K, G * 64):
-        a, b = _q4k_pass(g8, g16, g32, row16, rmask, xq, xs, tm, k0, K, G, ASM, False, PDL, u8, u16, u32,
-                         True)
+        a, b = _q4k_pass(g32, row16, rmask, xq, xs, tm, k0, K, G, ASM, False, PDL, u32, True)
         acc_g += a
         acc_u += b
     a = tl.sum(tl.sum(acc_g, axis=3), axis=2)  # [NT, BO]
@@ -278,7 +281,7 @@ def glu_q4k_i8(xq: torch.Tensor, xs: torch.Tensor, raw_gate: torch.Tensor, raw_u
     yq = torch.empty((n, out_features // 4), dtype=torch.int32, device=dev) if qout else None
     ys = torch.empty((n, out_features // 32, 4), dtype=torch.float32, device=dev) if qout else None
     _glu_i8_kernel[(triton.cdiv(out_features, bo), triton.cdiv(n, nt))](
-        xq, xs, *_views(raw_gate, 12), *_views(raw_up, 12), y, yq, ys, n, out_features, in_features,
+        xq, xs, _views(raw_gate, 12)[2], _views(raw_up, 12)[2], y, yq, ys, n, out_features, in_features,
         in_features // 256 * 144, y.stride(0), G=g, BO=bo, NT=nt, ASM=asm_ok(dev), QOUT=qout,
         num_warps=warps, **launch_opts(dev))
     if quant_out and not qout:

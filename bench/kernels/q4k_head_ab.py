@@ -1,0 +1,191 @@
+"""A/B of the int8 Q4_K GEMVs between two orcd source trees (issue 16: q4k_head.py's one 16-byte head load
+per block against the byte loads before it), on the 7B Q4_K shapes at 1 row (--rows: more).
+
+usage: python bench/kernels/q4k_head_ab.py --before DIR --after DIR --out bench/results/NAME.json
+       [--rounds 3] [--rows 1]
+       TRITON_INTERPRET=1 python bench/kernels/q4k_head_ab.py --before DIR --after DIR --out X.json --dry
+
+Each tree runs in its own worker process (PYTHONPATH=DIR first, so `orcd` is that tree's), started once:
+it builds the same random weights (same seeds), checks its outputs into a file, then times each product
+when asked. Products: gemv_i8 q/o 3584x3584 and down 3584x18944 (Q4_K), glu_q4k_i8 gate+up 2x18944x3584
+(quant_out off: the kernel alone), gemv3_i8 q/k/v 3584+512+512 x 3584 (Q4_K, Q4_K, Q6_K v). Time: one
+CUDA graph of back-to-back launches over >= 200 MB of weight copies (bench/peers/products.py's
+graph_time, blocks, copies_for), median of 7 replays; rounds alternate before, after, before, ... and the
+table gives each tree's median over rounds, TB/s = weight bytes / time, and whether the two trees'
+outputs are bit-identical. Writes OUT (.json) and OUT with .md; the table is printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# (name, kind, out, in); kind: gemv (Q4_K), glu (gate + up Q4_K), qkv (q Q4_K [out, in]; k Q4_K and v
+# Q6_K [out / 7, in]: the 7B's 512 of 3584)
+SHAPES = [("q/o 3584x3584", "gemv", 3584, 3584), ("down 3584x18944", "gemv", 3584, 18944),
+          ("gate+up 2x18944x3584", "glu", 18944, 3584), ("qkv 4608x3584", "qkv", 3584, 3584)]
+DRY = [("q/o 40x512", "gemv", 40, 512), ("down 16x1024", "gemv", 16, 1024),
+       ("gate+up 2x64x512", "glu", 64, 512), ("qkv 72x512", "qkv", 56, 512)]
+
+
+def weight_bytes(kind: str, n: int, k: int) -> int:
+    """Bytes of the product's weights (Q4_K 144 per 256, Q6_K 210 per 256)."""
+    q4 = {"gemv": n, "glu": 2 * n, "qkv": n + n // 7}[kind] * k // 256 * 144
+    return q4 + (n // 7 * k // 256 * 210 if kind == "qkv" else 0)
+
+
+def _products(shapes, rows: int, dev: str) -> list[tuple[str, int, list, object]]:
+    """(name, weight bytes, [call per weight copy], first copy's call) for each shape at `rows` rows."""
+    import torch
+    from gguf import GGMLQuantizationType as Q
+    from products import blocks, copies_for
+
+    from orcd.quant.kernels.gemv3_int8 import gemv3_i8
+    from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8
+    from orcd.quant.kernels.xquant import quantize_x
+
+    out = []
+    for i, (name, kind, n, k) in enumerate(shapes):
+        torch.manual_seed(i)
+        xq, xs = quantize_x(torch.randn(rows, k, device=dev, dtype=torch.bfloat16))
+        nbytes = weight_bytes(kind, n, k)
+        copies = copies_for(nbytes) if dev == "cuda" else 1  # the CPU dry run: one copy
+        if kind == "gemv":
+            ws = [blocks(Q.Q4_K, n, k, 10 * i + c) for c in range(copies)]
+            fns = [partial(gemv_i8, xq, xs, w, n, k, int(Q.Q4_K)) for w in ws]
+        elif kind == "glu":
+            ws = [(blocks(Q.Q4_K, n, k, 10 * i + c), blocks(Q.Q4_K, n, k, 10 * i + 5 + c))
+                  for c in range(copies)]
+            fns = [partial(glu_q4k_i8, xq, xs, g, u, n, k, quant_out=False) for g, u in ws]
+        else:
+            ws = [[(blocks(qt, o, k, 10 * i + 3 * c + j), o, qt, None) for j, (qt, o) in
+                   enumerate(((Q.Q4_K, n), (Q.Q4_K, n // 7), (Q.Q6_K, n // 7)))] for c in range(copies)]
+            fns = [partial(gemv3_i8, xq, xs, w, k, torch.bfloat16) for w in ws]
+        out.append((name, nbytes, fns, fns[0]))
+    return out
+
+
+def worker(tree: str, shapes, rows: int, outputs: str) -> None:
+    """One tree: outputs of each product's first copy to `outputs` (torch.save), `ready` on stdout, then
+    one JSON line of {name: seconds} per `time` line read from stdin."""
+    import torch
+
+    sys.path[:0] = [str(ROOT / "bench/peers")]
+    from products import DEV, graph_time
+
+    import orcd
+
+    assert Path(orcd.__file__).resolve().is_relative_to(Path(tree).resolve()), orcd.__file__
+    prods = _products(shapes, rows, DEV)
+    with torch.inference_mode():
+        outs = {}
+        for name, _, _, first in prods:
+            y = first()
+            outs[name] = [t.cpu() for t in (y if isinstance(y, (list, tuple)) else [y]) if t is not None]
+        torch.save(outs, outputs)
+        print("ready", flush=True)
+        for line in sys.stdin:
+            if line.strip() != "time":
+                break
+            print(json.dumps({name: graph_time(fns) for name, _, fns, _ in prods}), flush=True)
+
+
+def _start(tree: str, a, outputs: Path) -> subprocess.Popen:
+    path = os.pathsep.join([str(Path(tree).resolve()), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path)  # the tree's orcd first
+    cmd = [sys.executable, __file__, "--worker", tree, "--rows", str(a.rows), "--outputs", str(outputs)]
+    return subprocess.Popen(cmd + (["--dry"] if a.dry else []), env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+
+
+def _ask(proc: subprocess.Popen, what: str) -> str:
+    proc.stdin.write(what + "\n")
+    proc.stdin.flush()
+    line = proc.stdout.readline()
+    if not line:
+        raise RuntimeError(f"worker exited ({proc.wait()})")
+    return line
+
+
+def _same(a: list, b: list) -> bool:
+    import torch
+
+    bits = [(x.view(torch.uint8), y.view(torch.uint8)) for x, y in zip(a, b, strict=True)]
+    return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in bits)
+
+
+def compare(a) -> dict:
+    """Start both workers, alternate rounds, collect medians and the outputs' bit equality."""
+    import torch
+
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    files = {t: out.with_name(out.stem + f".{t}.pt") for t in ("before", "after")}
+    procs = {t: _start(getattr(a, t), a, files[t]) for t in ("before", "after")}
+    try:
+        for t, p in procs.items():
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"{t} worker failed ({p.wait()})")
+        times = {t: [] for t in procs}
+        for _ in range(a.rounds):
+            for t in ("before", "after"):
+                times[t].append(json.loads(_ask(procs[t], "time")))
+    finally:
+        for p in procs.values():
+            p.stdin.close()
+            p.wait()
+    outs = {t: torch.load(f) for t, f in files.items()}
+    for f in files.values():
+        f.unlink()
+    shapes = DRY if a.dry else SHAPES
+    rows = []
+    for name, kind, n, k in shapes:
+        nbytes = weight_bytes(kind, n, k)
+        med = {t: statistics.median(r[name] for r in times[t]) for t in times}
+        rows.append({"product": name, "bytes": nbytes, "before_us": med["before"] * 1e6,
+                     "after_us": med["after"] * 1e6, "ratio": med["after"] / med["before"],
+                     "before_TBps": nbytes / med["before"] / 1e12,
+                     "after_TBps": nbytes / med["after"] / 1e12,
+                     "bit_identical": _same(outs["before"][name], outs["after"][name]),
+                     "rounds_us": {t: [r[name] * 1e6 for r in times[t]] for t in times}})
+    return {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu (dry)",
+            "before": a.before, "after": a.after, "rows_per_product": a.rows, "rounds": a.rounds,
+            "table": rows}
+
+
+def write(res: dict, out: str) -> None:
+    Path(out).write_text(json.dumps(res, indent=1))
+    lines = [f"# Q4_K int8 GEMVs, before vs after ({res['device']}; {res['rows_per_product']} row(s), "
+             f"median of {res['rounds']} alternating rounds)", "", f"before: {res['before']}  ",
+             f"after: {res['after']}", "",
+             "| product | before µs | after µs | after/before | before TB/s | after TB/s | same bits |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['product']} | {r['before_us']:.1f} | {r['after_us']:.1f} | {r['ratio']:.3f} | "
+              f"{r['before_TBps']:.2f} | {r['after_TBps']:.2f} | {'yes' if r['bit_identical'] else 'NO'} |"
+              for r in res["table"]]
+    Path(out).with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--before")
+    ap.add_argument("--after")
+    ap.add_argument("--out")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rows", type=int, default=1)
+    ap.add_argument("--dry", action="store_true", help="small shapes (CPU under TRITON_INTERPRET=1)")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--outputs", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.worker, DRY if args.dry else SHAPES, args.rows, args.outputs)
+    else:
+        write(compare(args), args.out)
