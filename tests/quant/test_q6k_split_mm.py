@@ -1,7 +1,9 @@
 """The Q6_K split layout (issue 16) through the tensor-core batched kernels (batched_linear, batched_qkv,
 batched_fused), the float GEMV (launch_gemv, fused_glu), kernels/q6k_split.split_linear at 1, 4, 8, 64 and
 65 rows, a split QuantLinear's forward and the unfused decode step's products (QuantRows): each equal
-to the same path on GGUF's blocks bit for bit (interp_q6k_split_mm.py under the Triton interpreter)."""
+to the same path on GGUF's blocks bit for bit (interp_q6k_split_mm.py under the Triton interpreter);
+FusedDecoder's 6-row step over a tiny qwen2 with split v, down and head: the GGUF model's logits
+(interp_q6k_split_step.py)."""
 
 from __future__ import annotations
 
@@ -40,3 +42,14 @@ def test_batched_kernels_split_equal_gguf():
     assert names[17:] == [f"quant_rows_{p}" for p in ("q", "k", "v", "o", "mlp")]
     for name, err, _ in rows:
         assert float(err) == 0.0, name
+
+
+@pytest.mark.skipif(not triton_available() or torch.cuda.is_available(),
+                    reason="needs triton and no CUDA (the GPU command checks the compiled kernels)")
+def test_decode_step_split_equals_gguf():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    script = Path(__file__).with_name("interp_q6k_split_step.py")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [ln.split() for ln in proc.stdout.splitlines() if ln.strip()]
+    assert rows == [["decoder_rows6", "0", "0"]]
