@@ -80,6 +80,8 @@ def _q4k_pass(p32, row16, rmask, xq, xs, tm, k0, K, G: tl.constexpr, ASM: tl.con
         if PDL == 3:
             tl.extra.cuda.gdc_launch_dependents()
     xm = km & tm
+    if DUAL:  # x read per row, in the weights' layout: no layout conversions (sm_90, SwiGLU NT 1: 80 -> 72
+        xm = tl.broadcast_to(xm, (xm.shape[0], rmask.shape[1], xm.shape[2], 1))  # regs, 53 -> 17 bar.sync)
     xlo = tl.load(xq + ch * 16 + w, mask=xm, other=0)
     xhi = tl.load(xq + ch * 16 + 8 + w, mask=xm, other=0)
     s = xs + ch * 8  # sub-block 2ch: (dx, sum, sum, 0) at 8ch..8ch+3; 2ch + 1 at 8ch + 4..
