@@ -25,7 +25,6 @@ from orcd.quant.kernels.fused_linear import fused_glu, fused_linear, launch_gemv
 from orcd.quant.kernels.layout import split_q6_k  # noqa: E402
 from orcd.quant.kernels.q6k_split import split_linear  # noqa: E402
 from orcd.quant.linear import QuantLinear  # noqa: E402
-from orcd.runner.decode_products import BlockLinears, DecodeProducts, QuantRows  # noqa: E402
 
 K = 512
 
@@ -101,27 +100,6 @@ def linear_cases():
         yield f"quant_linear_m{m}", same(lin(x), gguf(x))
 
 
-def rows_cases():
-    """The unfused decode step's products (QuantRows, batched_qkv on) of a block with v and down Q6_K
-    (qwen2's q/k/v biases), 6 fp16 rows: split == gguf."""
-    types = {"q": (T.Q4_K, 64, K), "k": (T.Q4_K, 32, K), "v": (T.Q6_K, 32, K), "o": (T.Q4_K, K, 256),
-             "gate": (T.Q4_K, 256, K), "up": (T.Q4_K, 256, K), "down": (T.Q6_K, K, 256)}
-    mods = {}
-    for j, (name, (qt, out, k)) in enumerate(types.items()):
-        bias = torch.randn(out).half() if name in "qkv" else None
-        mods[name] = QuantLinear(out, k, qt, torch.float16, raw=random_blocks(qt, out, k, 40 + j), bias=bias)
-    h, a = torch.randn(6, K).half(), torch.randn(6, 256).half()
-    got = {}
-    for layout in ("gguf", "split"):
-        if layout == "split":
-            for m in (mods["v"], mods["down"]):
-                m.to_split()
-        rows = QuantRows(BlockLinears(**mods), DecodeProducts(int8_x=True, int8_attn=True, batched_qkv=True))
-        got[layout] = (*rows.qkv(h), rows.o_proj(a), rows.mlp(h * 0.05))  # random weights: fp16 range
-    for name, y_split, y_gguf in zip(("q", "k", "v", "o", "mlp"), got["split"], got["gguf"], strict=True):
-        yield f"quant_rows_{name}", same(y_split, y_gguf)
-
-
 if __name__ == "__main__":
-    for name, err in (*mm_cases(), *gemv_cases(), *qkv_cases(), *linear_cases(), *rows_cases()):
+    for name, err in (*mm_cases(), *gemv_cases(), *qkv_cases(), *linear_cases()):
         print(name, f"{err:.3e}", 0, flush=True)
