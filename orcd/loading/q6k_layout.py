@@ -3,12 +3,12 @@
 
 The split layout is read by the single-GPU int8 decode kernels (gemv_i8, gemv3_i8 through
 DecodeProducts), the float GEMVs, the tensor-core batched kernels (batched_linear, batched_qkv,
-batched_fused) and the Triton dequantize (QuantLinear.forward: kernels/q6k_split.split_linear, fused_linear's
-routing), each with the GGUF blocks' results bit for bit; anything else that reads raw Q6_K (the float
-norm-fused q/k/v GEMV) refuses a split weight by name. It is refused here where no path reads it: off CUDA, weights
-not kept quantized, blocks the fused decode step does not run (gemma3, qwen3, gpt-oss, gpt2). The tied
-embedding's table stays "gguf" (an embedding gathers rows). Tensor parallelism slices rows after the
-load: orcd.distributed refuses split weights.
+batched_fused) and the Triton dequantize (QuantLinear.forward: kernels/q6k_split.split_linear,
+fused_linear's routing), each with the GGUF blocks' results bit for bit; anything else that reads raw
+Q6_K (the float norm-fused q/k/v GEMV) refuses a split weight by name. It is refused here where no path
+reads it: off CUDA, weights not kept quantized, blocks the fused decode step does not run (gemma3,
+qwen3, gpt-oss, gpt2). The tied embedding's table stays "gguf" (an embedding gathers rows). Tensor
+parallelism slices rows after the load: orcd.distributed refuses split weights.
 """
 
 from __future__ import annotations
