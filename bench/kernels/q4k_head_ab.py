@@ -1,7 +1,7 @@
 """A/B of the int8 Q4_K GEMVs between two orcd source trees (issue 16: q4k_head.py's one 16-byte head load
 per block against the byte loads before it), on the 7B Q4_K shapes at 1 row (--rows: more).
 
-usage: python bench/kernels/q4k_head_ab.py --before DIR --after DIR --out bench/results/NAME.json
+usage: python bench/kernels/q4k_head_ab.py --before DIR --after DIR [DIR ...] --out bench/results/NAME.json
        [--rounds 3] [--rows 1]
        TRITON_INTERPRET=1 python bench/kernels/q4k_head_ab.py --before DIR --after DIR --out X.json --dry
 
@@ -10,9 +10,10 @@ it builds the same random weights (same seeds), checks its outputs into a file, 
 when asked. Products: gemv_i8 q/o 3584x3584 and down 3584x18944 (Q4_K), glu_q4k_i8 gate+up 2x18944x3584
 (quant_out off: the kernel alone), gemv3_i8 q/k/v 3584+512+512 x 3584 (Q4_K, Q4_K, Q6_K v). Time: one
 CUDA graph of back-to-back launches over >= 200 MB of weight copies (bench/peers/products.py's
-graph_time, blocks, copies_for), median of 7 replays; rounds alternate before, after, before, ... and the
-table gives each tree's median over rounds, TB/s = weight bytes / time, and whether the two trees'
-outputs are bit-identical. Writes OUT (.json) and OUT with .md; the table is printed last.
+graph_time, blocks, copies_for), median of 7 replays; each round times the trees in turn (before, after,
+...) and the table gives each tree's median over rounds, its ratio to before's, TB/s = weight bytes /
+time, and whether its outputs are bit-identical to before's. Several --after trees (after1, after2, ...)
+measure steps separately. Writes OUT (.json) and OUT with .md; the table is printed last.
 """
 
 from __future__ import annotations
@@ -121,55 +122,65 @@ def _same(a: list, b: list) -> bool:
     return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in bits)
 
 
-def compare(a) -> dict:
-    """Start both workers, alternate rounds, collect medians and the outputs' bit equality."""
-    import torch
+def _trees(a) -> dict[str, str]:
+    """{"before": DIR, "after": DIR} (several --after: "after1", "after2", ...), in round order."""
+    names = ["after"] if len(a.after) == 1 else [f"after{i + 1}" for i in range(len(a.after))]
+    return {"before": a.before, **dict(zip(names, a.after, strict=True))}
 
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    files = {t: out.with_name(out.stem + f".{t}.pt") for t in ("before", "after")}
-    procs = {t: _start(getattr(a, t), a, files[t]) for t in ("before", "after")}
+
+def _rounds(a, trees: dict, files: dict) -> dict[str, list[dict]]:
+    """Every tree's worker started once; `rounds` rounds, each timing the trees in turn."""
+    procs = {t: _start(d, a, files[t]) for t, d in trees.items()}
     try:
         for t, p in procs.items():
             if p.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"{t} worker failed ({p.wait()})")
         times = {t: [] for t in procs}
         for _ in range(a.rounds):
-            for t in ("before", "after"):
-                times[t].append(json.loads(_ask(procs[t], "time")))
+            for t, p in procs.items():
+                times[t].append(json.loads(_ask(p, "time")))
+        return times
     finally:
         for p in procs.values():
             p.stdin.close()
             p.wait()
+
+
+def compare(a) -> dict:
+    """Medians per product and tree, against the before tree's, and the outputs' bit equality with it."""
+    import torch
+
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    trees = _trees(a)
+    files = {t: out.with_name(out.stem + f".{t}.pt") for t in trees}
+    times = _rounds(a, trees, files)
     outs = {t: torch.load(f) for t, f in files.items()}
     for f in files.values():
         f.unlink()
-    shapes = DRY if a.dry else SHAPES
     rows = []
-    for name, kind, n, k in shapes:
+    for name, kind, n, k in DRY if a.dry else SHAPES:
         nbytes = weight_bytes(kind, n, k)
-        med = {t: statistics.median(r[name] for r in times[t]) for t in times}
-        rows.append({"product": name, "bytes": nbytes, "before_us": med["before"] * 1e6,
-                     "after_us": med["after"] * 1e6, "ratio": med["after"] / med["before"],
-                     "before_TBps": nbytes / med["before"] / 1e12,
-                     "after_TBps": nbytes / med["after"] / 1e12,
-                     "bit_identical": _same(outs["before"][name], outs["after"][name]),
-                     "rounds_us": {t: [r[name] * 1e6 for r in times[t]] for t in times}})
+        base = statistics.median(r[name] for r in times["before"])
+        for t in trees:
+            med = statistics.median(r[name] for r in times[t])
+            rows.append({"product": name, "tree": t, "bytes": nbytes, "us": med * 1e6,
+                         "TBps": nbytes / med / 1e12, "vs_before": med / base,
+                         "same_bits_as_before": _same(outs[t][name], outs["before"][name]),
+                         "rounds_us": [r[name] * 1e6 for r in times[t]]})
     return {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu (dry)",
-            "before": a.before, "after": a.after, "rows_per_product": a.rows, "rounds": a.rounds,
-            "table": rows}
+            "trees": trees, "rows_per_product": a.rows, "rounds": a.rounds, "table": rows}
 
 
 def write(res: dict, out: str) -> None:
     Path(out).write_text(json.dumps(res, indent=1))
-    lines = [f"# Q4_K int8 GEMVs, before vs after ({res['device']}; {res['rows_per_product']} row(s), "
-             f"median of {res['rounds']} alternating rounds)", "", f"before: {res['before']}  ",
-             f"after: {res['after']}", "",
-             "| product | before µs | after µs | after/before | before TB/s | after TB/s | same bits |",
-             "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['product']} | {r['before_us']:.1f} | {r['after_us']:.1f} | {r['ratio']:.3f} | "
-              f"{r['before_TBps']:.2f} | {r['after_TBps']:.2f} | {'yes' if r['bit_identical'] else 'NO'} |"
-              for r in res["table"]]
+    lines = [f"# Q4_K int8 GEMVs by source tree ({res['device']}; {res['rows_per_product']} row(s), "
+             f"median of {res['rounds']} rounds, trees in turn)", ""]
+    lines += [f"- {t}: {d}" for t, d in res["trees"].items()]
+    lines += ["", "| product | tree | µs | TB/s | vs before | same bits as before |",
+              "|---|---|---|---|---|---|"]
+    lines += [f"| {r['product']} | {r['tree']} | {r['us']:.1f} | {r['TBps']:.2f} | {r['vs_before']:.3f} | "
+              f"{'yes' if r['same_bits_as_before'] else 'NO'} |" for r in res["table"]]
     Path(out).with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -177,7 +188,7 @@ def write(res: dict, out: str) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before")
-    ap.add_argument("--after")
+    ap.add_argument("--after", nargs="+", help="one tree, or several (after1, after2, ...)")
     ap.add_argument("--out")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rows", type=int, default=1)
