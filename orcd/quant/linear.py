@@ -205,8 +205,9 @@ class QuantLinear(nn.Module):
 
         if self.weight is not None:
             return invariant_linear(x2, self.weight, DENSE, bias=self.bias)
-        if int(self.qtype) in invariant_kernel_types() and self.layout == "gguf":
-            return invariant_linear(x2, self.raw, int(self.qtype), self.out_features, self.bias)
+        if int(self.qtype) in invariant_kernel_types():
+            return invariant_linear(x2, self.raw, int(self.qtype), self.out_features, self.bias,
+                                    split=self.layout == "split")
         return invariant_linear(x2, self.dense_weight(), DENSE, bias=self.bias)
 
     def extra_repr(self) -> str:

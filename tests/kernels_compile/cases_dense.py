@@ -75,13 +75,14 @@ def q6k_split(rows: tuple) -> None:
 def q6k_split_rows(rows: tuple) -> None:
     """q6k_layout='split' above the norm-fused rows and in QuantLinear.forward (q6k_split.split_linear):
     the unfused step with v, down and the head split (batched_qkv's Q6SC, batched_linear's Q6S), the
-    float GEMV's Q6S at 1 row (ffn_down; the large-matrix shape at the head)."""
+    float GEMV's Q6S at 1 row (ffn_down; the large-matrix shape at the head), the batch-invariant GEMM."""
     unfused_rows(rows, split=True)
     head = linear(Q.Q6_K, VOCAB, H)
     head.layout = "split"
     for n in (1, *rows):
         decode_linear(head, torch.zeros(n, H, dtype=BF16))
     split_linear(torch.zeros(1, FFN, dtype=BF16), raw(Q.Q6_K, H, FFN), H, FFN)
+    invariant_linear(torch.zeros(8, H, dtype=BF16), raw(Q.Q6_K, 1024, H), Q.Q6_K, 1024, split=True)
 
 
 def q6k_split_fused() -> None:

@@ -22,6 +22,7 @@ from orcd.quant.kernels.batched_fused import batched_fused  # noqa: E402
 from orcd.quant.kernels.batched_linear import batched_linear  # noqa: E402
 from orcd.quant.kernels.batched_qkv import batched_qkv  # noqa: E402
 from orcd.quant.kernels.fused_linear import fused_glu, fused_linear, launch_gemv  # noqa: E402
+from orcd.quant.kernels.invariant_linear import invariant_linear  # noqa: E402
 from orcd.quant.kernels.layout import split_q6_k  # noqa: E402
 from orcd.quant.kernels.q6k_split import split_linear  # noqa: E402
 from orcd.quant.linear import QuantLinear  # noqa: E402
@@ -84,6 +85,17 @@ def qkv_cases():
     yield "batched_qkv_ggs", max(map(same, got, want))
 
 
+def invariant_cases():
+    """The batch-invariant GEMM (invariant_linear: a split QuantLinear's on CUDA), 5 rows, fp16 and fp32
+    (split in 2 along K)."""
+    raw = random_blocks(T.Q6_K, 40, K, 9)
+    for dt in (torch.float16, torch.float32):
+        x, bias = torch.randn(5, K).to(dt), torch.randn(40).to(dt)
+        want = invariant_linear(x, raw, int(T.Q6_K), 40, bias)
+        yield f"invariant_{str(dt)[6:]}", same(invariant_linear(x, split_q6_k(raw), int(T.Q6_K), 40, bias,
+                                                                split=True), want)
+
+
 def linear_cases():
     """split_linear == fused_linear (bias inside) and a split QuantLinear == a GGUF one (bias after) at
     1 and 4 rows (the float GEMV), 8 and 64 (not routed at this size: dequantize + GEMM), 65."""
@@ -101,5 +113,5 @@ def linear_cases():
 
 
 if __name__ == "__main__":
-    for name, err in (*mm_cases(), *gemv_cases(), *qkv_cases(), *linear_cases()):
+    for name, err in (*mm_cases(), *gemv_cases(), *qkv_cases(), *invariant_cases(), *linear_cases()):
         print(name, f"{err:.3e}", 0, flush=True)

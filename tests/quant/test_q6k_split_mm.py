@@ -1,7 +1,7 @@
 """The Q6_K split layout (issue 16) through the tensor-core batched kernels (batched_linear, batched_qkv,
-batched_fused), the float GEMV (launch_gemv, fused_glu), kernels/q6k_split.split_linear at 1, 4, 8, 64 and
-65 rows and a split QuantLinear's forward: each equal to the same path on GGUF's blocks bit for bit
-(interp_q6k_split_mm.py under the Triton interpreter);
+batched_fused), the float GEMV (launch_gemv, fused_glu), the batch-invariant GEMM,
+kernels/q6k_split.split_linear at 1, 4, 8, 64 and 65 rows and a split QuantLinear's forward: each equal
+to the same path on GGUF's blocks bit for bit (interp_q6k_split_mm.py under the Triton interpreter);
 FusedDecoder's 6-row step over a tiny qwen2 with split v, down and head: the GGUF model's logits
 (interp_q6k_split_step.py)."""
 
@@ -38,7 +38,8 @@ def test_batched_kernels_split_equal_gguf():
     names = [r[0] for r in rows]
     assert names[:7] == ["batched_linear_m8_float16", "batched_linear_m5_float32", "batched_fused_norm_res",
                          "batched_fused_glu", "gemv_splitk_norm_res", "fused_glu_m2", "batched_qkv_ggs"]
-    assert names[7:] == [f"{k}_m{m}" for m in (1, 4, 8, 64, 65) for k in ("split_linear", "quant_linear")]
+    assert names[7:9] == ["invariant_float16", "invariant_float32"]
+    assert names[9:] == [f"{k}_m{m}" for m in (1, 4, 8, 64, 65) for k in ("split_linear", "quant_linear")]
     for name, err, _ in rows:
         assert float(err) == 0.0, name
 

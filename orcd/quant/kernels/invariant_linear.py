@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from gguf import GGMLQuantizationType as Q
 
-from orcd.quant.kernels.layout import BLOCK_SIZE, TYPE_SIZE
+from orcd.quant.kernels.layout import BLOCK_SIZE, TYPE_SIZE, q6k_tail
 from orcd.quant.kernels.split_k import reduce_partials
 from orcd.quant.kernels.tiles import dequant_tile
 
@@ -39,8 +39,9 @@ SPLIT_ITERS = 2  # K steps per split: splits = ceil(K / BK / SPLIT_ITERS) progra
 def _inv_mm_kernel(x_ptr, w_ptr, w16_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm, stride_ym, w_row,
                    QT: tl.constexpr, S: tl.constexpr, G: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                    SPLIT_ITERS: tl.constexpr, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                   IEEE: tl.constexpr):
-    # w_row: elements per weight row (dense) or bytes per weight row (raw GGUF blocks).
+                   IEEE: tl.constexpr, Q6S: tl.constexpr = False):
+    # w_row: elements per weight row (dense) or bytes per weight row (raw GGUF blocks); Q6S: Q6_K in
+    # layout.split_q6_k's layout (w16_ptr: the d's).
     # Program (n tile, m tile, split s) sums K steps [s * SPLIT_ITERS, (s + 1) * SPLIT_ITERS) in order;
     # with more than one split it writes fp32 partials ws [splits, M, N] for split_k's reduce.
     pid_n = tl.program_id(0)
@@ -63,7 +64,7 @@ def _inv_mm_kernel(x_ptr, w_ptr, w16_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_
         else:
             gg = tl.arange(0, G)[None, :, None]
             m3 = nmask[:, None, None] & ((k0 + gg * S) < K)  # whole groups: K is a multiple of the block
-            w3 = dequant_tile(w_ptr, w16_ptr, rn.to(tl.int64)[:, None, None] * w_row, m3, k0, QT, G)
+            w3 = dequant_tile(w_ptr, w16_ptr, rn.to(tl.int64)[:, None, None] * w_row, m3, k0, QT, G, Q6S)
             w = tl.reshape(w3, [BN, BK]).to(x.dtype)
         if IEEE:
             acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
@@ -86,10 +87,13 @@ def invariant_kernel_types() -> frozenset[int]:
 
 
 def invariant_linear(x: torch.Tensor, weight: torch.Tensor, qtype: int = DENSE, out_features: int = 0,
-                     bias: torch.Tensor | None = None) -> torch.Tensor:
+                     bias: torch.Tensor | None = None, split: bool = False) -> torch.Tensor:
     """x [M, in] -> [M, out] in x.dtype. weight: dense [out, in] (qtype DENSE) or raw uint8 [out, row_bytes]
-    GGUF blocks of type `qtype` (Q8_0, Q5_0, Q4_K, Q6_K) with out_features rows."""
+    GGUF blocks of type `qtype` (Q8_0, Q5_0, Q4_K, Q6_K) with out_features rows; split: Q6_K in
+    layout.split_q6_k's layout (the GGUF blocks' result bit for bit)."""
     qt = int(qtype)
+    if split and qt != Q.Q6_K:
+        raise ValueError(f"the split layout is Q6_K's (14), not type {qt}")
     if qt not in K_TILES:
         raise ValueError(f"no batch-invariant kernel for GGML type {qt}")
     x = x.contiguous()
@@ -104,7 +108,7 @@ def invariant_linear(x: torch.Tensor, weight: torch.Tensor, qtype: int = DENSE, 
         if weight.dtype != torch.uint8 or weight.numel() != n * w_row:
             raise ValueError(f"raw must be uint8 [{n}, {w_row}]")
         weight = weight.contiguous()
-        w16 = weight.view(-1).view(torch.int16)
+        w16 = (q6k_tail(weight) if split else weight.view(-1)).view(torch.int16)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return y
@@ -114,6 +118,6 @@ def invariant_linear(x: torch.Tensor, weight: torch.Tensor, qtype: int = DENSE, 
     grid = (triton.cdiv(n, BLOCK_N), triton.cdiv(m, BLOCK_M), splits)
     _inv_mm_kernel[grid](x, weight, w16, bias, y, ws, m, n, k, x.stride(0), y.stride(0), w_row,
                          QT=qt, S=s, G=g, BM=BLOCK_M, BN=BLOCK_N, SPLIT_ITERS=SPLIT_ITERS, SPLIT=splits > 1,
-                         HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32, num_warps=4)
+                         HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32, Q6S=split, num_warps=4)
     reduce_partials(ws, bias, y)  # splits > 1: their sum in split order (+ bias)
     return y
