@@ -1,7 +1,7 @@
 """The split Q6_K layout (issue 16) on CUDA at qwen2.5-7B's Q6_K shapes, bf16: split_linear (the split
 weight's product at every row count, fused_linear's routing: the float GEMV, batched_linear, dequantize
 + cuBLAS) and batched_qkv with v split, each equal to the GGUF blocks' result bit for bit (the CPU
-interpreter checks the same at small shapes: tests/quant/test_q6k_split_mm.py)."""
+interpreter checks the same at small shapes: tests/quant/test_q6k_split_mm.py); the batch-invariant GEMM."""
 
 from __future__ import annotations
 
@@ -47,3 +47,16 @@ def test_batched_qkv_v_split_equals_gguf(m):
     ws[2] = (split_q6_k(ws[2][0]), *ws[2][1:])
     got = batched_qkv(x, ws, 3584, split=(False, False, True))
     assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("n,k", SHAPES[:2])
+def test_invariant_split_equals_gguf(n, k):
+    from orcd.quant.kernels.invariant_linear import invariant_linear
+    from orcd.quant.kernels.layout import split_q6_k
+
+    raw = random_blocks(T.Q6_K, n, k, seed=n).cuda()
+    x = torch.randn(5, k, device="cuda").bfloat16()
+    want = invariant_linear(x, raw, int(T.Q6_K), n)
+    assert torch.equal(invariant_linear(x, split_q6_k(raw), int(T.Q6_K), n, split=True), want)
