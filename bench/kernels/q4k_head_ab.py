@@ -4,6 +4,7 @@ per block against the byte loads before it), on the 7B Q4_K shapes at 1 row (--r
 usage: python bench/kernels/q4k_head_ab.py --before DIR --after DIR [DIR ...] --out bench/results/NAME.json
        [--rounds 3] [--rows 1]
        TRITON_INTERPRET=1 python bench/kernels/q4k_head_ab.py --before DIR --after DIR --out X.json --dry
+       python bench/kernels/q4k_head_ab.py --before DIR --after DIR [DIR ...] --ptx [--rows 8]   (no GPU)
 
 Each tree runs in its own worker process (PYTHONPATH=DIR first, so `orcd` is that tree's), started once:
 it builds the same random weights (same seeds), checks its outputs into a file, then times each product
@@ -96,6 +97,62 @@ def worker(tree: str, shapes, rows: int, outputs: str) -> None:
             if line.strip() != "time":
                 break
             print(json.dumps({name: graph_time(fns) for name, _, fns, _ in prods}), flush=True)
+
+
+def ptx_worker(rows: int) -> None:
+    """This tree, on the CPU: the products' kernels compiled for sm_90 (tests/kernels_compile/sm90.py), one
+    JSON line per kernel: registers, local (spill) bytes, ld.global by width, bar.sync, shfl, SASS lines."""
+    import re
+    from collections import Counter
+
+    import torch
+    import triton
+    from triton.runtime.jit import JITFunction
+
+    sys.path[:0] = [str(ROOT / "bench/peers"), str(ROOT / "tests/kernels_compile")]
+    from sm90 import Record, compile_only
+
+    tools, got, rec = Path(triton.__file__).parent / "backends/nvidia/bin", [], Record()
+    with compile_only(rec), torch.inference_mode():
+        inner = JITFunction.run
+
+        def run(self, *args, **kwargs):
+            got.append((self.fn.__name__, inner(self, *args, **kwargs)))
+            return got[-1][1]
+
+        JITFunction.run = run
+        for _, _, _, first in _products(SHAPES, rows, "cpu"):
+            first()
+    assert not rec.failures, rec.failures
+    cubin = Path(os.environ.get("TMPDIR", "/tmp")) / f"q4k_head_ab_{os.getpid()}.cubin"
+    for name, k in dict((id(k), (n, k)) for n, k in got if k is not None and "i8" in n).values():
+        ptx = k.asm["ptx"]
+        cubin.write_bytes(k.asm["cubin"])
+        res, sass = (subprocess.run([tools / "cuobjdump", flag, cubin], capture_output=True, text=True).stdout
+                     for flag in ("-res-usage", "-sass"))
+        cubin.unlink()
+        print(json.dumps({"kernel": name, "regs": int(re.search(r"REG:(\d+)", res).group(1)),
+                          "local_bytes": int(re.search(r"LOCAL:(\d+)", res).group(1)),
+                          "ld_global": dict(sorted(Counter(re.findall(r"\bld\.global\.(\S+)", ptx)).items())),
+                          "bar_sync": ptx.count("bar.sync"), "shfl": ptx.count("shfl."),
+                          "sass": len(re.findall(r"^\s+/\*[0-9a-f]{4}\*/", sass, re.M))}), flush=True)
+
+
+def ptx_compare(a) -> None:
+    """--ptx: ptx_worker in each tree (PYTHONPATH=DIR first), a table of its kernels."""
+    lines = [f"# int8 GEMV kernels for sm_90 by source tree ({a.rows} row(s); compiled on the CPU)", "",
+             "| tree | kernel | regs | local B | ld.global | bar.sync | shfl | SASS |",
+             "|---|---|---|---|---|---|---|---|"]
+    for t, d in _trees(a).items():
+        path = os.pathsep.join([str(Path(d).resolve()), os.environ.get("PYTHONPATH", "")])
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": path}
+        out = subprocess.run([sys.executable, __file__, "--ptx-worker", "--rows", str(a.rows)], env=env,
+                             capture_output=True, text=True, check=True).stdout
+        for r in map(json.loads, out.splitlines()):
+            lds = " ".join(f"{w}:{c}" for w, c in r["ld_global"].items())
+            lines.append(f"| {t} | {r['kernel']} | {r['regs']} | {r['local_bytes']} | {lds} | "
+                         f"{r['bar_sync']} | {r['shfl']} | {r['sass']} |")
+    print("\n".join(lines))
 
 
 def _start(tree: str, a, outputs: Path) -> subprocess.Popen:
@@ -193,10 +250,17 @@ if __name__ == "__main__":
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rows", type=int, default=1)
     ap.add_argument("--dry", action="store_true", help="small shapes (CPU under TRITON_INTERPRET=1)")
+    ap.add_argument("--ptx", action="store_true", help="no GPU: each tree's kernels compiled for sm_90, "
+                    "registers and instruction counts")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--ptx-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--outputs", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args.worker, DRY if args.dry else SHAPES, args.rows, args.outputs)
+    elif args.ptx_worker:
+        ptx_worker(args.rows)
+    elif args.ptx:
+        ptx_compare(args)
     else:
         write(compare(args), args.out)
