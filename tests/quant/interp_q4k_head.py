@@ -1,10 +1,11 @@
 """Run under TRITON_INTERPRET=1 (by test_q4k_head.py): the int8 GEMVs' Q4_K reads (q4k_head.py: each block's
 head as int32 words) against the reads they replaced (gemv_tiles._w_q4_k: the head as halfwords and
 bytes, decoded before the dots), bit for bit. REF_PASS below is gemv_int8._q4k_pass as it was with those
-loads (less the PDL wait: PDL is 0 here); the interpreter looks _q4k_pass up in gemv_int8's globals at
-each call, so swapping it there runs every kernel (gemv_i8, gemv3_i8, glu_q4k_i8) on the old reads.
+loads (less the PDL wait: PDL is 0 here), x read once for all rows as then (the SwiGLU now reads it per
+row); the interpreter looks _q4k_pass up in gemv_int8's globals at each call, so swapping it there runs
+every kernel (gemv_i8, gemv3_i8, glu_q4k_i8) on the old reads.
 Prints `name differing_values`. --wrong-chunk: the new reads decode chunk c ^ 1's scales (a broken
-decode, and a check that the swap to REF_PASS took: every line must then differ)."""
+decode, and a check that the swap to REF_PASS took: every line must then differ). --rows N: M = 1..N only."""
 
 from __future__ import annotations
 
@@ -118,7 +119,7 @@ def both(fn, *args, **kwargs):
     return new, old
 
 
-def kernel_cases():
+def kernel_cases(max_rows: int = 8):
     """gemv_i8 (13 x 768: 12 chunks, G 16 so a partial pass; bias, residual; out not a multiple of BO) at
     M = 1..8 (NT 1, 2, 4, 8 and last programs with fewer tokens); glu_q4k_i8 (32 x 512) at M = 1, 2, 3, 5,
     8 and at BO 32 (the quantized epilogue) at M = 3; gemv3_i8 (Q4_K q 12, k 4; Q6_K v 4) at M = 2, 8."""
@@ -126,7 +127,7 @@ def kernel_cases():
     g, u = random_blocks(T.Q4_K, 32, 512, 22), random_blocks(T.Q4_K, 32, 512, 23)
     shapes = ((T.Q4_K, 12), (T.Q4_K, 4), (T.Q6_K, 4))  # (type, out) of q, k, v
     ws = [(random_blocks(t, o, 512, 30 + j), o, t, None) for j, (t, o) in enumerate(shapes)]
-    for m in range(1, 9):
+    for m in range(1, max_rows + 1):
         torch.manual_seed(m)
         xq, xs = quantize_x(torch.randn(m, 768))
         bias, res = torch.randn(13), torch.randn(m, 13)
@@ -145,5 +146,6 @@ def kernel_cases():
 if __name__ == "__main__":
     if "--wrong-chunk" in sys.argv:
         gemv_int8.q4k_scales = q4k_scales = _wrong_chunk
-    for name, n in (*head_cases(), *kernel_cases()):
+    rows = int(sys.argv[sys.argv.index("--rows") + 1]) if "--rows" in sys.argv else 8
+    for name, n in (*head_cases(), *kernel_cases(rows)):
         print(name, n, flush=True)
