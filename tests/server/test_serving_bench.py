@@ -40,7 +40,8 @@ def test_token_events_are_told_apart_from_the_rest():
 
 def test_serving_bench_runs_end_to_end_on_the_cpu(tmp_path):
     cmd = [sys.executable, "bench/serving/serving.py", "--device", "cpu", "--streams", "1,3",
-           "--gen-len", "8", "--min-round-tokens", "12", "--prompt-len", "12", "--warmup-len", "2", "--repeat", "1",
+           "--gen-len", "8", "--min-round-tokens", "12", "--prompt-len", "12", "--warmup-len", "2",
+           "--repeat", "1",
            "--max-num-seqs", "4", "--mixed-rates", "1", "--mixed-seconds", "1", "--mixed-prompt", "12,4,24",
            "--mixed-output", "6,2,12", "--client-procs", "2", "--out-dir", str(tmp_path),
            "--model", f"tiny={REPO / 'orcd/assets/demo.gguf'}"]  # a name that is not the file's stem
