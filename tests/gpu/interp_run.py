@@ -22,10 +22,11 @@ interpreter_only = pytest.mark.skipif(
     reason="needs triton and no CUDA (with CUDA the compiled kernels are tested instead)")
 
 
-def run_under_interpreter(script: str, timeout: float) -> list[list[str]]:
+def run_under_interpreter(script: str | Path, timeout: float, *args: str) -> list[list[str]]:
+    """script: a file name under tests/gpu, or a path; args: its command-line arguments."""
     env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, str(HERE / script)], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run([sys.executable, str(HERE / script), *args], env=env, capture_output=True,
+                          text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return [ln.split() for ln in proc.stdout.splitlines() if ln.strip()]
 

@@ -4,30 +4,19 @@ differ (test_check_catches_a_wrong_decode)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-import torch
-
-from orcd.quant.kernels import triton_available
+from tests.gpu.interp_run import interpreter_only, run_under_interpreter
 
 SCRIPT = Path(__file__).with_name("interp_q4k_head.py")
 NAMES = ["head_values", "gemv_i8_m1", "glu_q4k_i8_m1", "gemv_i8_m2", "glu_q4k_i8_m2", "gemv3_i8_m2",
          "gemv_i8_m3", "glu_q4k_i8_m3", "glu_q4k_i8_bo32_m3", "gemv_i8_m4", "gemv_i8_m5", "glu_q4k_i8_m5",
          "gemv_i8_m6", "gemv_i8_m7", "gemv_i8_m8", "glu_q4k_i8_m8", "gemv3_i8_m8"]
-interpreter_only = pytest.mark.skipif(not triton_available() or torch.cuda.is_available(),
-                                      reason="needs triton and no CUDA (on a GPU: q4k_head_ab.py)")
+# on a GPU: bench/kernels/q4k_head_ab.py compares the compiled kernels of two source trees
 
 
 def _run(*args: str) -> list[list[str]]:
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return [ln.split() for ln in proc.stdout.splitlines() if ln.strip()]
+    return run_under_interpreter(SCRIPT, 300, *args)
 
 
 @interpreter_only

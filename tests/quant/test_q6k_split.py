@@ -3,9 +3,6 @@ against the same kernel on GGUF's blocks (interp_q6k_split.py under the Triton i
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +11,8 @@ import torch
 from gguf import GGMLQuantizationType as T
 
 from orcd.quant import dequantize
-from orcd.quant.kernels import triton_available
 from orcd.quant.kernels.layout import q6k_tail, split_q6_k, unsplit_q6_k
+from tests.gpu.interp_run import interpreter_only, run_under_interpreter
 
 
 def _raw(out: int, nb: int, seed: int) -> torch.Tensor:
@@ -50,14 +47,9 @@ def test_round_trip(out, nb):
     assert torch.equal(dequantize(unsplit_q6_k(sp), T.Q6_K, (out, nb * 256)), want)
 
 
-@pytest.mark.skipif(not triton_available() or torch.cuda.is_available(),
-                    reason="needs triton and no CUDA (the GPU command checks the compiled kernels)")
+@interpreter_only
 def test_kernels_split_equal_gguf():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    script = Path(__file__).with_name("interp_q6k_split.py")
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = [ln.split() for ln in proc.stdout.splitlines() if ln.strip()]
+    rows = run_under_interpreter(Path(__file__).with_name("interp_q6k_split.py"), 300)
     assert [r[0] for r in rows] == ["gemv_i8_m1", "gemv_i8_m3", "gemv_i8_m9", "gemv3_i8_ggs", "gemv3_i8_gsg",
                                     "dequantize_raw", "split_linear_f32_m70"]
     for name, err, _ in rows:

@@ -7,16 +7,12 @@ FusedDecoder's 6-row step over a tiny qwen2 with split v, down and head: the GGU
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
 import torch
 from gguf import GGMLQuantizationType as T
 
-from orcd.quant.kernels import triton_available
+from tests.gpu.interp_run import interpreter_only, run_under_interpreter
 
 
 def test_mmq_takes_no_q6k():
@@ -27,14 +23,9 @@ def test_mmq_takes_no_q6k():
     assert not any(mmq_routed(T.Q6_K, 3584, dt) for dt in (torch.bfloat16, torch.float16, torch.float32))
 
 
-@pytest.mark.skipif(not triton_available() or torch.cuda.is_available(),
-                    reason="needs triton and no CUDA (the GPU command checks the compiled kernels)")
+@interpreter_only
 def test_batched_kernels_split_equal_gguf():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    script = Path(__file__).with_name("interp_q6k_split_mm.py")
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = [ln.split() for ln in proc.stdout.splitlines() if ln.strip()]
+    rows = run_under_interpreter(Path(__file__).with_name("interp_q6k_split_mm.py"), 600)
     names = [r[0] for r in rows]
     assert names[:7] == ["batched_linear_m8_float16", "batched_linear_m5_float32", "batched_fused_norm_res",
                          "batched_fused_glu", "gemv_splitk_norm_res", "fused_glu_m2", "batched_qkv_ggs"]
@@ -44,12 +35,7 @@ def test_batched_kernels_split_equal_gguf():
         assert float(err) == 0.0, name
 
 
-@pytest.mark.skipif(not triton_available() or torch.cuda.is_available(),
-                    reason="needs triton and no CUDA (the GPU command checks the compiled kernels)")
+@interpreter_only
 def test_decode_step_split_equals_gguf():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    script = Path(__file__).with_name("interp_q6k_split_step.py")
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = [ln.split() for ln in proc.stdout.splitlines() if ln.strip()]
+    rows = run_under_interpreter(Path(__file__).with_name("interp_q6k_split_step.py"), 600)
     assert rows == [["decoder_rows6", "0", "0"]]
