@@ -12,12 +12,12 @@ import tempfile
 assert os.environ.get("TRITON_INTERPRET") == "1"
 
 import torch  # noqa: E402
+from decode_meta import decode_meta  # noqa: E402 (this script's folder)
 
 import orcd.quant.kernels.fused_linear as fused_mod  # noqa: E402
 from orcd.cli.synth import synth_like  # noqa: E402
 from orcd.loading.loader import load_model  # noqa: E402
 from orcd.models.kv_cache import KVCache  # noqa: E402
-from orcd.models.layers.attention import AttnMetadata  # noqa: E402
 from orcd.runner.fused_decode import FusedDecoder  # noqa: E402
 
 PAGE = 16
@@ -34,10 +34,7 @@ def worst_error(dec, full, batch: int, steps: int) -> float:
     pos, worst = torch.zeros(batch, dtype=torch.int64), 0.0
     for _ in range(steps):
         ids = torch.randint(0, cfg.vocab_size, (batch,), generator=gen)
-        slots = tables.gather(1, (pos // PAGE)[:, None].int()).view(-1).long() * PAGE + pos % PAGE
-        meta = AttnMetadata(cu_seqlens_q=torch.arange(batch + 1, dtype=torch.int32), seq_lens=(pos + 1).int(),
-                            block_tables=tables, slot_mapping=slots, max_query_len=1,
-                            max_seq_len=int(pos.max()) + 1)
+        meta = decode_meta(pos, tables, PAGE)
         got = dec(ids, pos, meta, kv_a)
         want = full.model.compute_logits(full.model(ids, pos, meta, kv_b)).float()
         worst = max(worst, float((got - want).norm() / want.norm()))

@@ -16,11 +16,13 @@ assert os.environ.get("TRITON_INTERPRET") == "1"
 import torch  # noqa: E402
 from gguf import GGMLQuantizationType as Q  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+from decode_meta import decode_meta  # noqa: E402
+
 from orcd.gguf.synth import write_model_gguf  # noqa: E402
 from orcd.loading.loader import load_model  # noqa: E402
 from orcd.loading.q6k_layout import apply_q6k_layout  # noqa: E402
 from orcd.models.kv_cache import KVCache  # noqa: E402
-from orcd.models.layers.attention import AttnMetadata  # noqa: E402
 from orcd.runner.fused_decode import FusedDecoder  # noqa: E402
 
 PAGE = 16
@@ -40,10 +42,7 @@ def logits(dec: FusedDecoder, cfg, batch: int, steps: int) -> list[torch.Tensor]
     pos, out = torch.zeros(batch, dtype=torch.int64), []
     for _ in range(steps):
         ids = torch.randint(0, cfg.vocab_size, (batch,), generator=gen)
-        slots = tables.gather(1, (pos // PAGE)[:, None].int()).view(-1).long() * PAGE + pos % PAGE
-        meta = AttnMetadata(cu_seqlens_q=torch.arange(batch + 1, dtype=torch.int32), seq_lens=(pos + 1).int(),
-                            block_tables=tables, slot_mapping=slots, max_query_len=1,
-                            max_seq_len=int(pos.max()) + 1)
+        meta = decode_meta(pos, tables, PAGE)
         out.append(dec(ids, pos, meta, kv))
         pos = pos + 1
     return out
