@@ -86,8 +86,9 @@ def main() -> None:
     tables = torch.arange(a.rows * pages, dtype=torch.int32, device=dev).view(a.rows, pages)
     dtype = models["gguf"].dtype
     kvs = {lay: KVCache.allocate(cfg, a.rows * pages, PAGE, dev, dtype) for lay in models}
-    rng = random.Random(0)
-    ids = torch.tensor([rng.randrange(0, cfg.vocab_size) for _ in range(a.rows * a.prompt)], device=dev)
+    # row i's prompt is greedy_repeat.py's prompt i (its one-prompt run parts at the 10th token)
+    rngs = [random.Random(r) for r in range(a.rows)]
+    ids = torch.tensor([rng.randrange(100, 150000) for rng in rngs for _ in range(a.prompt)], device=dev)
     pos = torch.arange(a.prompt, device=dev).repeat(a.rows)
     meta = meta_for(pos, [a.prompt] * a.rows, tables)
     recs, hid, logit = {}, {}, {}

@@ -1,7 +1,7 @@
 """orcd's side of the peer comparison: decode and prefill through LLMEngine.step() on one GGUF file.
 
 usage: python bench/peers/orcd_side.py MODEL.gguf OUT.json [--streams 1,8,32,64] [--gen 128] [--prompt 128]
-                                       [--dense-batch-rows off,8]
+                                       [--dense-batch-rows off,8] [--q6k-layout gguf|split]
 
 Decode (as bench_batching's engine phase): C greedy requests of `prompt` random ids, `gen` new tokens
 each (EOS ignored), all added at once; tok/s = tokens that arrive after every request has its first token,
@@ -11,7 +11,7 @@ engine step (prefill CUDA graph), median of 10 after a first use that captures i
 --dense-batch-rows: one engine per value, built fresh in this process one after the other ("off": the
 quantized kernels only; R: LLMEngine(dense_batch_rows=R), decode batches of >= R rows on dense weight
 copies); with several values OUT.json is {"runs": [measure(), ...]} and a table of tok/s and the weights'
-device bytes is printed last.
+device bytes is printed last. --q6k-layout: load_model's (orcd/loading/q6k_layout.py; default gguf).
 """
 
 from __future__ import annotations
@@ -86,13 +86,14 @@ def prefill_step(eng: LLMEngine, n: int, rng: random.Random) -> float:
 
 
 def measure(path: str, streams: list[int], prompt: int, gen: int, prefill_len: int = 512,
-            engines: list | None = None, dense_batch_rows: int | None = None) -> dict:
+            engines: list | None = None, dense_batch_rows: int | None = None,
+            q6k_layout: str = "gguf") -> dict:
     """Decode rounds at each stream count, then prefill; `engines`: the engine built here is appended
     (a caller that profiles it afterwards, e.g. bench/kernels/gpt_oss_profile.py). dense_batch_rows:
-    LLMEngine's (None: off)."""
+    LLMEngine's (None: off). q6k_layout: load_model's."""
     rng = random.Random(0)
     t0 = time.perf_counter()
-    loaded = load_model(path, device=DEV)
+    loaded = load_model(path, device=DEV, q6k_layout=q6k_layout)
     blocks = max(streams) * -(-(prompt + gen) // 16) + 2 * -(-prefill_len // 16) * 12 + 64
     eng = LLMEngine(loaded, num_kv_blocks=blocks, max_num_seqs=max(64, max(streams)),
                     enable_prefix_caching=False, dense_batch_rows=dense_batch_rows)
@@ -100,7 +101,8 @@ def measure(path: str, streams: list[int], prompt: int, gen: int, prefill_len: i
         engines.append(eng)
     res: dict = {"model": path, "device": torch.cuda.get_device_name() if DEV == "cuda" else "cpu",
                  "load_and_init_s": time.perf_counter() - t0, "decode": {}, "prompt": prompt, "gen": gen,
-                 "dense_batch_rows": dense_batch_rows, "weights_bytes": eng.stats()["weights_bytes"],
+                 "dense_batch_rows": dense_batch_rows, "q6k_layout": q6k_layout,
+                 "weights_bytes": eng.stats()["weights_bytes"],
                  "dense_weights_bytes": eng.dense_weights_bytes,
                  "device_allocated_bytes": torch.cuda.memory_allocated() if DEV == "cuda" else None}
     for c in streams:  # warm-up: every batch shape once (Triton compiles)
@@ -149,11 +151,12 @@ def main() -> None:
     ap.add_argument("--dense-batch-rows", type=dense_values, default=[None], metavar="off,R,...",
                     help="one engine per value: off (quantized kernels only) or R (LLMEngine's "
                          "dense_batch_rows); default off")
+    ap.add_argument("--q6k-layout", default="gguf", choices=("gguf", "split"))
     a = ap.parse_args()
     runs = []
     for rows in a.dense_batch_rows:
         runs.append(measure(a.model, [int(s) for s in a.streams.split(",")], a.prompt, a.gen,
-                            dense_batch_rows=rows))
+                            dense_batch_rows=rows, q6k_layout=a.q6k_layout))
         gc.collect()  # the engine (graphs, copies, KV cache) goes before the next one is built
         if DEV == "cuda":
             torch.cuda.empty_cache()
