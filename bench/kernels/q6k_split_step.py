@@ -79,7 +79,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda", help="cpu (TRITON_INTERPRET=1): a dry run, gguf twice")
     a = ap.parse_args()
     dev, second = a.device, "split" if a.device == "cuda" else "gguf"
-    models = {"gguf": load_model(a.model, device=dev, keep_quantized=True),
+    models = {"gguf": load_model(a.model, device=dev, keep_quantized=True, q6k_layout="gguf"),
               "split": load_model(a.model, device=dev, q6k_layout=second, keep_quantized=True)}
     cfg = models["gguf"].cfg
     pages = -(-(a.prompt + a.steps) // PAGE)

@@ -1,7 +1,7 @@
 """orcd's side of the peer comparison: decode and prefill through LLMEngine.step() on one GGUF file.
 
 usage: python bench/peers/orcd_side.py MODEL.gguf OUT.json [--streams 1,8,32,64] [--gen 128] [--prompt 128]
-                                       [--dense-batch-rows off,8] [--q6k-layout gguf|split]
+                                       [--dense-batch-rows off,8] [--q6k-layout auto|gguf|split]
 
 Decode (as bench_batching's engine phase): C greedy requests of `prompt` random ids, `gen` new tokens
 each (EOS ignored), all added at once; tok/s = tokens that arrive after every request has its first token,
@@ -11,7 +11,7 @@ engine step (prefill CUDA graph), median of 10 after a first use that captures i
 --dense-batch-rows: one engine per value, built fresh in this process one after the other ("off": the
 quantized kernels only; R: LLMEngine(dense_batch_rows=R), decode batches of >= R rows on dense weight
 copies); with several values OUT.json is {"runs": [measure(), ...]} and a table of tok/s and the weights'
-device bytes is printed last. --q6k-layout: load_model's (orcd/loading/q6k_layout.py; default gguf).
+device bytes is printed last. --q6k-layout: load_model's (orcd/loading/q6k_layout.py; default auto).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def prefill_step(eng: LLMEngine, n: int, rng: random.Random) -> float:
 
 def measure(path: str, streams: list[int], prompt: int, gen: int, prefill_len: int = 512,
             engines: list | None = None, dense_batch_rows: int | None = None,
-            q6k_layout: str = "gguf") -> dict:
+            q6k_layout: str = "auto") -> dict:
     """Decode rounds at each stream count, then prefill; `engines`: the engine built here is appended
     (a caller that profiles it afterwards, e.g. bench/kernels/gpt_oss_profile.py). dense_batch_rows:
     LLMEngine's (None: off). q6k_layout: load_model's."""
@@ -151,7 +151,7 @@ def main() -> None:
     ap.add_argument("--dense-batch-rows", type=dense_values, default=[None], metavar="off,R,...",
                     help="one engine per value: off (quantized kernels only) or R (LLMEngine's "
                          "dense_batch_rows); default off")
-    ap.add_argument("--q6k-layout", default="gguf", choices=("gguf", "split"))
+    ap.add_argument("--q6k-layout", default="auto", choices=("auto", "gguf", "split"))
     a = ap.parse_args()
     runs = []
     for rows in a.dense_batch_rows:

@@ -147,10 +147,11 @@ def _mirror_for(f, cls, dev: torch.device, keep_quantized: bool):
 
 def load_model(path: str | Path, device: str | torch.device = "auto", dtype: torch.dtype | None = None,
                keep_quantized: bool | None = None, tokenizer: bool = True,
-               options: LoadOptions = LoadOptions(), q6k_layout: str = "gguf") -> LoadedModel:
+               options: LoadOptions = LoadOptions(), q6k_layout: str = "auto") -> LoadedModel:
     """device "auto" = CUDA when available. dtype default: float32 on CPU, bfloat16 on CUDA.
     keep_quantized default: True on CUDA (raw GGUF blocks on the device), False on CPU.
-    q6k_layout: "gguf", or "split" (CUDA, opt-in: raw Q6_K rearranged, orcd/loading/q6k_layout.py).
+    q6k_layout: "auto" (split where the decode step reads it: CUDA, raw weights), "gguf" or "split" (raw
+    Q6_K rearranged; orcd/loading/q6k_layout.py).
     `LoadedModel.phases`: open (parse + check the header), check (config + tensor validation), weights
     (upload/dequantize; upload, part of it: the one copy of the tensor data section), tokenizer (its
     build, overlapped with weights), tokenizer_wait (main thread waiting for it after the weights),
@@ -176,7 +177,7 @@ def _load(path: str | Path, device: str | torch.device, dtype: torch.dtype | Non
     keep_quantized = dev.type == "cuda" if keep_quantized is None else keep_quantized
     join_tok = None
     try:
-        check_q6k_layout(q6k_layout, dev, keep_quantized)
+        q6k_layout = check_q6k_layout(q6k_layout, dev, keep_quantized)
         f = open_gguf(path)
         t1 = time.perf_counter()
         cls = get_model_class(f.architecture)  # an unknown architecture is named before any key is read

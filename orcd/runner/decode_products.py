@@ -178,6 +178,23 @@ class DecodeProducts:
             if not (self.int8_x and self.int8_attn):
                 raise ValueError("q6k_layout='split' needs the int8 GEMVs (int8_x; not float32 models)")
 
+    def split_readers(self, blocks: list[BlockLinears], head) -> list:
+        """The Q6_K weights that every kernel this step may hand them to reads in the split layout
+        (q6k_layout="auto"): q/k/v and o on the int8 GEMVs (gemv3_i8 needs the biases to agree), down
+        after the int8 SwiGLU, the head on gemv_i8. The unfused step's kernels read both layouts; the
+        float GEMVs (fused_gemv, fused_glu, fused_gemv3) read GGUF blocks only."""
+        if not (self.int8_x and self.int8_attn):
+            return []
+        found = []
+        for lin in blocks:
+            if self.attn_i8(lin):
+                qkv_i8 = len({m.bias is None for m in lin.qkv()}) == 1
+                found += [m for m in (*lin.qkv(), lin.o) if m.qtype == Q6_K and (qkv_i8 or m is lin.o)]
+            if (lin.down.qtype == Q6_K and lin.gate.qtype == Q4_K and lin.up.qtype == Q4_K
+                    and lin.gate.out_features % 32 == 0):
+                found.append(lin.down)
+        return found + ([head] if head.qtype == Q6_K else [])
+
     def attn_i8(self, lin: BlockLinears) -> bool:
         """q/k/v (when their biases agree) and o on the int8 GEMVs."""
         return self.int8_attn and all(m.qtype in I8_TYPES for m in (*lin.qkv(), lin.o))

@@ -47,6 +47,20 @@ def block_linears(blk) -> BlockLinears:
     return BlockLinears(a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate, m.up, m.down)
 
 
+def split_readers(model: torch.nn.Module) -> list:
+    """The raw Q6_K QuantLinears the fused decode step reads in the split layout wherever it hands them
+    (DecodeProducts.split_readers; q6k_layout="auto"), [] for a model the step does not run."""
+    if not getattr(model, "fused_decode", True):
+        return []
+    linears = [block_linears(blk) for blk in model.blocks]
+    try:
+        check_fusable(model, linears)
+    except ValueError:
+        return []
+    int8 = model.blocks[0].attn_norm.weight.dtype != torch.float32  # FusedDecoder's int8_x default
+    return DecodeProducts(int8_x=int8, int8_attn=int8).split_readers(linears, model.lm_head)
+
+
 def dense_copies(model: torch.nn.Module, rows: int) -> DenseWeights:
     """The dense copies FusedDecoder(model, dense=...) runs batches of >= rows on, made now (the engine
     makes them before it sizes the KV cache from the free memory). DenseCopiesError (a ValueError) for a

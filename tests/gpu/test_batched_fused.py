@@ -108,7 +108,7 @@ def test_fused_decode_step_above_gemv_rows(tmp_path, monkeypatch, quant, rows):
     monkeypatch.setattr(FusedDecoder, "fused_rows", lambda self: 64)
     like = "tiny-qwen2" if quant == "Q8_0" else "tiny-qwen2-256"  # K-quants need widths % 256 == 0
     path, _ = synth_like(str(tmp_path / "m.gguf"), like, quant)
-    loaded = load_model(path, "cuda", tokenizer=False)
+    loaded = load_model(path, "cuda", tokenizer=False, q6k_layout="gguf")  # float x reads GGUF blocks only
     model = loaded.model
     kv = KVCache.allocate(loaded.cfg, 8 * rows, 16, "cuda", loaded.dtype)
     tables = torch.arange(8 * rows, dtype=torch.int32, device="cuda").view(rows, 8)

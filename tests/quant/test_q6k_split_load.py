@@ -108,3 +108,31 @@ def test_engine_same_tokens(files):
                     toks[ev.request_id].append(ev.token_id)
         outs[layout] = toks
     assert outs["split"] == outs["gguf"] and len(outs["gguf"]["r0"]) == 4
+
+
+def _split_names(model) -> set[str]:
+    return {n for n, m in _q6k(model).items() if m.layout == "split"}
+
+
+def test_auto_splits_what_the_int8_step_reads(tmp_path, files, monkeypatch):
+    """q6k_layout="auto" (load_model's default): off CUDA nothing moves; on a bf16 model with raw weights
+    (apply_q6k_layout, the CPU standing in) the Q6_K weights the int8 decode step reads split (down after
+    Q4_K gate/up, v and o with int8 attention, the untied head), and a Q6_K down after Q5_0 gate/up (the
+    0.5B's fallback, read by the float fused_gemv) stays GGUF, as does everything of a float32 model."""
+    loaded = load_model(files[False], device="cpu", keep_quantized=True, tokenizer=False)
+    assert not _split_names(loaded.model)  # the CPU: "auto" resolves to "gguf" before the load
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the fused kernels "run" on the CPU (check_fusable)
+    assert apply_q6k_layout(loaded.model, "auto") == 0  # float32: the step keeps float x, no int8 GEMVs
+    bf16 = load_model(files[False], device="cpu", keep_quantized=True, tokenizer=False, dtype=torch.bfloat16)
+    assert apply_q6k_layout(bf16.model, "auto") == 3
+    assert _split_names(bf16.model) == {"blocks.0.mlp.down", "blocks.1.mlp.down", "lm_head"}
+    qt = {"default": Q.Q4_K, "ffn_gate": Q.Q5_0, "ffn_up": Q.Q5_0, "ffn_down": Q.Q6_K, "attn_v": Q.Q6_K,
+          "output": Q.Q8_0, "token_embd": Q.Q8_0}
+    mixed = write_model_gguf(tmp_path / "mixed.gguf", "qwen2", qtypes=qt, seed=4, **DIMS)
+    m = load_model(mixed, device="cpu", keep_quantized=True, tokenizer=False, dtype=torch.bfloat16).model
+    assert apply_q6k_layout(m, "auto") == 2
+    assert _split_names(m) == {"blocks.0.attn.v_proj", "blocks.1.attn.v_proj"}
+    from orcd.runner.decode_products import DecodeProducts
+    from orcd.runner.fused_decode import block_linears
+
+    DecodeProducts(int8_x=True, int8_attn=True).check_layouts([block_linears(b) for b in m.blocks], m.lm_head)
