@@ -14,7 +14,7 @@ parallelism slices rows after the load: orcd.distributed refuses split weights (
 files, not through here).
 The two layouts' kernels sum in different register orders (Triton lays the tiles out by how they are
 loaded), so a product can differ by float32 rounding, and greedy tokens of a random-weight model can part
-after some steps (bench/results/q6k_split_step_h100.md); neither is nearer the reference.
+after some steps (bench/results/q6k_split_step_h100.md): both sum the same float32 terms.
 """
 
 from __future__ import annotations
