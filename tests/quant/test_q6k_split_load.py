@@ -136,3 +136,16 @@ def test_auto_splits_what_the_int8_step_reads(tmp_path, files, monkeypatch):
     from orcd.runner.fused_decode import block_linears
 
     DecodeProducts(int8_x=True, int8_attn=True).check_layouts([block_linears(b) for b in m.blocks], m.lm_head)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama", "phi3", "qwen3", "gemma3"])
+def test_auto_on_every_architecture(tmp_path, monkeypatch, arch):
+    """q6k_layout="auto" never refuses a model: blocks the fused step does not run (qwen3's and gemma3's
+    QK-norm) keep every weight GGUF; the qwen2/llama/phi3 block splits its downs after Q4_K
+    gate/up and the untied Q6_K head."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    qt = {"default": Q.Q4_K, "ffn_down": Q.Q6_K, "output": Q.Q6_K, "token_embd": Q.Q8_0}
+    path = write_model_gguf(tmp_path / f"{arch}.gguf", arch, tied=False, qtypes=qt, seed=6, **DIMS)
+    m = load_model(path, device="cpu", keep_quantized=True, tokenizer=False, dtype=torch.bfloat16).model
+    n = apply_q6k_layout(m, "auto")
+    assert n == (3 if arch in ("qwen2", "llama", "phi3") else 0), (arch, _split_names(m))
