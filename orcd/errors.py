@@ -28,6 +28,10 @@ class TemplateError(OrcdError):
     """A chat template failed to render (syntax, sandbox violation, limits)."""
 
 
+class LoadOptionError(OrcdError, ValueError):
+    """A load option that cannot apply to this device or file (e.g. load_model's q6k_layout)."""
+
+
 class RequestError(OrcdError):
     """A request is invalid (maps to HTTP 400). `param` names the offending field."""
 

@@ -83,7 +83,7 @@ def run(args: argparse.Namespace, load_model=None, engine_cls=None) -> int:
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     path = resolve_model_path(args.model)
     dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
-    loaded = load_model(path, device=args.device, dtype=dtype)
+    loaded = load_model(path, device=args.device, dtype=dtype, q6k_layout=args.q6k_layout)
     say(f"orcd: {path.name} ({loaded.cfg.arch}) on {loaded.device}, {loaded.weights_bytes / 2**20:.1f} MiB "
         f"of weights, loaded in {loaded.load_seconds:.2f} s")
     ids = encode(loaded.tokenizer, prompt, args.raw, args.system)

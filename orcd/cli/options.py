@@ -28,7 +28,7 @@ def prefix_tokens_arg(text: str) -> int:
 
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:
-    """--enforce-eager, --batch-invariant, --tensor-parallel, --dense-batch-rows."""
+    """--enforce-eager, --batch-invariant, --tensor-parallel, --dense-batch-rows, --q6k-layout."""
     p.add_argument("--enforce-eager", action="store_true",
                    help="no CUDA graphs: run decode steps eagerly (graphs are CUDA-only anyway)")
     p.add_argument("--batch-invariant", choices=["seeded", "all", "off"], default="seeded",
@@ -42,3 +42,7 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                         "dense copies of the weights (2 bytes a weight in bf16: ~14 GB more for a 7B), "
                         "made at start before the KV cache is sized; smaller batches keep the quantized "
                         "kernels")
+    p.add_argument("--q6k-layout", choices=["auto", "gguf", "split"], default="auto",
+                   help="how Q6_K weights sit on the GPU: auto (default) rearranges those the int8 decode "
+                        "kernels read into 16-byte-aligned blocks (same bytes, faster at 7B); gguf keeps "
+                        "the file's blocks; split rearranges every Q6_K weight (CUDA only)")

@@ -121,7 +121,7 @@ def engine_build(args: argparse.Namespace, path: Path):
                        num_kv_blocks=args.num_kv_blocks, max_num_seqs=args.max_num_seqs,
                        max_num_batched_tokens=args.max_num_batched_tokens, enforce_eager=args.enforce_eager,
                        batch_invariant=args.batch_invariant, dense_batch_rows=args.dense_batch_rows,
-                       min_prefix_hit=args.min_prefix_hit)
+                       min_prefix_hit=args.min_prefix_hit, q6k_layout=args.q6k_layout)
 
 
 def use_engine_process(args: argparse.Namespace) -> bool:
@@ -169,6 +169,8 @@ def run(args: argparse.Namespace, build=None) -> int:
             raise OrcdError("--dense-batch-rows is for one GPU: not with --tensor-parallel")
         if args.min_prefix_hit is not None:
             raise OrcdError("--min-prefix-hit is for one GPU: not with --tensor-parallel")
+        if args.q6k_layout == "split":
+            raise OrcdError("--q6k-layout split is for one GPU: tensor parallelism slices the file's blocks")
         return run_tensor_parallel(args)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -43,6 +43,7 @@ class EngineBuild:
     warm_prefill_graphs: bool = True  # capture every prefill CUDA graph bucket at start (LLMEngine)
     dense_batch_rows: int | None = None  # LLMEngine's: decode batches of >= this many rows on dense copies
     min_prefix_hit: int | None = None  # LLMEngine's: cached prefixes shorter than this are recomputed
+    q6k_layout: str = "auto"  # load_model's: auto | gguf | split (orcd/loading/q6k_layout.py)
 
     def build(self):
         """Load the model and build its LLMEngine here, progress on stderr."""
@@ -53,7 +54,7 @@ class EngineBuild:
 
         print(f"orcd serve: loading {self.path} on {self.device} ...", file=sys.stderr, flush=True)
         dtype = None if self.dtype == "auto" else getattr(torch, self.dtype)
-        loaded = load_model(self.path, device=self.device, dtype=dtype)
+        loaded = load_model(self.path, device=self.device, dtype=dtype, q6k_layout=self.q6k_layout)
         print(f"orcd serve: loaded {loaded.cfg.arch} in {loaded.load_seconds:.2f} s on {loaded.device}, "
               f"{loaded.weights_bytes / 2**20:.1f} MiB of weights", file=sys.stderr, flush=True)
         llm = LLMEngine(loaded, kv_fraction=self.kv_fraction, num_kv_blocks=self.num_kv_blocks,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 from gguf import GGMLQuantizationType
 
+from orcd.errors import LoadOptionError
 from orcd.quant.linear import LAYOUTS, QuantEmbedding, QuantLinear
 from orcd.runner.fused_decode import split_readers
 
@@ -29,16 +30,17 @@ CHOICES = ("auto", *LAYOUTS)
 
 
 def check_q6k_layout(layout: str, device: torch.device, keep_quantized: bool) -> str:
-    """ValueError before the load where `layout` cannot apply on this device / with these weights; else
-    the layout to apply ("auto" stays "auto" only on CUDA with raw weights kept, else "gguf")."""
+    """LoadOptionError (a ValueError) before the load where `layout` cannot apply on this device / with
+    these weights; else the layout to apply ("auto" stays "auto" only on CUDA with raw weights kept, else
+    "gguf")."""
     if layout not in CHOICES:
-        raise ValueError(f"q6k_layout {layout!r}: one of {CHOICES}")
+        raise LoadOptionError(f"q6k_layout {layout!r}: one of {CHOICES}")
     if layout == "auto":
         return "auto" if device.type == "cuda" and keep_quantized else "gguf"
     if layout == "split" and device.type != "cuda":
-        raise ValueError(f"q6k_layout='split' is for CUDA (its kernels are Triton's), not {device.type}")
+        raise LoadOptionError(f"q6k_layout='split' is for CUDA (its kernels are Triton's), not {device.type}")
     if layout == "split" and not keep_quantized:
-        raise ValueError("q6k_layout='split' needs keep_quantized (raw Q6_K blocks on the device)")
+        raise LoadOptionError("q6k_layout='split' needs keep_quantized (raw Q6_K blocks on the device)")
     return layout
 
 
@@ -48,7 +50,7 @@ def apply_q6k_layout(model: torch.nn.Module, layout: str) -> int:
     if layout == "gguf":
         return 0
     if layout == "split" and not getattr(model, "fused_decode", True):
-        raise ValueError(f"q6k_layout='split': {model.cfg.arch} blocks run no decode step that reads it")
+        raise LoadOptionError(f"q6k_layout='split': {model.cfg.arch} blocks run no decode step that reads it")
     tables = {id(m.table) for m in model.modules() if isinstance(m, QuantEmbedding)}
     if layout == "auto":
         chosen = {id(m) for m in split_readers(model)}

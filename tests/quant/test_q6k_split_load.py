@@ -149,3 +149,16 @@ def test_auto_on_every_architecture(tmp_path, monkeypatch, arch):
     m = load_model(path, device="cpu", keep_quantized=True, tokenizer=False, dtype=torch.bfloat16).model
     n = apply_q6k_layout(m, "auto")
     assert n == (3 if arch in ("qwen2", "llama", "phi3") else 0), (arch, _split_names(m))
+
+
+def test_cli_option(tmp_path, capsys):
+    """`orcd serve/generate --q6k-layout` reaches load_model; split on the CPU is one line, exit 2."""
+    from orcd.cli.main import build_parser, main
+    from orcd.cli.serve import engine_build
+
+    parser = build_parser("serve")
+    assert parser.parse_args(["serve"]).q6k_layout == "auto"
+    build = engine_build(parser.parse_args(["serve", "--q6k-layout", "gguf"]), tmp_path / "m.gguf")
+    assert build.q6k_layout == "gguf"
+    assert main(["generate", "--device", "cpu", "--q6k-layout", "split", "--max-tokens", "2", "hi"]) == 2
+    assert "error: q6k_layout='split' is for CUDA" in capsys.readouterr().err
