@@ -70,6 +70,8 @@ def run(args: argparse.Namespace, load_model=None, engine_cls=None) -> int:
     if getattr(args, "tensor_parallel", 1) != 1 and load_model is None:
         if args.dense_batch_rows is not None:
             raise OrcdError("--dense-batch-rows is for one GPU: not with --tensor-parallel")
+        if args.q6k_layout == "split":
+            raise OrcdError("--q6k-layout split is for one GPU: tensor parallelism slices the file's blocks")
         return run_tensor_parallel(args)
     from orcd.engine.llm_engine import LLMEngine
     from orcd.loading.loader import load_model as default_load

@@ -162,3 +162,7 @@ def test_cli_option(tmp_path, capsys):
     assert build.q6k_layout == "gguf"
     assert main(["generate", "--device", "cpu", "--q6k-layout", "split", "--max-tokens", "2", "hi"]) == 2
     assert "error: q6k_layout='split' is for CUDA" in capsys.readouterr().err
+    for command in ("generate", "serve"):
+        argv = [command, "--device", "cpu", "--tensor-parallel", "2", "--q6k-layout", "split"]
+        assert main(argv + (["hi"] if command == "generate" else [])) == 2
+        assert "--q6k-layout split is for one GPU" in capsys.readouterr().err
