@@ -162,13 +162,10 @@ class DecodeProducts:
     def fused_rows(self, blocks: list[BlockLinears], head) -> int:
         """The most rows the norm-fused step takes: I8_MAX_ROWS where every product (q/k/v, o, gate/up,
         down, head) runs on the int8 GEMVs, else GEMV_MAX_N (the float GEMVs' limit)."""
-        if not (self.int8_x and self.int8_attn and head.qtype in I8_TYPES):
+        if not (self.int8_x and self.int8_attn and self.head_i8(head)):
             return GEMV_MAX_N
-        for lin in blocks:
-            if not (all(m.qtype in I8_TYPES for m in (*lin.qkv(), lin.o, lin.down))
-                    and lin.gate.qtype == Q4_K and lin.up.qtype == Q4_K and lin.gate.out_features % 32 == 0
-                    and len({m.bias is None for m in lin.qkv()}) == 1):
-                return GEMV_MAX_N
+        if not all(self.qkv_i8(lin) and self.down_i8(lin) for lin in blocks):
+            return GEMV_MAX_N
         return max(I8_MAX_ROWS, GEMV_MAX_N)
 
     def check_layouts(self, blocks: list[BlockLinears], head) -> None:
@@ -187,23 +184,37 @@ class DecodeProducts:
             return []
         found = []
         for lin in blocks:
-            if self.attn_i8(lin):
-                qkv_i8 = len({m.bias is None for m in lin.qkv()}) == 1
-                found += [m for m in (*lin.qkv(), lin.o) if m.qtype == Q6_K and (qkv_i8 or m is lin.o)]
-            if (lin.down.qtype == Q6_K and lin.gate.qtype == Q4_K and lin.up.qtype == Q4_K
-                    and lin.gate.out_features % 32 == 0):
-                found.append(lin.down)
-        return found + ([head] if head.qtype == Q6_K else [])
+            int8 = [*(lin.qkv() if self.qkv_i8(lin) else ()), *((lin.o,) if self.attn_i8(lin) else ()),
+                    *((lin.down,) if self.down_i8(lin) else ())]
+            found += [m for m in int8 if m.qtype == Q6_K]
+        return found + ([head] if self.head_i8(head) and head.qtype == Q6_K else [])
 
     def attn_i8(self, lin: BlockLinears) -> bool:
         """q/k/v (when their biases agree) and o on the int8 GEMVs."""
         return self.int8_attn and all(m.qtype in I8_TYPES for m in (*lin.qkv(), lin.o))
 
+    def qkv_i8(self, lin: BlockLinears) -> bool:
+        """q/k/v in one gemv3_i8 launch: attn_i8, and their biases all present or all absent."""
+        return self.attn_i8(lin) and len({m.bias is None for m in lin.qkv()}) == 1
+
+    def glu_i8(self, lin: BlockLinears) -> bool:
+        """gate/up on the int8 SwiGLU kernel: both Q4_K, rows a multiple of 32 (its quantized output)."""
+        g, u = lin.gate, lin.up
+        return self.int8_x and g.qtype == Q4_K and u.qtype == Q4_K and g.out_features % 32 == 0
+
+    def down_i8(self, lin: BlockLinears) -> bool:
+        """down on gemv_i8, reading the int8 SwiGLU's quantized output."""
+        return self.glu_i8(lin) and lin.down.qtype in I8_TYPES
+
+    def head_i8(self, m) -> bool:
+        """The head on gemv_i8, the final RMSNorm inside the x quantization."""
+        return self.int8_x and m.qtype in I8_TYPES
+
     def qkv(self, lin: BlockLinears, res: torch.Tensor, nrm: Norm) -> list[torch.Tensor]:
         """RMSNorm(res) * w -> [q, k, v], each [B, out_i]; one launch unless only some have a bias."""
         qkv, k_in = lin.qkv(), lin.q.in_features
         same_bias = len({m.bias is None for m in qkv}) == 1
-        if self.attn_i8(lin) and same_bias:
+        if self.qkv_i8(lin):
             xq, xs = quantize_x(res, norm=nrm)
             return gemv3_i8(xq, xs, [(m.raw, m.out_features, m.qtype, m.bias) for m in qkv], k_in, res.dtype,
                             split=tuple(split(m) for m in qkv))
@@ -238,7 +249,7 @@ class DecodeProducts:
         """x = RMSNorm(res) * w -> (silu(x @ Wg.T) * (x @ Wu.T) [B, F], and that quantized for an int8
         down: (aq, as), else (None, None)). Q4_K gate/up with int8_x: x quantized once (one small kernel)."""
         g, u, dn = lin.gate, lin.up, lin.down
-        if self.int8_x and g.qtype == Q4_K and u.qtype == Q4_K and g.out_features % 32 == 0:
+        if self.glu_i8(lin):
             xq, xs = quantize_x(res, norm=nrm)
             return glu_q4k_i8(xq, xs, g.raw, u.raw, g.out_features, g.in_features, res.dtype,
                               quant_out=dn.qtype in I8_TYPES)
@@ -257,7 +268,7 @@ class DecodeProducts:
 
     def head(self, m, res: torch.Tensor, nrm: Norm) -> torch.Tensor:
         """RMSNorm(res) * w @ W_head.T -> [B, out] in res.dtype (m: the head, or this rank's rows)."""
-        if self.int8_x and m.qtype in I8_TYPES:  # the final RMSNorm inside the x quantization
+        if self.head_i8(m):  # the final RMSNorm inside the x quantization
             xq, xs = quantize_x(res, norm=nrm)
             return gemv_i8(xq, xs, m.raw, m.out_features, m.in_features, m.qtype, m.bias, dtype=res.dtype,
                            split=split(m))
