@@ -12,11 +12,11 @@ WORKERS=${1:-12}
 SECONDS_LEFT=${2:-480}
 mkdir -p "$OUT"
 start=$(date +%s)
-timeout $((SECONDS_LEFT - 60)) python3 -m pytest -v -rfE -m "gpu and not gpu_exclusive" tests -n "$WORKERS" \
+timeout $((SECONDS_LEFT - 60)) python3 -m pytest -v -rfE -m "gpu and not gpu_exclusive" tests -n "$WORKERS" --continue-on-collection-errors --durations=30 \
   --dist loadfile -p no:cacheprovider > "$OUT/gpu_tests_parallel.txt" 2>&1
 rc=$?
 left=$((SECONDS_LEFT - ($(date +%s) - start)))
-timeout $((left > 10 ? left : 10)) python3 -m pytest -v -rfE -m "gpu_exclusive" tests -p no:cacheprovider \
+timeout $((left > 10 ? left : 10)) python3 -m pytest -v -rfE -m "gpu_exclusive" tests --continue-on-collection-errors -p no:cacheprovider \
   > "$OUT/gpu_tests_exclusive.txt" 2>&1
 rc2=$?
 grep -hE "(FAILED|ERROR) tests" "$OUT"/gpu_tests_*.txt | sort -u | head -40

@@ -1,4 +1,5 @@
-"""The step loop: schedule -> execute -> update -> detokenize, one call to step() at a time.
+"""The step loop: schedule -> execute -> update -> detokenize, one call to step() at a time; decode steps
+overlap the host's work on one with the device's on the next (orcd/engine/overlap.py).
 
 Not thread-safe: one thread drives it (AsyncEngine's background thread, or a CLI loop).
 """
@@ -11,8 +12,9 @@ import time
 from typing import Any
 
 from orcd.engine.block_manager import BlockManager, releasable_window
-from orcd.engine.io import EngineRequest, FinishReason, ModelRunnerOutput, TokenEvent
+from orcd.engine.io import EngineRequest, FinishReason, ModelRunnerOutput, SchedulerOutput, TokenEvent
 from orcd.engine.output import RequestOutput
+from orcd.engine.overlap import OverlapSteps
 from orcd.engine.scheduler import Scheduler
 from orcd.engine.sequence import Sequence
 from orcd.errors import ContextLengthExceededError, RequestError
@@ -49,7 +51,7 @@ def auto_num_blocks(loaded, kv_fraction: float, block_size: int) -> int:
                           cpu_tokens=cpu_tokens)
 
 
-class LLMEngine:
+class LLMEngine(OverlapSteps):
     def __init__(
         self,
         loaded,
@@ -66,6 +68,7 @@ class LLMEngine:
         warm_prefill_graphs: bool = True,
         dense_batch_rows: int | None = None,
         min_prefix_hit: int | None = None,
+        overlap: bool = True,
     ):
         """enforce_eager: never use CUDA graphs (otherwise decode-only steps on CUDA replay captured
         graphs of the fused decode step; they are captured here, see orcd.runner.decode_graphs).
@@ -80,7 +83,10 @@ class LLMEngine:
         weights (orcd.runner.dense_weights), made here before the KV cache is sized from the free memory;
         CUDA decode graphs of the fused step only (OrcdError otherwise, or when they do not fit).
         min_prefix_hit (None: SHORT_PREFIX_TOKENS with prefill graphs, else 0): a cached prefix shorter than
-        this many tokens is recomputed, so the step can replay a prefill graph (BlockManager.take_prefix)."""
+        this many tokens is recomputed, so the step can replay a prefill graph (BlockManager.take_prefix).
+        overlap: while the device computes a decode step, the host reads the step before's tokens (turns
+        them into events) and prepares the next; steps with a grammar, logprobs or penalties, and runners
+        without ModelRunner.launch (tensor parallel), run one at a time."""
         self.loaded = loaded
         self.cfg = loaded.cfg
         self.tokenizer = loaded.tokenizer
@@ -117,6 +123,9 @@ class LLMEngine:
         self._requests: dict[str, RequestOutput] = {}
         self._by_seq: dict[int, RequestOutput] = {}
         self._aborts: dict[str, FinishReason] = {}
+        self.overlap = overlap
+        self._inflight = None  # (SchedulerOutput, orcd.runner.executors.InFlight) launched, not yet read
+        self.overlapped_steps = 0  # steps launched before the tokens of the step before were read
         self._grammars = None  # orcd.structured.backend.GrammarBackend, built with the first grammar request
         self._grammars_lock = threading.Lock()
         self.counters = {"prompt_tokens": 0, "generation_tokens": 0, "steps": 0, "step_failures": 0,
@@ -207,17 +216,36 @@ class LLMEngine:
     # ---- the step ----
     def step(self) -> list[TokenEvent]:
         events = self._apply_aborts()
+        if self._inflight is not None:
+            return events + self._step_overlapped(*self._inflight)
         sched = self.scheduler.schedule()
         if sched.empty:
             return events
         self.counters["steps"] += 1
+        if self.overlap:
+            try:
+                if self._launch(sched, None):
+                    return events  # its tokens are read by the next step()
+            except Exception as err:  # noqa: BLE001 - as _run's failures
+                return events + self._apply(sched, self._failed(sched, err))
+        return events + self._run(sched)
+
+    def _run(self, sched: SchedulerOutput) -> list[TokenEvent]:
+        """One step, synchronously: the runner computes it, then its tokens become events."""
         try:
             result = self.runner.execute(sched)
-        except Exception as err:  # end this step's requests; the engine keeps serving the others
-            log.exception("model step failed for %d sequences", len(sched.seqs))
-            self.counters["step_failures"] += 1
-            message = f"{type(err).__name__}: {err}"
-            result = ModelRunnerOutput(sampled={}, failed={s.seq_id: message for s in sched.seqs})
+        except Exception as err:  # noqa: BLE001 - end this step's requests; the engine keeps serving
+            result = self._failed(sched, err)
+        return self._apply(sched, result)
+
+    def _failed(self, sched: SchedulerOutput, err: Exception) -> ModelRunnerOutput:
+        log.error("model step failed for %d sequences", len(sched.seqs), exc_info=err)
+        self.counters["step_failures"] += 1
+        message = f"{type(err).__name__}: {err}"
+        return ModelRunnerOutput(sampled={}, failed={s.seq_id: message for s in sched.seqs})
+
+    def _apply(self, sched: SchedulerOutput, result: ModelRunnerOutput) -> list[TokenEvent]:
+        events = []
         for upd in self.scheduler.update(sched, result):
             out = self._by_seq[upd.seq.seq_id]
             if upd.error is not None:

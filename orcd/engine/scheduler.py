@@ -94,7 +94,7 @@ class Scheduler:
                 i += 1
         if not preempted:
             budget = self._admit(scheduled, budget)
-        seqs = [self._scheduled_seq(seq, n) for seq, n in scheduled]
+        seqs = [self.scheduled(seq, n) for seq, n in scheduled]
         return SchedulerOutput(seqs=seqs, num_tokens=self.max_num_batched_tokens - budget)
 
     def _admit(self, scheduled: list[tuple[Sequence, int]], budget: int) -> int:
@@ -117,7 +117,8 @@ class Scheduler:
         return budget
 
     @staticmethod
-    def _scheduled_seq(seq: Sequence, n: int) -> ScheduledSeq:
+    def scheduled(seq: Sequence, n: int) -> ScheduledSeq:
+        """seq's share of a step that computes its next n tokens."""
         end = seq.num_computed + n
         sample = end == seq.num_tokens
         return ScheduledSeq(
@@ -131,6 +132,16 @@ class Scheduler:
             num_generated=seq.num_generated,
             matcher=seq.matcher if sample else None,
         )
+
+    # ---- advance (the engine's overlap) ----
+    def advance(self, seqs: list[Sequence]) -> None:
+        """What update() does for the sequences of a launched step of one-token decode rows whose tokens
+        are not yet on the host: one more position computed, full blocks cached, a placeholder for the
+        token (Sequence.resolve replaces it once the tokens arrive). Each must still be running."""
+        for seq in seqs:
+            seq.num_computed += 1
+            self.bm.cache_full_blocks(seq)
+            seq.append_placeholder()
 
     # ---- update ----
     def update(self, sched: SchedulerOutput, out: ModelRunnerOutput) -> list[SeqUpdate]:

@@ -10,6 +10,9 @@ from orcd.engine.io import FinishReason
 from orcd.engine.sampling_params import SamplingParams
 
 _seq_ids = itertools.count()
+# An output token the step in flight is still computing (the engine's overlap): never sent to a tokenizer,
+# a block hash or a penalty; Sequence.resolve replaces it with the sampled token.
+PLACEHOLDER = -1
 
 
 class SequenceStatus(Enum):
@@ -84,6 +87,17 @@ class Sequence:
         self.output_token_ids.append(token_id)
         if self.matcher is not None:
             self.matcher.consume(token_id)
+        if self.first_token_time is None:
+            self.first_token_time = time.monotonic()
+
+    def append_placeholder(self) -> None:
+        """The token a step in flight samples, before it is known (Scheduler.advance)."""
+        self.output_token_ids.append(PLACEHOLDER)
+
+    def resolve(self, token_id: int) -> None:
+        """The placeholder at the end becomes the sampled token."""
+        assert self.output_token_ids[-1] == PLACEHOLDER, "no placeholder to resolve"
+        self.output_token_ids[-1] = token_id
         if self.first_token_time is None:
             self.first_token_time = time.monotonic()
 

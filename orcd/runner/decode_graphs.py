@@ -13,8 +13,11 @@ Invariants:
   0..num_kv_blocks-1). Padded rows write their K/V there and attend to that one slot only.
 - The block-table width is fixed at capture: ceil(max_model_len / block_size) (a sequence never
   holds more blocks than that, since the engine rejects requests longer than max_model_len).
-- Host inputs go through pinned buffers, one non-blocking copy per static device buffer; they are
-  rewritten only after the previous step synchronized (the runner reads the sampled tokens back).
+- Host inputs go through pinned buffers, one non-blocking copy per static device buffer. There are two
+  sets, used in turn: a step may be launched while the one before it still runs (the engine's overlap,
+  LLMEngine(overlap=True)), and a set is rewritten only after the step that last used it finished.
+- `run(seqs, prev=...)` takes the input ids from the device: the sampled tokens of the step still in
+  flight, so the host never waits for them before launching the next step.
 - Every op of the captured step runs without host syncs, and the attention kernel's launch grid
   depends only on shapes (batch, block-table width), not on values.
 """
@@ -101,6 +104,16 @@ def host_buffer(t: torch.Tensor, pin: bool) -> torch.Tensor:
     return t.pin_memory() if pin else t
 
 
+class HostStaging:
+    """One set of pinned host buffers for a step's inputs: rows64 [4, bmax] int64 (ids, positions, slots,
+    seq_lens), lens32 [bmax] int32, table32 [bmax, width] int32."""
+
+    def __init__(self, bmax: int, width: int, scratch_block: int, pin: bool):
+        self.rows64 = host_buffer(torch.zeros((4, bmax), dtype=torch.int64), pin)
+        self.lens32 = host_buffer(torch.ones(bmax, dtype=torch.int32), pin)
+        self.table32 = host_buffer(torch.full((bmax, width), scratch_block, dtype=torch.int32), pin)
+
+
 class DecodeGraphs:
     def __init__(self, model: torch.nn.Module, kv, block_size: int, width: int, scratch_block: int,
                  buckets: tuple[int, ...] = DEFAULT_BUCKETS, step_fn=None):
@@ -120,11 +133,10 @@ class DecodeGraphs:
         self.seq_lens = torch.ones(bmax, dtype=torch.int32, device=dev)
         self.tables = torch.full((bmax, width), scratch_block, dtype=torch.int32, device=dev)
         self.cu = torch.arange(bmax + 1, dtype=torch.int32, device=dev)
-        # host staging for run(seqs)
+        # host staging for run(seqs), two sets used in turn (see the module's invariants)
         pin = dev.type == "cuda"
-        self.h64 = host_buffer(torch.zeros((4, bmax), dtype=torch.int64), pin)  # ids, pos, slots, seq_lens
-        self.h32 = host_buffer(torch.full((bmax, width), scratch_block, dtype=torch.int32), pin)
-        self.h_lens = host_buffer(torch.ones(bmax, dtype=torch.int32), pin)
+        self.staging = [HostStaging(bmax, width, scratch_block, pin) for _ in range(2)]
+        self.stage = 0
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}  # bucket -> static [b, V] float32
         self.tokens: dict[int, torch.Tensor] = {}  # bucket -> static [b] int64 greedy tokens
@@ -183,19 +195,25 @@ class DecodeGraphs:
                 and all(len(s.token_ids) == 1 and len(s.block_table) <= self.width for s in seqs))
 
     @torch.inference_mode()
-    def run(self, seqs: list[ScheduledSeq]) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(self, seqs: list[ScheduledSeq], prev: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
         """One decode step of scheduled sequences -> (logits [n, V] float32, greedy tokens [n] int64):
-        views of static buffers, valid until the next step."""
+        views of static buffers, valid until the next step. prev: int64 [n] on the device, the input ids
+        (the tokens of the step before, not yet on the host); seqs' token_ids are then placeholders."""
         n = len(seqs)
         b = self.bucket_for(n)
         self.steps += 1
-        fill_decode_inputs(seqs, b, self.block_size, self.scratch_block, self.h64.numpy(), self.h32.numpy())
-        self.h_lens[:b].copy_(self.h64[3, :b])  # host int64 -> int32, pinned
-        self.ids[:b].copy_(self.h64[0, :b], non_blocking=True)
-        self.pos[:b].copy_(self.h64[1, :b], non_blocking=True)
-        self.slots[:b].copy_(self.h64[2, :b], non_blocking=True)
-        self.seq_lens[:b].copy_(self.h_lens[:b], non_blocking=True)
-        self.tables[:b].copy_(self.h32[:b], non_blocking=True)
+        self.stage ^= 1
+        h = self.staging[self.stage]
+        fill_decode_inputs(seqs, b, self.block_size, self.scratch_block, h.rows64.numpy(), h.table32.numpy())
+        h.lens32[:b].copy_(h.rows64[3, :b])  # host int64 -> int32, pinned
+        self.ids[:b].copy_(h.rows64[0, :b], non_blocking=True)
+        if prev is not None:
+            self.ids[:n].copy_(prev)  # stream order: after the step that computes prev
+        self.pos[:b].copy_(h.rows64[1, :b], non_blocking=True)
+        self.slots[:b].copy_(h.rows64[2, :b], non_blocking=True)
+        self.seq_lens[:b].copy_(h.lens32[:b], non_blocking=True)
+        self.tables[:b].copy_(h.table32[:b], non_blocking=True)
         return self._replay(b, n)
 
     @torch.inference_mode()

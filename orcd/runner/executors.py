@@ -8,6 +8,10 @@ step runs it. Each `run(seqs)` returns (tokens, the sequences they were sampled 
 | SplitStepExecutor | fresh prompts beside one-token decodes (a request arriving) | one of each graph |
 | EagerExecutor | anything | model.forward on flattened inputs, then sample |
 
+DecodeGraphExecutor also launches a step without waiting for its tokens (`launch`: an InFlight, read
+later), taking its input ids from the device: how the engine overlaps one step's host work with the
+next step's GPU work (LLMEngine(overlap=True)).
+
 A prefill graph that fails to capture runs its step eagerly and turns prefill graphs off for good.
 Rows that ask for logprobs get them (`executor.logprobs`, seq_id -> TokenLogprobs) from the eager and
 decode-graph executors, which hold the sampled rows' logits; the prefill-graph and split-step executors
@@ -20,12 +24,19 @@ from collections.abc import Callable
 
 import torch
 
-from orcd.engine.io import ScheduledSeq, TokenLogprobs
+from orcd.engine.io import ModelRunnerOutput, ScheduledSeq, TokenLogprobs
 from orcd.runner.decode_graphs import DecodeGraphs
 from orcd.runner.prefill_graphs import PrefillGraphs
 from orcd.runner.sampler import SampleRow, pick_tokens, sample, sample_rows, token_logprobs
 
 Sampled = tuple[list[int], list[ScheduledSeq]]  # (tokens, the sequences they belong to)
+
+
+def launchable(seqs: list[ScheduledSeq]) -> bool:
+    """Steps an executor may launch without waiting for their tokens: one-token decode rows that all
+    sample, without a grammar, logprobs or penalties (those need the tokens so far on the host)."""
+    return all(s.sample and len(s.token_ids) == 1 and s.matcher is None and s.sampling.logprobs is None
+               and not s.penalty_token_ids for s in seqs)
 
 
 def wants_logprobs(seqs: list[ScheduledSeq]) -> bool:
@@ -44,8 +55,9 @@ def _logprobs_of(logits: torch.Tensor, rows: list[SampleRow], tokens: torch.Tens
 class EagerExecutor:
     name = "eager"
 
-    def __init__(self, forward: Callable[[list[ScheduledSeq]], torch.Tensor]):
-        """forward(seqs) -> logits [N, V] float32 of the sampling rows (ModelRunner.forward_seqs)."""
+    def __init__(self, forward: Callable[..., torch.Tensor]):
+        """forward(seqs, prev=None) -> logits [N, V] float32 of the sampling rows (ModelRunner.forward_seqs;
+        prev: the input ids on the device, as DecodeGraphs.run's)."""
         self.forward = forward
         self.logprobs: dict[int, TokenLogprobs] = {}
 
@@ -62,6 +74,13 @@ class EagerExecutor:
             tokens = sample(logits, rows)
             self.logprobs = _logprobs_of(logits, rows, tokens, to_sample)
             return tokens.tolist(), to_sample
+
+    @torch.inference_mode()
+    def launch(self, seqs: list[ScheduledSeq], prev: torch.Tensor | None) -> InFlight:
+        """The step, without waiting for its tokens (launchable(seqs) holds)."""
+        logits = self.forward(seqs, prev)
+        self.logprobs = {}
+        return InFlight(seqs, sample(logits, sample_rows(seqs)))
 
 
 class DecodeGraphExecutor:
@@ -85,6 +104,34 @@ class DecodeGraphExecutor:
         tokens = pick_tokens(logits, greedy, rows)
         self.logprobs = _logprobs_of(logits, rows, tokens, to_sample)
         return tokens.tolist(), to_sample
+
+    @torch.inference_mode()
+    def launch(self, seqs: list[ScheduledSeq], prev: torch.Tensor | None) -> InFlight:
+        """The step, without waiting for its tokens (launchable(seqs) holds); prev: DecodeGraphs.run's."""
+        logits, greedy = self.graphs.run(seqs, prev)
+        self.logprobs = {}
+        return InFlight(seqs, pick_tokens(logits, greedy, sample_rows(seqs)))
+
+
+class InFlight:
+    """A launched step whose sampled tokens are still on their way to the host: `tokens` int64 [n] on the
+    device (the next step's input ids), copied into a pinned host buffer behind an event."""
+
+    def __init__(self, seqs: list[ScheduledSeq], tokens: torch.Tensor):
+        self.seqs, self.tokens = seqs, tokens
+        cuda = tokens.is_cuda
+        self.host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=cuda)
+        self.host.copy_(tokens, non_blocking=cuda)
+        self.done = torch.cuda.Event() if cuda else None
+        if self.done is not None:
+            self.done.record()
+
+    def wait(self) -> ModelRunnerOutput:
+        """Block until the step finished; its tokens by sequence."""
+        if self.done is not None:
+            self.done.synchronize()
+        tokens = self.host.tolist()
+        return ModelRunnerOutput(sampled={s.seq_id: t for s, t in zip(self.seqs, tokens, strict=True)})
 
 
 class PrefillGraphExecutor:

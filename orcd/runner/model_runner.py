@@ -22,8 +22,10 @@ from orcd.runner.decode_graphs import DecodeGraphs, graphs_supported
 from orcd.runner.executors import (
     DecodeGraphExecutor,
     EagerExecutor,
+    InFlight,
     PrefillGraphExecutor,
     SplitStepExecutor,
+    launchable,
 )
 from orcd.runner.prefill_graphs import PrefillGraphs
 
@@ -176,15 +178,35 @@ class ModelRunner:
         return self.run(prepare_inputs(sched, self.block_size, self.device))
 
     @torch.inference_mode()
-    def forward_seqs(self, seqs: list[ScheduledSeq]) -> torch.Tensor:
-        """forward() of these sequences, with the batch-invariant setting execute() chose."""
-        return self.run(prepare_inputs(SchedulerOutput(seqs, sum(len(s.token_ids) for s in seqs)),
-                                       self.block_size, self.device))
+    def forward_seqs(self, seqs: list[ScheduledSeq], prev: torch.Tensor | None = None) -> torch.Tensor:
+        """forward() of these sequences, with the batch-invariant setting execute() chose. prev: int64
+        [len(seqs)] on the device, the input ids of one-token rows whose token_ids are placeholders."""
+        inp = prepare_inputs(SchedulerOutput(seqs, sum(len(s.token_ids) for s in seqs)),
+                             self.block_size, self.device)
+        if prev is not None:
+            inp.input_ids.copy_(prev)
+        return self.run(inp)
 
     def run(self, inp: StepInputs) -> torch.Tensor:
         """Device work only (no host syncs on the decode path): the hook a CUDA-graph runner replaces."""
         hidden = self.model(inp.input_ids, inp.positions, inp.attn, self.kv)
         return self.model.compute_logits(hidden[inp.sample_rows])
+
+    def launch(self, sched: SchedulerOutput, prev: torch.Tensor | None = None) -> InFlight | None:
+        """Start the step and return before its tokens reach the host (the engine reads them with
+        InFlight.wait() after launching the next step), or None for a step that cannot run so
+        (executors.launchable). prev: the input ids on the device (the step before's InFlight.tokens, in
+        sched's row order); sched's token_ids are then placeholders."""
+        if sched.empty or not launchable(sched.seqs):
+            return None
+        invariant = self.step_is_invariant(sched)
+        executor = next(e for e in self.executors(invariant) if e.accepts(sched.seqs))
+        if not hasattr(executor, "launch"):
+            return None
+        self.set_invariant(invariant)
+        inflight = executor.launch(sched.seqs, prev)
+        self.steps_by_executor[executor.name] = self.steps_by_executor.get(executor.name, 0) + 1
+        return inflight
 
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         if sched.empty:

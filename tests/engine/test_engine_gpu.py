@@ -63,3 +63,13 @@ def test_batched_equals_alone_on_cuda(loaded, num_blocks, budget, enforce_eager,
     assert not diff, f"{len(diff)} of {len(checked)} requests differ, e.g. {diff[:4]}"
     if num_blocks == 64:
         assert engine.scheduler.num_preemptions > 0
+
+
+def test_overlap_equals_one_step_at_a_time_on_cuda(loaded):
+    """The overlap (decode graphs launched before the step before is read, input ids from the device)
+    gives the tokens of one step at a time: the same steps, the same batch at every step."""
+    reqs = workload(64, seed=1)
+    one_at_a_time = run(LLMEngine(loaded, num_kv_blocks=2048, overlap=False), reqs)
+    engine = LLMEngine(loaded, num_kv_blocks=2048)
+    assert run(engine, reqs) == one_at_a_time
+    assert engine.overlapped_steps > 0 and engine.runner.steps_by_executor.get("decode_graph", 0) > 0

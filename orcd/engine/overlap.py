@@ -1,0 +1,100 @@
+"""The engine's overlap: while the device computes decode step k + 1, the host reads step k's tokens and
+turns them into events (LLMEngine(overlap=True), the default).
+
+step() launches a step of one-token decode rows without waiting for its tokens (ModelRunner.launch ->
+an InFlight). The next step() checks that the same sequences go on decoding (nothing waits, no abort,
+none ends by length with this token), advances them with a placeholder token each
+(Scheduler.advance), schedules and launches step k + 1 with input ids taken from k's tokens on the
+device, and only then waits for k's tokens, which replace the placeholders (Sequence.resolve) and become
+events. A sequence that k's token ends (a stop token or string, EOS) has a row in k + 1 that is
+computed and dropped: it writes one K/V slot of a block it no longer owns, before any later step can
+reuse that block (one stream, in order). Steps with a grammar, logprobs or penalties, prefill steps and
+runners without `launch` (tensor parallel) run one at a time.
+
+A mixin of LLMEngine: it uses the engine's scheduler, runner, requests and _apply/_run/_failed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from orcd.engine.io import ModelRunnerOutput, SchedulerOutput, TokenEvent
+from orcd.engine.sequence import Sequence
+
+
+class OverlapSteps:
+    def _launch(self, sched: SchedulerOutput, prev) -> bool:
+        """Launch sched without waiting for its tokens (ModelRunner.launch); False where it cannot run so."""
+        launch = getattr(self.runner, "launch", None)
+        inflight = launch(sched, prev) if launch is not None else None
+        if inflight is not None:
+            self._inflight = (sched, inflight)
+            self.overlapped_steps += prev is not None
+        return inflight is not None
+
+    def _step_overlapped(self, sched: SchedulerOutput, inflight) -> list[TokenEvent]:
+        """Step k (sched) is in flight. If its sequences all go on decoding, step k + 1 is scheduled and
+        launched first, its input ids taken from k's tokens on the device, and k's tokens are read
+        after: the GPU never waits for the host's work on k. Otherwise k is read and applied as _run's."""
+        self._inflight = None
+        seqs = self._continuing(sched)
+        if seqs is None:
+            return self._apply(sched, self._wait(inflight, sched))
+        self.scheduler.advance(seqs)
+        nxt = self.scheduler.schedule()  # these sequences only (a preempted one drops out), in order
+        launched = False
+        if not nxt.empty:
+            self.counters["steps"] += 1
+            try:
+                launched = self._launch(nxt, self._rows_of(inflight, sched, nxt))
+            except Exception as err:  # noqa: BLE001 - as _run's failures
+                events = self._resolve(sched, self._wait(inflight, sched))
+                return events + self._apply(nxt, self._failed(nxt, err))
+        events = self._resolve(sched, self._wait(inflight, sched))
+        if not launched and not nxt.empty:  # run it now, from the known tokens
+            fresh = [self._by_seq[s.seq_id].seq for s in nxt.seqs if s.seq_id in self._by_seq]
+            nxt = SchedulerOutput([self.scheduler.scheduled(seq, 1) for seq in fresh], len(fresh))
+            events += self._run(nxt) if fresh else []
+        return events
+
+    def _continuing(self, sched: SchedulerOutput) -> list[Sequence] | None:
+        """The running sequences, when they are exactly sched's and none ends by length with step k's
+        token (nothing waits, no abort pending); else None."""
+        running = self.scheduler.running
+        if self.scheduler.waiting or self._aborts or len(running) != len(sched.seqs):
+            return None
+        for s, seq in zip(sched.seqs, running, strict=True):
+            if seq.seq_id != s.seq_id or seq.num_generated + 1 >= seq.sampling.max_tokens:
+                return None
+        return list(running)
+
+    @staticmethod
+    def _rows_of(inflight, sched: SchedulerOutput, nxt: SchedulerOutput):
+        """nxt's input ids on the device: inflight's tokens in nxt's row order."""
+        row = {s.seq_id: i for i, s in enumerate(sched.seqs)}
+        idx = [row[s.seq_id] for s in nxt.seqs]
+        if idx == list(range(len(idx))):
+            return inflight.tokens[: len(idx)]
+        return inflight.tokens.index_select(0, torch.tensor(idx, device=inflight.tokens.device))
+
+    def _wait(self, inflight, sched: SchedulerOutput) -> ModelRunnerOutput:
+        try:
+            return inflight.wait()
+        except Exception as err:  # noqa: BLE001 - as _run's failures
+            return self._failed(sched, err)
+
+    def _resolve(self, sched: SchedulerOutput, result: ModelRunnerOutput) -> list[TokenEvent]:
+        """Step k's tokens replace the placeholders Scheduler.advance left; their events."""
+        events = []
+        for s in sched.seqs:
+            out = self._by_seq.get(s.seq_id)
+            if out is None:
+                continue
+            if s.seq_id in result.failed:
+                out.seq.output_token_ids.pop()  # the placeholder
+                events.append(self._finish(out, "error", error=result.failed[s.seq_id]))
+                continue
+            token = result.sampled[s.seq_id]
+            out.seq.resolve(token)
+            events.append(self._on_token(out, token))
+        return events
