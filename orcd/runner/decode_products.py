@@ -184,9 +184,14 @@ class DecodeProducts:
             return []
         found = []
         for lin in blocks:
-            int8 = [*(lin.qkv() if self.qkv_i8(lin) else ()), *((lin.o,) if self.attn_i8(lin) else ()),
-                    *((lin.down,) if self.down_i8(lin) else ())]
-            found += [m for m in int8 if m.qtype == Q6_K]
+            readers = []  # this block's products on the int8 kernels
+            if self.qkv_i8(lin):
+                readers += lin.qkv()
+            if self.attn_i8(lin):
+                readers.append(lin.o)
+            if self.down_i8(lin):
+                readers.append(lin.down)
+            found += [m for m in readers if m.qtype == Q6_K]
         return found + ([head] if self.head_i8(head) and head.qtype == Q6_K else [])
 
     def attn_i8(self, lin: BlockLinears) -> bool:

@@ -57,8 +57,14 @@ def split_readers(model: torch.nn.Module) -> list:
         check_fusable(model, linears)
     except ValueError:
         return []
-    int8 = model.blocks[0].attn_norm.weight.dtype != torch.float32  # FusedDecoder's int8_x default
-    return DecodeProducts(int8_x=int8, int8_attn=int8).split_readers(linears, model.lm_head)
+    return step_products(model).split_readers(linears, model.lm_head)
+
+
+def step_products(model: torch.nn.Module, int8_x: bool = True, batched_qkv: bool = True) -> DecodeProducts:
+    """The launch choices of FusedDecoder(model, int8_x=, batched_qkv=): x quantized to int8 unless the
+    model is float32 (run for exactness)."""
+    int8 = int8_x and model.blocks[0].attn_norm.weight.dtype != torch.float32
+    return DecodeProducts(int8_x=int8, int8_attn=int8, batched_qkv=batched_qkv)
 
 
 def dense_copies(model: torch.nn.Module, rows: int) -> DenseWeights:
@@ -95,8 +101,7 @@ class FusedDecoder:
         check_block_kind(model)  # before block_linears: other blocks have no gate/up
         self.linears = [block_linears(blk) for blk in model.blocks]
         check_fusable(model, self.linears)
-        int8 = int8_x and model.blocks[0].attn_norm.weight.dtype != torch.float32
-        self.products = DecodeProducts(int8_x=int8, int8_attn=int8, batched_qkv=batched_qkv)
+        self.products = step_products(model, int8_x, batched_qkv)
         self.inv_freq = model.rotary.inv_freq.float().contiguous()
         self.fuse_norm = fuse_norm and norm_fusable(self.linears, model.lm_head)
         if self.fuse_norm:
