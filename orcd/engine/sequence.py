@@ -10,8 +10,9 @@ from orcd.engine.io import FinishReason
 from orcd.engine.sampling_params import SamplingParams
 
 _seq_ids = itertools.count()
-# An output token the step in flight is still computing (the engine's overlap): never sent to a tokenizer,
-# a block hash or a penalty; Sequence.resolve replaces it with the sampled token.
+# An output token the step in flight is still computing (the engine's overlap): never sent to a tokenizer
+# or a block hash; the sampler's penalties read it as the row's input token, which the device has
+# (orcd.runner.sampler.sample's last_ids). Sequence.resolve replaces it with the sampled token.
 PLACEHOLDER = -1
 
 

@@ -33,10 +33,10 @@ Sampled = tuple[list[int], list[ScheduledSeq]]  # (tokens, the sequences they be
 
 
 def launchable(seqs: list[ScheduledSeq]) -> bool:
-    """Steps an executor may launch without waiting for their tokens: one-token decode rows that all
-    sample, without a grammar, logprobs or penalties (those need the tokens so far on the host)."""
+    """Steps an executor may launch without waiting for their tokens: one-token rows that all sample,
+    without a grammar (its mask needs the token before) or logprobs (read on the host with the tokens)."""
     return all(s.sample and len(s.token_ids) == 1 and s.matcher is None and s.sampling.logprobs is None
-               and not s.penalty_token_ids for s in seqs)
+               for s in seqs)
 
 
 def wants_logprobs(seqs: list[ScheduledSeq]) -> bool:
@@ -80,7 +80,7 @@ class EagerExecutor:
         """The step, without waiting for its tokens (launchable(seqs) holds)."""
         logits = self.forward(seqs, prev)
         self.logprobs = {}
-        return InFlight(seqs, sample(logits, sample_rows(seqs)))
+        return InFlight(seqs, sample(logits, sample_rows(seqs), last_ids=prev))
 
 
 class DecodeGraphExecutor:
@@ -110,7 +110,7 @@ class DecodeGraphExecutor:
         """The step, without waiting for its tokens (launchable(seqs) holds); prev: DecodeGraphs.run's."""
         logits, greedy = self.graphs.run(seqs, prev)
         self.logprobs = {}
-        return InFlight(seqs, pick_tokens(logits, greedy, sample_rows(seqs)))
+        return InFlight(seqs, pick_tokens(logits, greedy, sample_rows(seqs), last_ids=prev))
 
 
 class InFlight:

@@ -77,15 +77,20 @@ def uniform_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
     return (h.double() + 0.5) * (1.0 / 2**32)
 
 
-def _apply_penalties(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
-    """Repetition (HF/llama.cpp: positive / r, negative * r), presence and frequency penalties."""
+def _apply_penalties(logits: torch.Tensor, rows: list[SampleRow], last_ids: torch.Tensor | None = None
+                     ) -> torch.Tensor:
+    """Repetition (HF/llama.cpp: positive / r, negative * r), presence and frequency penalties. last_ids:
+    as sample()'s."""
     n, v = logits.shape
     width = max(len(r.penalty_token_ids) for r in rows)
     ids = torch.full((n, width), v, dtype=torch.int64)  # pad -> dummy column v
     for i, r in enumerate(rows):
         ids[i, : len(r.penalty_token_ids)] = torch.tensor(r.penalty_token_ids, dtype=torch.int64)
+    ids = to_device(ids, logits.device)
+    if last_ids is not None:  # placeholders (negative) -> the row's input token
+        ids = torch.where(ids < 0, last_ids[:, None], ids)
     counts = torch.zeros((n, v + 1), device=logits.device, dtype=torch.float32)
-    counts.scatter_add_(1, to_device(ids, logits.device), torch.ones((n, width), device=logits.device))
+    counts.scatter_add_(1, ids, torch.ones((n, width), device=logits.device))
     counts = counts[:, :v]
     seen = counts > 0
     dev = logits.device
@@ -129,10 +134,11 @@ def _seeds(rows: list[SampleRow]) -> list[int | None]:
             else random.getrandbits(63) for r in rows]
 
 
-def _race(logits: torch.Tensor, rows: list[SampleRow], seeds: list[int | None]) -> torch.Tensor:
+def _race(logits: torch.Tensor, rows: list[SampleRow], seeds: list[int | None],
+          last_ids: torch.Tensor | None = None) -> torch.Tensor:
     """Penalties, then argmax (greedy rows) or the seeded Gumbel-max race (the others) -> [N] int64."""
     if any(r.penalty_token_ids and _has_penalty(r.params) for r in rows):
-        logits = _apply_penalties(logits.float(), rows)
+        logits = _apply_penalties(logits.float(), rows, last_ids)
     out = logits.argmax(dim=-1)
     hot = [i for i, r in enumerate(rows) if not r.params.greedy]
     if not hot:
@@ -168,7 +174,7 @@ def _guide(logits: torch.Tensor, rows: list[SampleRow], busy: Callable[[], bool]
 
 
 def sample(logits: torch.Tensor, rows: list[SampleRow], greedy: torch.Tensor | None = None,
-           busy: Callable[[], bool] | None = None) -> torch.Tensor:
+           busy: Callable[[], bool] | None = None, last_ids: torch.Tensor | None = None) -> torch.Tensor:
     """logits [N, V] float32 -> token ids [N] int64 on logits' device. Rows with temperature 0 are greedy.
 
     Rows with a grammar (orcd.structured.guide): those that need it are masked before the draw; the
@@ -176,10 +182,13 @@ def sample(logits: torch.Tensor, rows: list[SampleRow], greedy: torch.Tensor | N
     ones drawn again from their masked logits with the same noise, which gives the full mask's token.
     greedy: logits' argmax [N] (the decode graph's), used as the unmasked draw when every row is greedy
     without penalties. busy: whether the device still computes the logits (default: an event on CUDA);
-    masks are filled ahead while it does."""
+    masks are filled ahead while it does. last_ids: int64 [N] on the device, each row's input token this
+    step; it stands for the placeholder (orcd.engine.sequence.PLACEHOLDER) that ends a row's penalty
+    tokens when the step was launched before that token reached the host (the engine's overlap; rows
+    without a grammar only)."""
     seeds = _seeds(rows)
     if all(r.matcher is None for r in rows):
-        return _race(logits, rows, seeds)
+        return _race(logits, rows, seeds, last_ids)
     guide = _guide(logits, rows, busy)
     if guide.first:
         tokens = _race(apply_mask(logits, guide.first, guide.first_masks()), rows, seeds)
@@ -234,11 +243,12 @@ def sample_rows(seqs) -> list[SampleRow]:
     return [SampleRow(s.sampling, s.penalty_token_ids, s.num_generated, s.matcher) for s in seqs]
 
 
-def pick_tokens(logits: torch.Tensor, greedy: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+def pick_tokens(logits: torch.Tensor, greedy: torch.Tensor, rows: list[SampleRow],
+                last_ids: torch.Tensor | None = None) -> torch.Tensor:
     """Tokens of `rows` from logits [k, V] float32 and their argmax greedy [k]: `greedy` itself when
     every row is greedy without penalties or grammar (what sample() would return), else
     sample(logits, rows), which starts from `greedy` where every row is greedy without penalties."""
     plain = all(r.params.greedy and not (r.penalty_token_ids and _has_penalty(r.params)) for r in rows)
     if plain and all(r.matcher is None for r in rows):
         return greedy
-    return sample(logits, rows, greedy if plain else None)
+    return sample(logits, rows, greedy if plain else None, last_ids=last_ids)

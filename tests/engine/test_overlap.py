@@ -1,7 +1,8 @@
 """The engine's overlap (LLMEngine(overlap=True)): a decode step is launched before the step before it is
 read, its input ids taken from that step's tokens on the device. It must give the tokens, finish reasons
-and block accounting of one step at a time, with preemption, chunked prefill, aborts, stop tokens and the
-steps that cannot overlap (penalties, logprobs) in the same run. CPU, fp32, the real ModelRunner."""
+and block accounting of one step at a time, with preemption, chunked prefill, aborts, stop tokens,
+penalties (counted on the device for the token in flight) and the steps that cannot overlap (logprobs).
+CPU, fp32, the real ModelRunner."""
 
 import random
 
@@ -102,12 +103,32 @@ def test_overlap_gives_the_tokens_of_one_step_at_a_time(loaded, num_blocks, bloc
         assert engine.stats()["num_preemptions"] > 0
 
 
-def test_steps_with_penalties_or_logprobs_run_one_at_a_time_beside_overlapped_ones(loaded):
+def test_steps_with_logprobs_run_one_at_a_time_beside_overlapped_ones(loaded):
     reqs = workload(seed=1, penalties=True, logprobs=True)
     one_at_a_time = run(LLMEngine(loaded, num_kv_blocks=128, overlap=False), reqs)
     engine = LLMEngine(loaded, num_kv_blocks=128)
     assert run(engine, workload(seed=1, penalties=True, logprobs=True)) == one_at_a_time
     assert engine.overlapped_steps > 0
+
+
+@pytest.mark.parametrize("penalty", [dict(repetition_penalty=8.0), dict(presence_penalty=1.5),
+                                     dict(frequency_penalty=2.0),
+                                     dict(repetition_penalty=8.0, temperature=0.8, seed=9)])
+def test_penalties_count_the_token_still_on_the_device(loaded, penalty):
+    """Overlapped steps with penalties: the last token, a placeholder on the host, is counted from the
+    step's input ids on the device, so the penalized tokens equal those of one step at a time."""
+    def reqs():
+        kw = dict(max_tokens=24, temperature=0.0) | penalty
+        return [EngineRequest(f"p{i}", list(range(3 * i, 3 * i + 9)), SamplingParams(**kw)) for i in range(6)]
+
+    one_at_a_time = run(LLMEngine(loaded, num_kv_blocks=64, overlap=False), reqs())
+    engine = LLMEngine(loaded, num_kv_blocks=64)
+    assert run(engine, reqs()) == one_at_a_time
+    assert engine.overlapped_steps > 0
+    plain = SamplingParams(max_tokens=24, temperature=0.0)
+    unpenalized = run(LLMEngine(loaded, num_kv_blocks=64),
+                      [EngineRequest(r.request_id, r.prompt_token_ids, plain) for r in reqs()])
+    assert unpenalized != one_at_a_time  # the penalty changes the tokens: the test can see a miscount
 
 
 def test_aborts_while_a_step_is_in_flight(loaded):
