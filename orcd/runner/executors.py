@@ -110,7 +110,9 @@ class DecodeGraphExecutor:
         """The step, without waiting for its tokens (launchable(seqs) holds); prev: DecodeGraphs.run's."""
         logits, greedy = self.graphs.run(seqs, prev)
         self.logprobs = {}
-        return InFlight(seqs, pick_tokens(logits, greedy, sample_rows(seqs), last_ids=prev))
+        # the step's input ids as its graph read them (prev may view a static buffer the replay rewrote)
+        last_ids = self.graphs.ids[: len(seqs)] if prev is not None else None
+        return InFlight(seqs, pick_tokens(logits, greedy, sample_rows(seqs), last_ids=last_ids))
 
 
 class InFlight:
