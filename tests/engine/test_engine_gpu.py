@@ -73,3 +73,19 @@ def test_overlap_equals_one_step_at_a_time_on_cuda(loaded):
     engine = LLMEngine(loaded, num_kv_blocks=2048)
     assert run(engine, reqs) == one_at_a_time
     assert engine.overlapped_steps > 0 and engine.runner.steps_by_executor.get("decode_graph", 0) > 0
+
+
+def test_overlap_with_penalties_equals_one_step_at_a_time_on_cuda(loaded):
+    """Penalized rows on the decode graphs, overlapped: the token still in flight is counted from the
+    graph's input ids on the device."""
+    def reqs():
+        out = workload(16, seed=3)
+        for i, r in enumerate(out):
+            r.sampling = SamplingParams(max_tokens=r.sampling.max_tokens, ignore_eos=True, temperature=0.0,
+                                        repetition_penalty=4.0 if i % 2 else 1.0, presence_penalty=1.0)
+        return out
+
+    one_at_a_time = run(LLMEngine(loaded, num_kv_blocks=2048, overlap=False), reqs())
+    engine = LLMEngine(loaded, num_kv_blocks=2048)
+    assert run(engine, reqs()) == one_at_a_time
+    assert engine.overlapped_steps > 0 and engine.runner.steps_by_executor.get("decode_graph", 0) > 0
