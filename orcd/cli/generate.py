@@ -97,7 +97,7 @@ def run(args: argparse.Namespace, load_model=None, engine_cls=None) -> int:
                        block_size=block_size, max_num_seqs=1,
                        max_num_batched_tokens=max(2048, min(len(ids), 8192)),
                        enforce_eager=args.enforce_eager, batch_invariant=args.batch_invariant,
-                       dense_batch_rows=args.dense_batch_rows,
+                       dense_batch_rows=args.dense_batch_rows, overlap=args.overlap,
                        warm_prefill_graphs=False)  # one prompt: its one bucket is captured when it runs
     graph = getattr(engine.runner, "graph", None)
     if graph is not None:

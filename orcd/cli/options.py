@@ -28,7 +28,8 @@ def prefix_tokens_arg(text: str) -> int:
 
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:
-    """--enforce-eager, --batch-invariant, --tensor-parallel, --dense-batch-rows, --q6k-layout."""
+    """--enforce-eager, --batch-invariant, --tensor-parallel, --dense-batch-rows, --q6k-layout,
+    --no-overlap."""
     p.add_argument("--enforce-eager", action="store_true",
                    help="no CUDA graphs: run decode steps eagerly (graphs are CUDA-only anyway)")
     p.add_argument("--batch-invariant", choices=["seeded", "all", "off"], default="seeded",
@@ -46,3 +47,7 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                    help="how Q6_K weights sit on the GPU: auto (default) rearranges those the int8 decode "
                         "kernels read into 16-byte-aligned blocks (same bytes, faster at 7B); gguf keeps "
                         "the file's blocks; split rearranges every Q6_K weight (CUDA only)")
+    p.add_argument("--no-overlap", dest="overlap", action="store_false",
+                   help="run decode steps one at a time: by default the engine launches each decode step "
+                        "before it reads the tokens of the one before, so the GPU does not wait for the "
+                        "host's work between steps (same tokens either way)")

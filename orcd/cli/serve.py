@@ -121,7 +121,8 @@ def engine_build(args: argparse.Namespace, path: Path):
                        num_kv_blocks=args.num_kv_blocks, max_num_seqs=args.max_num_seqs,
                        max_num_batched_tokens=args.max_num_batched_tokens, enforce_eager=args.enforce_eager,
                        batch_invariant=args.batch_invariant, dense_batch_rows=args.dense_batch_rows,
-                       min_prefix_hit=args.min_prefix_hit, q6k_layout=args.q6k_layout)
+                       min_prefix_hit=args.min_prefix_hit, q6k_layout=args.q6k_layout,
+                       overlap=args.overlap)
 
 
 def use_engine_process(args: argparse.Namespace) -> bool:
