@@ -73,5 +73,6 @@ def test_errors_are_one_line(model_path, capsys):
 
 def test_no_overlap_gives_the_same_text(model_path, capsys):
     """--no-overlap runs decode steps one at a time: the same tokens as the default overlap."""
-    args = ["--model", str(model_path), "--max-tokens", "20", "--seed", "3", "--repetition-penalty", "1.3", "Once"]
+    args = ["--model", str(model_path), "--max-tokens", "20", "--seed", "3", "--repetition-penalty", "1.3",
+            "Once"]
     assert generate(capsys, *args, "--no-overlap") == generate(capsys, *args)
