@@ -14,6 +14,8 @@ from orcd.engine.llm_engine import LLMEngine
 from orcd.engine.sampling_params import SamplingParams
 from orcd.gguf.synth import write_model_gguf
 from orcd.loading.loader import load_model
+from orcd.runner.decode_graphs import DecodeGraphs, table_width
+from orcd.runner.model_runner import ModelRunner
 
 VOCAB = 384
 
@@ -173,3 +175,25 @@ def test_requests_arriving_while_steps_overlap(loaded):
 
     assert staggered(LLMEngine(loaded, num_kv_blocks=128)) == staggered(
         LLMEngine(loaded, num_kv_blocks=128, overlap=False))
+
+
+def graph_engine(loaded, overlap: bool, num_blocks: int = 64) -> LLMEngine:
+    """An engine whose decode steps take DecodeGraphExecutor (its graphs uncaptured on the CPU: the same
+    step run eagerly on the static buffers), so the launch path with input ids from the device, the two
+    staging sets and the penalties' input ids from the graph's buffer run here too."""
+    runner = ModelRunner(loaded, num_blocks + 1, 16)  # + the scratch block
+    runner.graph = DecodeGraphs(loaded.model, runner.kv, 16, table_width(512, 16), num_blocks, (1, 2, 4, 8))
+    return LLMEngine(loaded, num_kv_blocks=num_blocks, runner=runner, overlap=overlap)
+
+
+def test_decode_graph_executor_overlaps(loaded):
+    def reqs():
+        out = workload(n=8, seed=4)
+        out[2].sampling = SamplingParams(max_tokens=20, temperature=0.0, repetition_penalty=8.0)
+        return out
+
+    one_at_a_time = run(graph_engine(loaded, overlap=False), reqs())
+    engine = graph_engine(loaded, overlap=True)
+    assert run(engine, reqs()) == one_at_a_time
+    assert engine.overlapped_steps > 0 and engine.runner.steps_by_executor["decode_graph"] > 0
+    assert run(LLMEngine(loaded, num_kv_blocks=64, overlap=False), reqs()) == one_at_a_time
