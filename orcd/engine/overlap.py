@@ -8,7 +8,7 @@ none ends by length with this token), advances them with a placeholder token eac
 device, and only then waits for k's tokens, which replace the placeholders (Sequence.resolve) and become
 events. A sequence that k's token ends (a stop token or string, EOS) has a row in k + 1 that is
 computed and dropped: it writes one K/V slot of a block it no longer owns, before any later step can
-reuse that block (one stream, in order). Steps with a grammar or logprobs, prefill steps and
+reuse that block (one stream, in order). Steps with a grammar, prefill steps and
 runners without `launch` (tensor parallel) run one at a time.
 
 A mixin of LLMEngine: it uses the engine's scheduler, runner, requests and _apply/_run/_failed.
@@ -96,5 +96,7 @@ class OverlapSteps:
                 continue
             token = result.sampled[s.seq_id]
             out.seq.resolve(token)
-            events.append(self._on_token(out, token))
+            event = self._on_token(out, token)
+            event.logprobs = result.logprobs.get(s.seq_id)  # None unless the request asked
+            events.append(event)
         return events

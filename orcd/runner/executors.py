@@ -26,17 +26,17 @@ import torch
 
 from orcd.engine.io import ModelRunnerOutput, ScheduledSeq, TokenLogprobs
 from orcd.runner.decode_graphs import DecodeGraphs
+from orcd.runner.logprobs import PendingLogprobs, logprobs_on_device, token_logprobs
 from orcd.runner.prefill_graphs import PrefillGraphs
-from orcd.runner.sampler import SampleRow, pick_tokens, sample, sample_rows, token_logprobs
+from orcd.runner.sampler import SampleRow, pick_tokens, sample, sample_rows
 
 Sampled = tuple[list[int], list[ScheduledSeq]]  # (tokens, the sequences they belong to)
 
 
 def launchable(seqs: list[ScheduledSeq]) -> bool:
     """Steps an executor may launch without waiting for their tokens: one-token rows that all sample,
-    without a grammar (its mask needs the token before) or logprobs (read on the host with the tokens)."""
-    return all(s.sample and len(s.token_ids) == 1 and s.matcher is None and s.sampling.logprobs is None
-               for s in seqs)
+    without a grammar (its mask needs the token before)."""
+    return all(s.sample and len(s.token_ids) == 1 and s.matcher is None for s in seqs)
 
 
 def wants_logprobs(seqs: list[ScheduledSeq]) -> bool:
@@ -80,7 +80,9 @@ class EagerExecutor:
         """The step, without waiting for its tokens (launchable(seqs) holds)."""
         logits = self.forward(seqs, prev)
         self.logprobs = {}
-        return InFlight(seqs, sample(logits, sample_rows(seqs), last_ids=prev))
+        rows = sample_rows(seqs)
+        tokens = sample(logits, rows, last_ids=prev)
+        return InFlight(seqs, tokens, logprobs_on_device(logits, rows, tokens, prev))
 
 
 class DecodeGraphExecutor:
@@ -112,18 +114,26 @@ class DecodeGraphExecutor:
         self.logprobs = {}
         # the step's input ids as its graph read them (prev may view a static buffer the replay rewrote)
         last_ids = self.graphs.ids[: len(seqs)] if prev is not None else None
-        return InFlight(seqs, pick_tokens(logits, greedy, sample_rows(seqs), last_ids=last_ids))
+        rows = sample_rows(seqs)
+        tokens = pick_tokens(logits, greedy, rows, last_ids=last_ids)
+        return InFlight(seqs, tokens, logprobs_on_device(logits, rows, tokens, last_ids))
 
 
 class InFlight:
     """A launched step whose sampled tokens are still on their way to the host: `tokens` int64 [n] on the
-    device (the next step's input ids), copied into a pinned host buffer behind an event."""
+    device (the next step's input ids), copied into pinned host memory behind an event, with the
+    logprobs of the rows that asked for them."""
 
-    def __init__(self, seqs: list[ScheduledSeq], tokens: torch.Tensor):
+    def __init__(self, seqs: list[ScheduledSeq], tokens: torch.Tensor, logprobs: PendingLogprobs | None):
         self.seqs, self.tokens = seqs, tokens
         cuda = tokens.is_cuda
-        self.host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=cuda)
-        self.host.copy_(tokens, non_blocking=cuda)
+
+        def to_host(t: torch.Tensor) -> torch.Tensor:
+            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=cuda)
+            return host.copy_(t, non_blocking=cuda)
+
+        self.host = to_host(tokens)
+        self.logprobs = logprobs.moved(to_host) if logprobs is not None else None
         self.done = torch.cuda.Event() if cuda else None
         if self.done is not None:
             self.done.record()
@@ -133,7 +143,11 @@ class InFlight:
         if self.done is not None:
             self.done.synchronize()
         tokens = self.host.tolist()
-        return ModelRunnerOutput(sampled={s.seq_id: t for s, t in zip(self.seqs, tokens, strict=True)})
+        sampled = {s.seq_id: t for s, t in zip(self.seqs, tokens, strict=True)}
+        if self.logprobs is None:
+            return ModelRunnerOutput(sampled=sampled)
+        lps = zip(self.seqs, self.logprobs.read(len(self.seqs)), strict=True)
+        return ModelRunnerOutput(sampled=sampled, logprobs={s.seq_id: lp for s, lp in lps if lp is not None})
 
 
 class PrefillGraphExecutor:

@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 
-from orcd.engine.io import TokenLogprobs
 from orcd.engine.sampling_params import SamplingParams
 from orcd.structured.guide import GuidedStep, masks_first
 from orcd.structured.mask import apply_mask, to_device
@@ -77,7 +76,7 @@ def uniform_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
     return (h.double() + 0.5) * (1.0 / 2**32)
 
 
-def _apply_penalties(logits: torch.Tensor, rows: list[SampleRow], last_ids: torch.Tensor | None = None
+def apply_penalties(logits: torch.Tensor, rows: list[SampleRow], last_ids: torch.Tensor | None = None
                      ) -> torch.Tensor:
     """Repetition (HF/llama.cpp: positive / r, negative * r), presence and frequency penalties. last_ids:
     as sample()'s."""
@@ -137,8 +136,8 @@ def _seeds(rows: list[SampleRow]) -> list[int | None]:
 def _race(logits: torch.Tensor, rows: list[SampleRow], seeds: list[int | None],
           last_ids: torch.Tensor | None = None) -> torch.Tensor:
     """Penalties, then argmax (greedy rows) or the seeded Gumbel-max race (the others) -> [N] int64."""
-    if any(r.penalty_token_ids and _has_penalty(r.params) for r in rows):
-        logits = _apply_penalties(logits.float(), rows, last_ids)
+    if any(r.penalty_token_ids and has_penalty(r.params) for r in rows):
+        logits = apply_penalties(logits.float(), rows, last_ids)
     out = logits.argmax(dim=-1)
     hot = [i for i, r in enumerate(rows) if not r.params.greedy]
     if not hot:
@@ -209,32 +208,7 @@ def sample(logits: torch.Tensor, rows: list[SampleRow], greedy: torch.Tensor | N
     return tokens
 
 
-def token_logprobs(logits: torch.Tensor, rows: list[SampleRow], tokens: torch.Tensor
-                   ) -> list[TokenLogprobs | None]:
-    """Per row, None, or (when its params ask for logprobs = k) the log-probability of its sampled token
-    and its k most likely tokens: log-softmax of the logits sample() used (penalties applied, before
-    temperature and filters, as OpenAI's logprobs do not depend on temperature). One host copy."""
-    want = [i for i, r in enumerate(rows) if r.params.logprobs is not None]
-    out: list[TokenLogprobs | None] = [None] * len(rows)
-    if not want:
-        return out
-    sub_rows = [rows[i] for i in want]
-    idx = torch.tensor(want, device=logits.device)
-    sub = logits.index_select(0, idx).float()
-    if any(r.penalty_token_ids and _has_penalty(r.params) for r in sub_rows):
-        sub = _apply_penalties(sub, sub_rows)  # row-wise: the same values sample() computed for these rows
-    lp = torch.log_softmax(sub, dim=-1)
-    chosen = lp.gather(1, tokens.index_select(0, idx).to(torch.int64)[:, None])[:, 0]
-    k = max(r.params.logprobs for r in sub_rows)
-    top_lp, top_id = lp.topk(k, dim=-1) if k else (lp[:, :0], lp[:, :0].long())
-    chosen, top_lp, top_id = chosen.tolist(), top_lp.tolist(), top_id.tolist()
-    for j, (i, r) in enumerate(zip(want, sub_rows, strict=True)):
-        n = r.params.logprobs
-        out[i] = TokenLogprobs(chosen[j], list(zip(top_id[j][:n], top_lp[j][:n], strict=True)))
-    return out
-
-
-def _has_penalty(p: SamplingParams) -> bool:
+def has_penalty(p: SamplingParams) -> bool:
     return p.repetition_penalty != 1.0 or p.presence_penalty != 0.0 or p.frequency_penalty != 0.0
 
 
@@ -248,7 +222,7 @@ def pick_tokens(logits: torch.Tensor, greedy: torch.Tensor, rows: list[SampleRow
     """Tokens of `rows` from logits [k, V] float32 and their argmax greedy [k]: `greedy` itself when
     every row is greedy without penalties or grammar (what sample() would return), else
     sample(logits, rows), which starts from `greedy` where every row is greedy without penalties."""
-    plain = all(r.params.greedy and not (r.penalty_token_ids and _has_penalty(r.params)) for r in rows)
+    plain = all(r.params.greedy and not (r.penalty_token_ids and has_penalty(r.params)) for r in rows)
     if plain and all(r.matcher is None for r in rows):
         return greedy
     return sample(logits, rows, greedy if plain else None, last_ids=last_ids)

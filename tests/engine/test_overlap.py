@@ -1,7 +1,7 @@
 """The engine's overlap (LLMEngine(overlap=True)): a decode step is launched before the step before it is
 read, its input ids taken from that step's tokens on the device. It must give the tokens, finish reasons
 and block accounting of one step at a time, with preemption, chunked prefill, aborts, stop tokens,
-penalties (counted on the device for the token in flight) and the steps that cannot overlap (logprobs).
+penalties (counted on the device for the token in flight) and logprobs (read with the tokens).
 CPU, fp32, the real ModelRunner."""
 
 import random
@@ -105,12 +105,27 @@ def test_overlap_gives_the_tokens_of_one_step_at_a_time(loaded, num_blocks, bloc
         assert engine.stats()["num_preemptions"] > 0
 
 
-def test_steps_with_logprobs_run_one_at_a_time_beside_overlapped_ones(loaded):
-    reqs = workload(seed=1, penalties=True, logprobs=True)
-    one_at_a_time = run(LLMEngine(loaded, num_kv_blocks=128, overlap=False), reqs)
+def test_logprobs_of_overlapped_steps(loaded):
+    """Logprobs are computed at launch and read with the tokens: the same values, penalties and all."""
+    def collect(engine):
+        for r in workload(seed=1, penalties=True, logprobs=True):
+            engine.add_request(r)
+        got: dict[str, list] = {}
+        while engine.has_work():
+            for ev in engine.step():
+                if ev.token_id is not None:
+                    lp = ev.logprobs
+                    got.setdefault(ev.request_id, []).append(
+                        (ev.token_id, None if lp is None else (lp.logprob, lp.top)))
+        return got
+
+    one_at_a_time = collect(LLMEngine(loaded, num_kv_blocks=128, overlap=False))
     engine = LLMEngine(loaded, num_kv_blocks=128)
-    assert run(engine, workload(seed=1, penalties=True, logprobs=True)) == one_at_a_time
+    assert collect(engine) == one_at_a_time
     assert engine.overlapped_steps > 0
+    with_lp = one_at_a_time["r5"]
+    assert len(with_lp) > 2 and all(lp is not None and len(lp[1]) == 2 for _, lp in with_lp)
+    assert all(lp is None for rid, toks in one_at_a_time.items() if rid != "r5" for _, lp in toks)
 
 
 @pytest.mark.parametrize("penalty", [dict(repetition_penalty=8.0), dict(presence_penalty=1.5),

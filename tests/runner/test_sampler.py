@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from orcd.engine.sampling_params import SamplingParams as SP
-from orcd.runner.sampler import SampleRow, _apply_penalties, sample, uniform_noise
+from orcd.runner.sampler import SampleRow, apply_penalties, sample, uniform_noise
 
 PROBS = torch.tensor([0.5, 0.3, 0.15, 0.05])
 LOGITS = PROBS.log()
@@ -55,14 +55,14 @@ def test_filters_restrict_support(params, allowed):
 
 def test_repetition_penalty_like_hf():
     logits = torch.tensor([[2.0, -1.0, 3.0, 0.5]])
-    out = _apply_penalties(logits, [SampleRow(SP(repetition_penalty=2.0), [0, 1, 1])])
+    out = apply_penalties(logits, [SampleRow(SP(repetition_penalty=2.0), [0, 1, 1])])
     assert torch.equal(out, torch.tensor([[1.0, -2.0, 3.0, 0.5]]))
 
 
 def test_presence_and_frequency_penalties():
     logits = torch.zeros(1, 4)
     row = SampleRow(SP(presence_penalty=0.5, frequency_penalty=0.25), [2, 2, 2, 0])
-    out = _apply_penalties(logits, [row])
+    out = apply_penalties(logits, [row])
     assert torch.equal(out, torch.tensor([[-0.75, 0.0, -1.25, 0.0]]))
 
 
