@@ -89,3 +89,25 @@ def test_overlap_with_penalties_equals_one_step_at_a_time_on_cuda(loaded):
     engine = LLMEngine(loaded, num_kv_blocks=2048)
     assert run(engine, reqs()) == one_at_a_time
     assert engine.overlapped_steps > 0 and engine.runner.steps_by_executor.get("decode_graph", 0) > 0
+
+
+def test_overlap_with_logprobs_equals_one_step_at_a_time_on_cuda(loaded):
+    """Logprobs of overlapped decode-graph steps (computed at launch, read with the tokens) are those of
+    one step at a time."""
+    def collect(engine):
+        for i, r in enumerate(workload(16, seed=4)):
+            r.sampling = SamplingParams(max_tokens=r.sampling.max_tokens, ignore_eos=True, temperature=0.0,
+                                        logprobs=3 if i % 2 else None)
+            engine.add_request(r)
+        got: dict[str, list] = {}
+        while engine.has_work():
+            for ev in engine.step():
+                if ev.token_id is not None:
+                    lp = ev.logprobs
+                    got.setdefault(ev.request_id, []).append((ev.token_id, lp and (lp.logprob, lp.top)))
+        return got
+
+    one_at_a_time = collect(LLMEngine(loaded, num_kv_blocks=2048, overlap=False))
+    engine = LLMEngine(loaded, num_kv_blocks=2048)
+    assert collect(engine) == one_at_a_time
+    assert engine.overlapped_steps > 0
