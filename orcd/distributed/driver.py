@@ -27,8 +27,9 @@ from orcd.distributed.runtime import TPContext
 from orcd.distributed.shard import shard_model
 from orcd.distributed.tp_runner import TPModelRunner, follower_step
 from orcd.engine.io import ModelRunnerOutput, ScheduledSeq, SchedulerOutput
-from orcd.engine.llm_engine import LLMEngine, auto_num_blocks
+from orcd.engine.llm_engine import LLMEngine
 from orcd.engine.sampling_params import SamplingParams
+from orcd.engine.sizing import auto_num_blocks
 from orcd.loading.loader import LoadedModel, load_model, weights_nbytes
 from orcd.numerics import invariant_policy
 

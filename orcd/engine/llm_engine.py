@@ -17,38 +17,13 @@ from orcd.engine.output import RequestOutput
 from orcd.engine.overlap import OverlapSteps
 from orcd.engine.scheduler import Scheduler
 from orcd.engine.sequence import Sequence
+from orcd.engine.sizing import auto_num_blocks, dense_copies, layer_windows
 from orcd.errors import ContextLengthExceededError, RequestError
 
 log = logging.getLogger(__name__)
 
 SEEDED_CACHE_SALT = 0x5EED  # prefix-cache namespace of sequences computed with batch-invariant kernels
-CPU_KV_TOKENS = 32768  # on the CPU there is no free memory to measure: size the pool in tokens
 SHORT_PREFIX_TOKENS = 64  # with prefill graphs, a cached prefix shorter than this is recomputed (issue 19)
-
-
-def dense_copies(loaded, rows: int, max_num_seqs: int, graphs: bool):
-    """The dense weight copies of --dense-batch-rows (orcd.runner.dense_weights), made now; OrcdError
-    (DenseCopiesError) for a bad rows, no CUDA decode graphs, a model without the fused step, no room."""
-    from orcd.runner.dense_weights import DenseCopiesError, check_engine_dense
-
-    check_engine_dense(rows, max_num_seqs, loaded.device, graphs)
-    from orcd.runner.fused_decode import dense_copies as make
-
-    try:
-        return make(loaded.model, rows)
-    except DenseCopiesError:
-        raise
-    except ValueError as err:  # the model's blocks are not the fused step's
-        raise DenseCopiesError(f"--dense-batch-rows: {err}") from err
-
-
-def auto_num_blocks(loaded, kv_fraction: float, block_size: int) -> int:
-    """CUDA: blocks in kv_fraction of the free device memory; CPU: CPU_KV_TOKENS (or one context)."""
-    from orcd.models.kv_cache import num_blocks_for
-
-    cpu_tokens = max(CPU_KV_TOKENS, loaded.cfg.context_length)
-    return num_blocks_for(loaded.cfg, block_size, loaded.dtype, loaded.device, fraction=kv_fraction,
-                          cpu_tokens=cpu_tokens)
 
 
 class LLMEngine(OverlapSteps):
@@ -114,7 +89,7 @@ class LLMEngine(OverlapSteps):
         self.prefill_graph_warmup: dict[str, Any] | None = None  # what warm_up_graphs captured, and when
         if warm_prefill_graphs:
             self.warm_up_graphs(max_num_batched_tokens)
-        window = releasable_window(_layer_windows(loaded.model))  # > 0 only if every layer is windowed
+        window = releasable_window(layer_windows(loaded.model))  # > 0 only if every layer is windowed
         if min_prefix_hit is None:
             min_prefix_hit = SHORT_PREFIX_TOKENS if getattr(runner, "prefill_graphs", None) is not None else 0
         self.block_manager = BlockManager(num_kv_blocks, block_size, enable_prefix_caching, window,
@@ -324,14 +299,3 @@ class LLMEngine(OverlapSteps):
             **self.counters,
             "time": time.time(),
         }
-
-
-def _layer_windows(model: Any) -> list[int]:
-    """Each attention layer's sliding window (0 = full attention); [] for a model without such layers."""
-    from torch import nn
-
-    from orcd.models.layers.attention import Attention
-
-    if not isinstance(model, nn.Module):
-        return []
-    return [m.window for m in model.modules() if isinstance(m, Attention)]
