@@ -12,6 +12,7 @@ from orcd.engine.sampling_params import SamplingParams
 from orcd.gguf.synth import write_model_gguf
 from orcd.loading.loader import load_model
 from tests.engine.test_engine_e2e import run  # checks block integrity after every step
+from tests.engine.test_overlap import tokens_and_logprobs
 
 pytestmark = [
     pytest.mark.gpu,
@@ -94,20 +95,14 @@ def test_overlap_with_penalties_equals_one_step_at_a_time_on_cuda(loaded):
 def test_overlap_with_logprobs_equals_one_step_at_a_time_on_cuda(loaded):
     """Logprobs of overlapped decode-graph steps (computed at launch, read with the tokens) are those of
     one step at a time."""
-    def collect(engine):
-        for i, r in enumerate(workload(16, seed=4)):
+    def reqs():
+        out = workload(16, seed=4)
+        for i, r in enumerate(out):
             r.sampling = SamplingParams(max_tokens=r.sampling.max_tokens, ignore_eos=True, temperature=0.0,
                                         logprobs=3 if i % 2 else None)
-            engine.add_request(r)
-        got: dict[str, list] = {}
-        while engine.has_work():
-            for ev in engine.step():
-                if ev.token_id is not None:
-                    lp = ev.logprobs
-                    got.setdefault(ev.request_id, []).append((ev.token_id, lp and (lp.logprob, lp.top)))
-        return got
+        return out
 
-    one_at_a_time = collect(LLMEngine(loaded, num_kv_blocks=2048, overlap=False))
+    one_at_a_time = tokens_and_logprobs(LLMEngine(loaded, num_kv_blocks=2048, overlap=False), reqs())
     engine = LLMEngine(loaded, num_kv_blocks=2048)
-    assert collect(engine) == one_at_a_time
+    assert tokens_and_logprobs(engine, reqs()) == one_at_a_time
     assert engine.overlapped_steps > 0

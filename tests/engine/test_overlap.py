@@ -16,23 +16,9 @@ from orcd.gguf.synth import write_model_gguf
 from orcd.loading.loader import load_model
 from orcd.runner.decode_graphs import DecodeGraphs, table_width
 from orcd.runner.model_runner import ModelRunner
+from tests.engine.test_engine_e2e import IdTokenizer
 
-VOCAB = 384
-
-
-class IdDetokenizer:
-    def push(self, token_id: int) -> str:
-        return f"<{token_id}>"
-
-    def flush(self) -> str:
-        return ""
-
-
-class IdTokenizer:
-    eog_ids = frozenset({VOCAB - 1})
-
-    def detokenizer(self, skip_special: bool = False):
-        return IdDetokenizer()
+VOCAB = 384  # IdTokenizer's
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +78,19 @@ def run(engine: LLMEngine, reqs, abort_at: dict[int, str] | None = None):
     return toks, reasons
 
 
+def tokens_and_logprobs(engine: LLMEngine, reqs) -> dict[str, list]:
+    """Per request, (token, (logprob, top) or None) for each of its tokens."""
+    for r in reqs:
+        engine.add_request(r)
+    got: dict[str, list] = {}
+    while engine.has_work():
+        for ev in engine.step():
+            if ev.token_id is not None:
+                lp = ev.logprobs
+                got.setdefault(ev.request_id, []).append((ev.token_id, lp and (lp.logprob, lp.top)))
+    return got
+
+
 @pytest.mark.parametrize("num_blocks,block_size,budget", [(256, 16, 2048), (256, 16, 40), (10, 16, 256),
                                                           (64, 4, 32)],
                          ids=["one-step-prefill", "chunked", "preempting", "small-blocks"])
@@ -107,21 +106,10 @@ def test_overlap_gives_the_tokens_of_one_step_at_a_time(loaded, num_blocks, bloc
 
 def test_logprobs_of_overlapped_steps(loaded):
     """Logprobs are computed at launch and read with the tokens: the same values, penalties and all."""
-    def collect(engine):
-        for r in workload(seed=1, penalties=True, logprobs=True):
-            engine.add_request(r)
-        got: dict[str, list] = {}
-        while engine.has_work():
-            for ev in engine.step():
-                if ev.token_id is not None:
-                    lp = ev.logprobs
-                    got.setdefault(ev.request_id, []).append(
-                        (ev.token_id, None if lp is None else (lp.logprob, lp.top)))
-        return got
-
-    one_at_a_time = collect(LLMEngine(loaded, num_kv_blocks=128, overlap=False))
+    one_at_a_time = tokens_and_logprobs(LLMEngine(loaded, num_kv_blocks=128, overlap=False),
+                                        workload(seed=1, penalties=True, logprobs=True))
     engine = LLMEngine(loaded, num_kv_blocks=128)
-    assert collect(engine) == one_at_a_time
+    assert tokens_and_logprobs(engine, workload(seed=1, penalties=True, logprobs=True)) == one_at_a_time
     assert engine.overlapped_steps > 0
     with_lp = one_at_a_time["r5"]
     assert len(with_lp) > 2 and all(lp is not None and len(lp[1]) == 2 for _, lp in with_lp)
