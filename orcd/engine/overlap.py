@@ -2,11 +2,11 @@
 turns them into events (LLMEngine(overlap=True), the default).
 
 step() launches a step of one-token decode rows without waiting for its tokens (ModelRunner.launch ->
-an InFlight). The next step() checks that the same sequences go on decoding (nothing waits, no abort,
-none ends by length with this token), advances them with a placeholder token each
-(Scheduler.advance), schedules and launches step k + 1 with input ids taken from k's tokens on the
-device, and only then waits for k's tokens, which replace the placeholders (Sequence.resolve) and become
-events. A sequence that k's token ends (a stop token or string, EOS) has a row in k + 1 that is
+an InFlight). The next step() checks that the same sequences are still running (nothing waits, no
+abort), advances those that k's token does not end by length with a placeholder token each
+(Scheduler.advance), schedules and launches step k + 1 for them with input ids taken from k's tokens on
+the device, and only then waits for k's tokens, which replace the placeholders (Sequence.resolve) and
+become events. A sequence that k's token ends (a stop token or string, EOS) has a row in k + 1 that is
 computed and dropped: it writes one K/V slot of a block it no longer owns, before any later step can
 reuse that block (one stream, in order). Steps with a grammar, prefill steps and
 runners without `launch` (tensor parallel) run one at a time.
@@ -33,24 +33,30 @@ class OverlapSteps:
         return inflight is not None
 
     def _step_overlapped(self, sched: SchedulerOutput, inflight) -> list[TokenEvent]:
-        """Step k (sched) is in flight. If its sequences all go on decoding, step k + 1 is scheduled and
-        launched first, its input ids taken from k's tokens on the device, and k's tokens are read
-        after: the GPU never waits for the host's work on k. Otherwise k is read and applied as _run's."""
+        """Step k (sched) is in flight. If its sequences are all still running and nothing else waits,
+        step k + 1 is scheduled for those that k's token does not end by length and launched first, its
+        input ids taken from k's tokens on the device, and k's tokens are read after: the GPU never waits
+        for the host's work on k. Otherwise k is read and applied as _run's."""
         self._inflight = None
-        seqs = self._continuing(sched)
-        if seqs is None:
+        running = self._continuing(sched)
+        if running is None:
             return self._apply(sched, self._wait(inflight, sched))
-        self.scheduler.advance(seqs)
-        nxt = self.scheduler.schedule()  # these sequences only (a preempted one drops out), in order
+        go_on: list[Sequence] = []  # k's token leaves room for more
+        ending: list[Sequence] = []  # k's token is the last max_tokens allows
+        for seq in running:
+            (go_on if seq.num_generated + 1 < seq.sampling.max_tokens else ending).append(seq)
+        self.scheduler.advance(go_on, ending)
+        nxt = self.scheduler.schedule()  # go_on only (a preempted one drops out), in order
+        advanced = {seq.seq_id for seq in go_on}
         launched = False
         if not nxt.empty:
             self.counters["steps"] += 1
             try:
                 launched = self._launch(nxt, self._rows_of(inflight, sched, nxt))
             except Exception as err:  # noqa: BLE001 - as _run's failures
-                events = self._resolve(sched, self._wait(inflight, sched))
+                events = self._resolve(sched, self._wait(inflight, sched), advanced)
                 return events + self._apply(nxt, self._failed(nxt, err))
-        events = self._resolve(sched, self._wait(inflight, sched))
+        events = self._resolve(sched, self._wait(inflight, sched), advanced)
         if not launched and not nxt.empty:  # run it now, from the known tokens
             fresh = [self._by_seq[s.seq_id].seq for s in nxt.seqs if s.seq_id in self._by_seq]
             nxt = SchedulerOutput([self.scheduler.scheduled(seq, 1) for seq in fresh], len(fresh))
@@ -58,14 +64,13 @@ class OverlapSteps:
         return events
 
     def _continuing(self, sched: SchedulerOutput) -> list[Sequence] | None:
-        """The running sequences, when they are exactly sched's and none ends by length with step k's
-        token (nothing waits, no abort pending); else None."""
+        """The running sequences, when they are exactly sched's, in order, nothing waits and no abort is
+        pending; else None."""
         running = self.scheduler.running
         if self.scheduler.waiting or self._aborts or len(running) != len(sched.seqs):
             return None
-        for s, seq in zip(sched.seqs, running, strict=True):
-            if seq.seq_id != s.seq_id or seq.num_generated + 1 >= seq.sampling.max_tokens:
-                return None
+        if any(seq.seq_id != s.seq_id for s, seq in zip(sched.seqs, running, strict=True)):
+            return None
         return list(running)
 
     @staticmethod
@@ -83,19 +88,25 @@ class OverlapSteps:
         except Exception as err:  # noqa: BLE001 - as _run's failures
             return self._failed(sched, err)
 
-    def _resolve(self, sched: SchedulerOutput, result: ModelRunnerOutput) -> list[TokenEvent]:
-        """Step k's tokens replace the placeholders Scheduler.advance left; their events."""
+    def _resolve(self, sched: SchedulerOutput, result: ModelRunnerOutput, advanced: set[int]
+                 ) -> list[TokenEvent]:
+        """Step k's tokens replace the placeholders Scheduler.advance left (sequences in `advanced`) or are
+        appended (those that k's token ends by length); their events."""
         events = []
         for s in sched.seqs:
             out = self._by_seq.get(s.seq_id)
             if out is None:
                 continue
             if s.seq_id in result.failed:
-                out.seq.output_token_ids.pop()  # the placeholder
+                if s.seq_id in advanced:
+                    out.seq.output_token_ids.pop()  # the placeholder
                 events.append(self._finish(out, "error", error=result.failed[s.seq_id]))
                 continue
             token = result.sampled[s.seq_id]
-            out.seq.resolve(token)
+            if s.seq_id in advanced:
+                out.seq.resolve(token)
+            else:
+                out.seq.append_token(token)
             event = self._on_token(out, token)
             event.logprobs = result.logprobs.get(s.seq_id)  # None unless the request asked
             events.append(event)

@@ -134,13 +134,15 @@ class Scheduler:
         )
 
     # ---- advance (the engine's overlap) ----
-    def advance(self, seqs: list[Sequence]) -> None:
+    def advance(self, go_on: list[Sequence], ending: list[Sequence]) -> None:
         """What update() does for the sequences of a launched step of one-token decode rows whose tokens
-        are not yet on the host: one more position computed, full blocks cached, a placeholder for the
-        token (Sequence.resolve replaces it once the tokens arrive). Each must still be running."""
-        for seq in seqs:
+        are not yet on the host: one more position computed and full blocks cached for all; a placeholder
+        token for those that go on (Sequence.resolve replaces it once the tokens arrive). `ending`: those
+        that this token ends by length (they append it once it arrives; none is scheduled again)."""
+        for seq in (*go_on, *ending):
             seq.num_computed += 1
             self.bm.cache_full_blocks(seq)
+        for seq in go_on:
             seq.append_placeholder()
 
     # ---- update ----

@@ -200,3 +200,18 @@ def test_decode_graph_executor_overlaps(loaded):
     assert run(engine, reqs()) == one_at_a_time
     assert engine.overlapped_steps > 0 and engine.runner.steps_by_executor["decode_graph"] > 0
     assert run(LLMEngine(loaded, num_kv_blocks=64, overlap=False), reqs()) == one_at_a_time
+
+
+def test_requests_ending_by_length_do_not_stop_the_overlap(loaded):
+    """Sequences whose max_tokens ends them drop out of the next step: every decode step after the first
+    is overlapped, and the tokens are those of one step at a time."""
+    def reqs():
+        return [EngineRequest(f"L{i}", list(range(10 + i, 30 + i)),
+                              SamplingParams(max_tokens=5 + i, temperature=0.0, ignore_eos=True))
+                for i in range(8)]
+
+    one_at_a_time = run(LLMEngine(loaded, num_kv_blocks=64, overlap=False), reqs())
+    engine = LLMEngine(loaded, num_kv_blocks=64)
+    assert run(engine, reqs()) == one_at_a_time
+    steps = engine.counters["steps"]  # one prefill step, then decode steps up to the longest (12 tokens)
+    assert steps == 12 and engine.overlapped_steps == steps - 2
