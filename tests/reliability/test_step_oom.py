@@ -23,19 +23,27 @@ from orcd.server import ServerSettings, create_app
 
 
 class OOMOnce:
-    """Wraps the real runner's execute: once armed, the next step with two sequences raises OOM."""
+    """Wraps the real runner's execute and launch (a decode step the engine overlaps with the next goes
+    through launch): once armed, the next step with two sequences raises OOM."""
 
     def __init__(self, runner):
-        self.execute_real = runner.execute
+        self.execute_real, self.launch_real = runner.execute, runner.launch
         self.armed = threading.Event()
         self.fired_on: list[int] = []
 
-    def execute(self, sched):
+    def fire(self, sched) -> None:
         if self.armed.is_set() and len(sched.seqs) == 2:
             self.armed.clear()
             self.fired_on = [s.seq_id for s in sched.seqs]
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
+
+    def execute(self, sched):
+        self.fire(sched)
         return self.execute_real(sched)
+
+    def launch(self, sched, prev=None):
+        self.fire(sched)
+        return self.launch_real(sched, prev)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +51,7 @@ def oom_server(tmp_path_factory):
     loaded = load_model(tiny_model(tmp_path_factory.mktemp("oom") / "oom.gguf"), device="cpu")
     llm = LLMEngine(loaded, num_kv_blocks=256, max_num_seqs=2)
     fault = OOMOnce(llm.runner)
-    llm.runner.execute = fault.execute
+    llm.runner.execute, llm.runner.launch = fault.execute, fault.launch
     app = create_app(AsyncEngine(llm), ServerSettings(warmup=False, max_queue=4, ping_interval_s=1.0))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
