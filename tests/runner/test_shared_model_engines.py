@@ -54,15 +54,16 @@ def test_engines_stepping_side_by_side_each_run_their_own_setting(model, seen):
     off = LLMEngine(model, num_kv_blocks=16, batch_invariant="off")
     on.add_request(EngineRequest("x", [9, 8, 7, 6], greedy(4)))
     off.add_request(EngineRequest("y", [9, 8, 7, 6], greedy(4)))
-    steps = {True: 0, False: 0}
+    forwards = {True: 0, False: 0}
     while on.has_work() or off.has_work():
         for engine, want in ((on, True), (off, False)):
             seen.clear()
             if engine.has_work():
-                engine.step()
-                assert seen == [want], f"a step of the {'invariant' if want else 'fast'} engine saw {seen}"
-                steps[want] += 1
-    assert steps == {True: 4, False: 4}
+                engine.step()  # one forward, or none (the last, which reads a step already launched)
+                kind = "invariant" if want else "fast"
+                assert seen in ([want], []), f"a step of the {kind} engine saw {seen}"
+                forwards[want] += len(seen)
+    assert forwards == {True: 4, False: 4}
 
 
 def test_prefill_graph_steps_run_the_fast_kernels_whatever_the_layers_were_left_at(model, seen):
