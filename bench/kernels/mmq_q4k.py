@@ -1,5 +1,5 @@
-"""mmq_q4k.py's batched Q4_K product (nibbles to 16-bit floats by bit patterns) against mmq.py's float-w
-path (today's route for 5..64 decode rows), at the 7B's Q4_K shapes, on CUDA.
+"""mmq_q4k_kernel.py's batched Q4_K product (nibbles to 16-bit floats by bit patterns) against mmq.py's
+float-w path (today's route for 5..64 decode rows), at the 7B's Q4_K shapes, on CUDA.
 
 usage: python bench/kernels/mmq_q4k.py OUT.json [--ms 8,16,32,64] [--jobs 12]
 
@@ -22,12 +22,12 @@ import torch
 from gguf import GGMLQuantizationType as Q
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "bench/peers")]
+sys.path[:0] = [str(ROOT / "bench/peers"), str(ROOT / "bench/kernels")]
+from mmq_q4k_kernel import mmq4_linear  # noqa: E402
 from products import blocks, copies_for, copy_bandwidth, graph_time  # noqa: E402
 
 from orcd.quant.dequant import dequantize  # noqa: E402
 from orcd.quant.kernels.mmq import mmq_linear  # noqa: E402
-from orcd.quant.kernels.mmq_q4k import mmq4_linear  # noqa: E402
 
 SHAPES = [("gate/up 18944x3584", 18944, 3584, 56), ("down 3584x18944", 3584, 18944, 14),
           ("q/o 3584x3584", 3584, 3584, 56), ("k 512x3584", 512, 3584, 42)]  # (name, out, in, calls/token)

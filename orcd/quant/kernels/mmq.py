@@ -38,6 +38,10 @@ BLOCK_BYTES = types.MappingProxyType({Q.Q4_K: 144, Q.Q6_K: 210})  # one 256-inpu
 # (its 210-byte blocks allow no 16-byte loads; the word gathers here are slow): not routed.
 MMQ_LAUNCH = types.MappingProxyType({Q.Q4_K: (128, 4, 3), Q.Q6_K: (128, 8, 2)})
 MMQ_ROUTE = frozenset({Q.Q4_K})  # types fused_linear sends here
+# split-K target (programs) by BM: 16-row tiles (M <= 16) split K twice as far as split_k's 264 (H100, 7B,
+# M = 8, bench/results/mmq_targets_h100.md: gate/up 44.7 -> 38.5 us, down 41.6 -> 39.8, q/o 14.3 -> 13.8;
+# at M = 64 528 won on gate/up and lost on down, so larger tiles keep 264)
+MMQ_TARGET = types.MappingProxyType({16: 2 * TARGET_PROGRAMS})
 
 
 @triton.jit
@@ -208,19 +212,22 @@ def mmq_routed(qtype: Q | int, in_features: int, dtype: torch.dtype) -> bool:
 
 
 def mmq_plan(qt: Q, m: int, n: int, k: int, launch: tuple[int, int, int] | None = None,
-             target: int = TARGET_PROGRAMS) -> tuple[int, int, int, int, int]:
-    """(BM, BN, num_warps, num_stages, super-blocks per split) for an [m, k] x [n, k].T product."""
+             target: int | None = None) -> tuple[int, int, int, int, int]:
+    """(BM, BN, num_warps, num_stages, super-blocks per split) for an [m, k] x [n, k].T product; target:
+    programs for split-K (default MMQ_TARGET's for BM, else TARGET_PROGRAMS)."""
     bn, warps, stages = launch or MMQ_LAUNCH[qt]
     bm = row_tile(m)
+    target = target or MMQ_TARGET.get(bm, TARGET_PROGRAMS)
     return bm, bn, warps, stages, steps_per_split(k // 256, m, n, bm, bn, target)
 
 
 def mmq_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int, qtype: int,
                bias: torch.Tensor | None = None, launch: tuple[int, int, int] | None = None,
-               target: int = TARGET_PROGRAMS, float_w: bool = False) -> torch.Tensor:
+               target: int | None = None, float_w: bool = False) -> torch.Tensor:
     """x [M, in] (bf16/fp16/fp32), raw uint8 [out, row_bytes] of Q4_K or Q6_K -> [M, out] in x.dtype
-    (+ bias [out]). launch: (BN, warps, stages) instead of MMQ_LAUNCH; target: programs for split-K;
-    float_w: W dequantized to x's dtype (bf16/fp16 x) and float dots instead of int8 x and int8 dots."""
+    (+ bias [out]). launch: (BN, warps, stages) instead of MMQ_LAUNCH; target: programs for split-K
+    (mmq_plan); float_w: W dequantized to x's dtype (bf16/fp16 x) and float dots instead of int8 x and
+    int8 dots."""
     qt = Q(int(qtype))
     m, k = x.shape
     w_row = row_bytes(qt, in_features)

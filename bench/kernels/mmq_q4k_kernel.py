@@ -1,5 +1,12 @@
-"""Batched decode product over raw Q4_K blocks on tensor cores, nibbles turned into 16-bit floats by bit
-patterns instead of integer-to-float conversions.
+"""A candidate that lost (kept with its benchmark, bench/kernels/mmq_q4k.py): a batched decode product over
+raw Q4_K blocks on tensor cores, nibbles turned into 16-bit floats by bit patterns instead of
+integer-to-float conversions.
+
+Result (H100, 7B Q4_K shapes, bench/results/mmq_q4k_h100.md): no faster than mmq.py's float-w path
+where it counts. MODE 1 (64, 4, 3) at M = 8: gate/up 42.5 vs 45.1 us, down 45.2 vs 41.1, q/o 13.2 vs
+13.9; MODE 0 lost everywhere (55.6 us at best on gate/up), and both lost at M = 64 (67.9 vs 55.5 us).
+So the conversions were not what bounds mmq.py at 8 rows (it reads 0.85 TB/s either way); a longer
+split-K grid was (mmq.MMQ_TARGET).
 
 y[M, N] = x[M, K] @ W[N, K].T for M = 5..64 decode rows and bf16 / fp16 x. A program owns BN weight rows
 and BM rows of x; one loop step is one 256-input super-block (144 bytes a row: a 16-byte head with d,
