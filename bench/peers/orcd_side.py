@@ -1,17 +1,18 @@
 """orcd's side of the peer comparison: decode and prefill through LLMEngine.step() on one GGUF file.
 
 usage: python bench/peers/orcd_side.py MODEL.gguf OUT.json [--streams 1,8,32,64] [--gen 128] [--prompt 128]
-                                       [--dense-batch-rows off,8] [--q6k-layout auto|gguf|split]
+                                       [--dense-batch-rows auto,off,8] [--q6k-layout auto|gguf|split]
 
 Decode (as bench_batching's engine phase): C greedy requests of `prompt` random ids, `gen` new tokens
 each (EOS ignored), all added at once; tok/s = tokens that arrive after every request has its first token,
 over the time from that moment to the last token (llama-batched-bench's S_TG: B * TG / T_TG, with the
 prompts processed before its clock starts). Prefill: one fresh 512-token prompt, max_tokens = 1, one
 engine step (prefill CUDA graph), median of 10 after a first use that captures it.
---dense-batch-rows: one engine per value, built fresh in this process one after the other ("off": the
-quantized kernels only; R: LLMEngine(dense_batch_rows=R), decode batches of >= R rows on dense weight
-copies); with several values OUT.json is {"runs": [measure(), ...]} and a table of tok/s and the weights'
-device bytes is printed last. --q6k-layout: load_model's (orcd/loading/q6k_layout.py; default auto).
+--dense-batch-rows: one engine per value, built fresh in this process one after the other ("auto": the
+engine's default, sizing.auto_dense_rows; "off": the quantized kernels only; R: LLMEngine(
+dense_batch_rows=R), decode batches of >= R rows on dense weight copies); with several values OUT.json
+is {"runs": [measure(), ...]} and a table of tok/s and the weights' device bytes is printed last.
+--q6k-layout: load_model's (orcd/loading/q6k_layout.py; default auto).
 """
 
 from __future__ import annotations
@@ -86,11 +87,11 @@ def prefill_step(eng: LLMEngine, n: int, rng: random.Random) -> float:
 
 
 def measure(path: str, streams: list[int], prompt: int, gen: int, prefill_len: int = 512,
-            engines: list | None = None, dense_batch_rows: int | None = None,
+            engines: list | None = None, dense_batch_rows: int | str | None = "auto",
             q6k_layout: str = "auto") -> dict:
     """Decode rounds at each stream count, then prefill; `engines`: the engine built here is appended
     (a caller that profiles it afterwards, e.g. bench/kernels/gpt_oss_profile.py). dense_batch_rows:
-    LLMEngine's (None: off). q6k_layout: load_model's."""
+    LLMEngine's ("auto", the default; None: off). q6k_layout: load_model's."""
     rng = random.Random(0)
     t0 = time.perf_counter()
     loaded = load_model(path, device=DEV, q6k_layout=q6k_layout)
@@ -101,7 +102,8 @@ def measure(path: str, streams: list[int], prompt: int, gen: int, prefill_len: i
         engines.append(eng)
     res: dict = {"model": path, "device": torch.cuda.get_device_name() if DEV == "cuda" else "cpu",
                  "load_and_init_s": time.perf_counter() - t0, "decode": {}, "prompt": prompt, "gen": gen,
-                 "dense_batch_rows": dense_batch_rows, "q6k_layout": q6k_layout,
+                 "dense_batch_rows": dense_batch_rows, "dense_rows": eng.dense.rows if eng.dense else None,
+                 "q6k_layout": q6k_layout,
                  "weights_bytes": eng.stats()["weights_bytes"],
                  "dense_weights_bytes": eng.dense_weights_bytes,
                  "device_allocated_bytes": torch.cuda.memory_allocated() if DEV == "cuda" else None}
@@ -120,9 +122,9 @@ def measure(path: str, streams: list[int], prompt: int, gen: int, prefill_len: i
     return res
 
 
-def dense_values(text: str) -> list[int | None]:
-    """--dense-batch-rows "off,8" -> [None, 8]."""
-    return [None if v == "off" else int(v) for v in text.split(",")]
+def dense_values(text: str) -> list[int | str | None]:
+    """--dense-batch-rows "auto,off,8" -> ["auto", None, 8]."""
+    return [None if v == "off" else v if v == "auto" else int(v) for v in text.split(",")]
 
 
 def table(runs: list[dict]) -> str:
@@ -133,7 +135,10 @@ def table(runs: list[dict]) -> str:
              + "  prefill"]
     for r in runs:
         alloc = r["device_allocated_bytes"]
-        lines.append(f"{r['dense_batch_rows'] or 'off':>10}  {r['weights_bytes'] / 2**30:>11.2f}  "
+        rows = f"{r['dense_batch_rows'] or 'off'}"
+        if r["dense_batch_rows"] == "auto":
+            rows += f"={r['dense_rows'] or 'off'}"
+        lines.append(f"{rows:>10}  {r['weights_bytes'] / 2**30:>11.2f}  "
                      f"{r['dense_weights_bytes'] / 2**30:>9.2f}  "
                      f"{alloc / 2**30 if alloc is not None else float('nan'):>9.2f} "
                      + "".join(f"{r['decode'][c]['decode_tok_s']:>9,.0f}" for c in streams)
@@ -148,9 +153,9 @@ def main() -> None:
     ap.add_argument("--streams", default="1,8,32,64")
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--gen", type=int, default=128)
-    ap.add_argument("--dense-batch-rows", type=dense_values, default=[None], metavar="off,R,...",
-                    help="one engine per value: off (quantized kernels only) or R (LLMEngine's "
-                         "dense_batch_rows); default off")
+    ap.add_argument("--dense-batch-rows", type=dense_values, default=["auto"], metavar="auto,off,R,...",
+                    help="one engine per value: auto (the engine's default), off (quantized kernels only) or "
+                         "R (LLMEngine's dense_batch_rows); default auto")
     ap.add_argument("--q6k-layout", default="auto", choices=("auto", "gguf", "split"))
     a = ap.parse_args()
     runs = []

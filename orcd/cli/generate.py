@@ -68,7 +68,7 @@ def run(args: argparse.Namespace, load_model=None, engine_cls=None) -> int:
     import torch
 
     if getattr(args, "tensor_parallel", 1) != 1 and load_model is None:
-        if args.dense_batch_rows is not None:
+        if args.dense_batch_rows not in (None, "auto"):
             raise OrcdError("--dense-batch-rows is for one GPU: not with --tensor-parallel")
         if args.q6k_layout == "split":
             raise OrcdError("--q6k-layout split is for one GPU: tensor parallelism slices the file's blocks")

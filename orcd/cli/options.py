@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 
 
-def dense_rows_arg(text: str) -> int:
-    """--dense-batch-rows' value: a whole number >= 1."""
+def dense_rows_arg(text: str) -> int | str | None:
+    """--dense-batch-rows' value: "auto", "off" (None) or a whole number >= 1."""
+    if text in ("auto", "off"):
+        return None if text == "off" else text
     try:
         rows = int(text)
     except ValueError:
         rows = 0
     if rows < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1 (a decode batch size), got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be auto, off or a whole number >= 1 (a decode batch size), "
+                                         f"got {text!r}")
     return rows
 
 
@@ -38,11 +41,12 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                         "step, off = never (slower kernels while on; the CPU is always invariant)")
     p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
                    help="split the model over N ranks (N GPUs with --device cuda, gloo processes on cpu)")
-    p.add_argument("--dense-batch-rows", type=dense_rows_arg, default=None, metavar="R",
-                   help="memory for speed (CUDA, off by default): decode batches of >= R sequences run on "
-                        "dense copies of the weights (2 bytes a weight in bf16: ~14 GB more for a 7B), "
+    p.add_argument("--dense-batch-rows", type=dense_rows_arg, default="auto", metavar="R|auto|off",
+                   help="memory for speed (CUDA): decode batches of >= R sequences run on dense copies of "
+                        "the weights (2 bytes a weight in bf16: ~1 GB more for a 0.5B, ~14 GB for a 7B), "
                         "made at start before the KV cache is sized; smaller batches keep the quantized "
-                        "kernels")
+                        "kernels. auto (default): R = 4 where the copies take <= 5%% of the GPU's memory, "
+                        "else off")
     p.add_argument("--q6k-layout", choices=["auto", "gguf", "split"], default="auto",
                    help="how Q6_K weights sit on the GPU: auto (default) rearranges those the int8 decode "
                         "kernels read into 16-byte-aligned blocks (same bytes, faster at 7B); gguf keeps "

@@ -166,7 +166,7 @@ def run(args: argparse.Namespace, build=None) -> int:
     if args.api_processes != 1:
         return run_several_api_processes(args, several)
     if getattr(args, "tensor_parallel", 1) != 1 and build is None and not several:
-        if args.dense_batch_rows is not None:
+        if args.dense_batch_rows not in (None, "auto"):
             raise OrcdError("--dense-batch-rows is for one GPU: not with --tensor-parallel")
         if args.min_prefix_hit is not None:
             raise OrcdError("--min-prefix-hit is for one GPU: not with --tensor-parallel")

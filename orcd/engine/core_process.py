@@ -41,7 +41,7 @@ class EngineBuild:
     enforce_eager: bool = False
     batch_invariant: str = "seeded"
     warm_prefill_graphs: bool = True  # capture every prefill CUDA graph bucket at start (LLMEngine)
-    dense_batch_rows: int | None = None  # LLMEngine's: decode batches of >= this many rows on dense copies
+    dense_batch_rows: int | str | None = "auto"  # LLMEngine's: batches of >= this many rows on dense copies
     min_prefix_hit: int | None = None  # LLMEngine's: cached prefixes shorter than this are recomputed
     q6k_layout: str = "auto"  # load_model's: auto | gguf | split (orcd/loading/q6k_layout.py)
     overlap: bool = True  # LLMEngine's: launch a decode step before reading the one before (overlap.py)
@@ -65,7 +65,7 @@ class EngineBuild:
                         min_prefix_hit=self.min_prefix_hit, overlap=self.overlap)
         if llm.dense_weights_bytes:
             print(f"orcd serve: + {llm.dense_weights_bytes / 2**20:.1f} MiB of dense weight copies (decode "
-                  f"batches of >= {self.dense_batch_rows} sequences)", file=sys.stderr, flush=True)
+                  f"batches of >= {llm.dense.rows} sequences)", file=sys.stderr, flush=True)
         graph, warm = getattr(llm.runner, "graph", None), llm.prefill_graph_warmup
         if graph is not None:
             print(f"orcd serve: captured {len(graph.buckets)} decode CUDA graphs in "

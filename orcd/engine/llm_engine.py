@@ -17,7 +17,7 @@ from orcd.engine.output import RequestOutput
 from orcd.engine.overlap import OverlapSteps
 from orcd.engine.scheduler import Scheduler
 from orcd.engine.sequence import Sequence
-from orcd.engine.sizing import auto_num_blocks, dense_copies, layer_windows
+from orcd.engine.sizing import auto_dense_rows, auto_num_blocks, dense_copies, layer_windows
 from orcd.errors import ContextLengthExceededError, RequestError
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class LLMEngine(OverlapSteps):
         batch_invariant: str | bool = "seeded",
         prefill_graphs: bool = True,
         warm_prefill_graphs: bool = True,
-        dense_batch_rows: int | None = None,
+        dense_batch_rows: int | str | None = "auto",
         min_prefix_hit: int | None = None,
         overlap: bool = True,
     ):
@@ -56,7 +56,9 @@ class LLMEngine(OverlapSteps):
         (greedy requests without a seed too); "off": never. The CPU path is invariant in every mode.
         dense_batch_rows (None: off): decode batches of >= that many sequences run on dense copies of the
         weights (orcd.runner.dense_weights), made here before the KV cache is sized from the free memory;
-        CUDA decode graphs of the fused step only (OrcdError otherwise, or when they do not fit).
+        CUDA decode graphs of the fused step only (OrcdError otherwise, or when they do not fit). "auto"
+        (default): sizing.AUTO_DENSE_ROWS where the copies are small beside the device's memory (a 0.5B:
+        ~1 GiB), else off (sizing.auto_dense_rows).
         min_prefix_hit (None: SHORT_PREFIX_TOKENS with prefill graphs, else 0): a cached prefix shorter than
         this many tokens is recomputed, so the step can replay a prefill graph (BlockManager.take_prefix).
         overlap: while the device computes a decode step, the host reads the step before's tokens (turns
@@ -67,9 +69,11 @@ class LLMEngine(OverlapSteps):
         self.tokenizer = loaded.tokenizer
         self.block_size = block_size
         self.dense = None  # orcd.runner.dense_weights.DenseWeights, or None
+        graphs = runner is None and not enforce_eager and batch_invariant not in ("all", True)
+        if dense_batch_rows == "auto":
+            dense_batch_rows = auto_dense_rows(loaded, max_num_seqs, graphs)
         if dense_batch_rows is not None:  # the runner built below captures the step that reads them
-            self.dense = dense_copies(loaded, dense_batch_rows, max_num_seqs, graphs=runner is None
-                                      and not enforce_eager and batch_invariant not in ("all", True))
+            self.dense = dense_copies(loaded, dense_batch_rows, max_num_seqs, graphs=graphs)
         if num_kv_blocks is None:
             num_kv_blocks = auto_num_blocks(loaded, kv_fraction, block_size)
         self.num_kv_blocks = num_kv_blocks

@@ -1,11 +1,36 @@
 """What the engine sizes at start: the KV pool (from free memory, or tokens on the CPU), the dense weight
-copies of --dense-batch-rows, and the attention layers' windows (for releasing blocks out of them)."""
+copies of --dense-batch-rows (and whether `auto` makes them), and the attention layers' windows (for
+releasing blocks out of them)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 CPU_KV_TOKENS = 32768  # on the CPU there is no free memory to measure: size the pool in tokens
+# --dense-batch-rows auto: copies of at most AUTO_DENSE_SHARE of the device's memory are made without being
+# asked, for batches of >= AUTO_DENSE_ROWS. H100, the 0.5B Q4_K_M synth (+0.92 GiB; bench/results/
+# dense_auto_05b_h100.md), engine tok/s off -> on from 2 rows: 1,648 -> 1,465 at 2 streams (the GEMV wins),
+# 2,091 -> 2,952 at 4, 4,271 -> 5,840 at 8, 16,127 -> 21,288 at 32, 29,375 -> 39,055 at 64. A 7B's copies
+# (13.2 GiB, 16 % of an H100) stay opt-in: they cost 3 % at 8 streams (docs/performance.md, session 10).
+AUTO_DENSE_ROWS = 4
+AUTO_DENSE_SHARE = 0.05
+
+
+def auto_dense_rows(loaded, max_num_seqs: int, graphs: bool, device_memory: int | None = None) -> int | None:
+    """--dense-batch-rows auto: AUTO_DENSE_ROWS when the fused step's CUDA decode graphs would read the
+    copies (graphs, on a CUDA device) and the copies take at most AUTO_DENSE_SHARE of the device's memory
+    (device_memory bytes; None: CUDA's total for loaded.device); else None (off)."""
+    import torch
+
+    device = torch.device(loaded.device)
+    if not graphs or max_num_seqs < AUTO_DENSE_ROWS or (device.type != "cuda" and device_memory is None):
+        return None
+    from orcd.runner.fused_decode import dense_need
+
+    need = dense_need(loaded.model)  # None: a model the fused step does not run
+    if device_memory is None:
+        device_memory = torch.cuda.get_device_properties(device).total_memory
+    return AUTO_DENSE_ROWS if need is not None and need <= AUTO_DENSE_SHARE * device_memory else None
 
 
 def dense_copies(loaded, rows: int, max_num_seqs: int, graphs: bool):

@@ -67,6 +67,17 @@ def step_products(model: torch.nn.Module, int8_x: bool = True, batched_qkv: bool
     return DecodeProducts(int8_x=int8, int8_attn=int8, batched_qkv=batched_qkv)
 
 
+def dense_need(model: torch.nn.Module) -> int | None:
+    """Bytes dense_copies(model, ...) would allocate; None for a model this step cannot run."""
+    try:
+        check_block_kind(model)
+        linears = [block_linears(blk) for blk in model.blocks]
+        check_fusable(model, linears)
+    except (ValueError, AttributeError):
+        return None
+    return dense_nbytes(linears, model.lm_head, model.lm_head.dtype)
+
+
 def dense_copies(model: torch.nn.Module, rows: int) -> DenseWeights:
     """The dense copies FusedDecoder(model, dense=...) runs batches of >= rows on, made now (the engine
     makes them before it sizes the KV cache from the free memory). DenseCopiesError (a ValueError) for a

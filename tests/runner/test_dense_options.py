@@ -79,13 +79,16 @@ def test_rows_threshold_and_bad_values():
 @pytest.mark.parametrize("command", ["serve", "generate"])
 def test_cli_option_parsed_and_refused(command, capsys):
     extra = ["hi"] if command == "generate" else []
-    args = build_parser(command).parse_args([command, *extra, "--dense-batch-rows", "8"])
-    assert args.dense_batch_rows == 8
-    assert build_parser(command).parse_args([command, *extra]).dense_batch_rows is None  # off by default
-    for bad in ("0", "-4", "eight"):
+    def parsed(*opt):
+        return build_parser(command).parse_args([command, *extra, *opt]).dense_batch_rows
+
+    assert parsed("--dense-batch-rows", "8") == 8
+    assert parsed() == "auto" == parsed("--dense-batch-rows", "auto")  # the engine decides (auto_dense_rows)
+    assert parsed("--dense-batch-rows", "off") is None
+    for bad in ("0", "-4", "eight", "Auto"):
         with pytest.raises(SystemExit):
             build_parser(command).parse_args([command, *extra, "--dense-batch-rows", bad])
-        assert "--dense-batch-rows: must be a whole number >= 1" in capsys.readouterr().err
+        assert "--dense-batch-rows: must be auto, off or a whole number >= 1" in capsys.readouterr().err
 
 
 def test_option_reaches_the_engine_build(tmp_path):
@@ -104,6 +107,27 @@ def test_engine_refuses_clearly(loaded, kw, match):
 
     with pytest.raises(OrcdError, match=match):
         LLMEngine(loaded, num_kv_blocks=8, max_num_seqs=64, **kw)
+
+
+def test_auto_rule(loaded):
+    """auto: AUTO_DENSE_ROWS when the copies take <= AUTO_DENSE_SHARE of the device's memory and decode
+    graphs read them; off otherwise (no graphs, batches too small to reach the rows, no fused step, or
+    the CPU, where nothing says how much memory there is)."""
+    from types import SimpleNamespace
+
+    from orcd.engine.sizing import AUTO_DENSE_ROWS, AUTO_DENSE_SHARE, auto_dense_rows
+    from orcd.runner.fused_decode import dense_need
+
+    model = loaded.model
+    need = dense_need(model)
+    assert need == dense_nbytes(_linears(model), model.lm_head, model.lm_head.dtype) > 0
+    roomy = int(need / AUTO_DENSE_SHARE) + 1
+    assert auto_dense_rows(loaded, 64, True, device_memory=roomy) == AUTO_DENSE_ROWS == 4
+    assert auto_dense_rows(loaded, 64, True, device_memory=roomy - 64) is None  # copies over the share
+    assert auto_dense_rows(loaded, 64, False, device_memory=roomy) is None  # eager / invariant steps
+    assert auto_dense_rows(loaded, AUTO_DENSE_ROWS - 1, True, device_memory=roomy) is None
+    assert auto_dense_rows(loaded, 64, True) is None  # the CPU
+    assert dense_need(SimpleNamespace(fused_decode=False, cfg=SimpleNamespace(arch="gemma3"))) is None
 
 
 def test_engine_without_option_reports_no_dense_bytes(loaded):
@@ -132,11 +156,12 @@ def test_peer_bench_switch():
         "orcd_side", Path(__file__).resolve().parents[2] / "bench/peers/orcd_side.py")
     side = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(side)
-    assert side.dense_values("off,8") == [None, 8]
-    runs = [{"dense_batch_rows": r, "weights_bytes": w, "dense_weights_bytes": d,
+    assert side.dense_values("off,8") == [None, 8] and side.dense_values("auto") == ["auto"]
+    runs = [{"dense_batch_rows": r, "dense_rows": rr, "weights_bytes": w, "dense_weights_bytes": d,
              "device_allocated_bytes": None, "decode": {"8": {"decode_tok_s": t}},
              "prefill": {"tok_s": 100.0}}
-            for r, w, d, t in ((None, 2**30, 0, 1000.0), (8, 3 * 2**30, 2 * 2**30, 1500.0))]
+            for r, rr, w, d, t in ((None, None, 2**30, 0, 1000.0), (8, 8, 3 * 2**30, 2 * 2**30, 1500.0),
+                                   ("auto", 4, 3 * 2**30, 2 * 2**30, 1400.0))]
     lines = side.table(runs).splitlines()
     assert lines[1].split()[:3] == ["off", "1.00", "0.00"] and lines[2].split()[:3] == ["8", "3.00", "2.00"]
-    assert lines[2].split()[-2] == "1,500"
+    assert lines[2].split()[-2] == "1,500" and lines[3].split()[0] == "auto=4"
