@@ -17,7 +17,7 @@ from orcd.engine.output import RequestOutput
 from orcd.engine.overlap import OverlapSteps
 from orcd.engine.scheduler import Scheduler
 from orcd.engine.sequence import Sequence
-from orcd.engine.sizing import auto_dense_rows, auto_num_blocks, dense_copies, layer_windows
+from orcd.engine.sizing import auto_num_blocks, dense_copies, layer_windows
 from orcd.errors import ContextLengthExceededError, RequestError
 
 log = logging.getLogger(__name__)
@@ -68,12 +68,10 @@ class LLMEngine(OverlapSteps):
         self.cfg = loaded.cfg
         self.tokenizer = loaded.tokenizer
         self.block_size = block_size
-        self.dense = None  # orcd.runner.dense_weights.DenseWeights, or None
-        graphs = runner is None and not enforce_eager and batch_invariant not in ("all", True)
-        if dense_batch_rows == "auto":
-            dense_batch_rows = auto_dense_rows(loaded, max_num_seqs, graphs)
-        if dense_batch_rows is not None:  # the runner built below captures the step that reads them
-            self.dense = dense_copies(loaded, dense_batch_rows, max_num_seqs, graphs=graphs)
+        # orcd.runner.dense_weights.DenseWeights, or None; made before the runner built below captures
+        # the step that reads them
+        self.dense = dense_copies(loaded, dense_batch_rows, max_num_seqs, graphs=runner is None
+                                  and not enforce_eager and batch_invariant not in ("all", True))
         if num_kv_blocks is None:
             num_kv_blocks = auto_num_blocks(loaded, kv_fraction, block_size)
         self.num_kv_blocks = num_kv_blocks

@@ -33,10 +33,16 @@ def auto_dense_rows(loaded, max_num_seqs: int, graphs: bool, device_memory: int 
     return AUTO_DENSE_ROWS if need is not None and need <= AUTO_DENSE_SHARE * device_memory else None
 
 
-def dense_copies(loaded, rows: int, max_num_seqs: int, graphs: bool):
-    """The dense weight copies of --dense-batch-rows (orcd.runner.dense_weights), made now; OrcdError
-    (DenseCopiesError) for a bad rows, no CUDA decode graphs, a model without the fused step, no room."""
+def dense_copies(loaded, rows: int | str | None, max_num_seqs: int, graphs: bool):
+    """The dense weight copies of --dense-batch-rows (orcd.runner.dense_weights), made now, or None (rows
+    None, or "auto" deciding against them: auto_dense_rows); OrcdError (DenseCopiesError) for a bad rows, no
+    CUDA decode graphs, a model without the fused step, no room."""
     from orcd.runner.dense_weights import DenseCopiesError, check_engine_dense
+
+    if rows == "auto":
+        rows = auto_dense_rows(loaded, max_num_seqs, graphs)
+    if rows is None:
+        return None
 
     check_engine_dense(rows, max_num_seqs, loaded.device, graphs)
     from orcd.runner.fused_decode import dense_copies as make
