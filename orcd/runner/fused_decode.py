@@ -67,15 +67,21 @@ def step_products(model: torch.nn.Module, int8_x: bool = True, batched_qkv: bool
     return DecodeProducts(int8_x=int8, int8_attn=int8, batched_qkv=batched_qkv)
 
 
+def _dense_plan(model: torch.nn.Module) -> tuple[list[BlockLinears], int]:
+    """(the blocks' linears, the bytes their dense copies and the head's take); ValueError for a model
+    this step cannot run."""
+    check_block_kind(model)
+    linears = [block_linears(blk) for blk in model.blocks]
+    check_fusable(model, linears)
+    return linears, dense_nbytes(linears, model.lm_head, model.lm_head.dtype)
+
+
 def dense_need(model: torch.nn.Module) -> int | None:
     """Bytes dense_copies(model, ...) would allocate; None for a model this step cannot run."""
     try:
-        check_block_kind(model)
-        linears = [block_linears(blk) for blk in model.blocks]
-        check_fusable(model, linears)
+        return _dense_plan(model)[1]
     except (ValueError, AttributeError):
         return None
-    return dense_nbytes(linears, model.lm_head, model.lm_head.dtype)
 
 
 def dense_copies(model: torch.nn.Module, rows: int) -> DenseWeights:
@@ -83,11 +89,8 @@ def dense_copies(model: torch.nn.Module, rows: int) -> DenseWeights:
     makes them before it sizes the KV cache from the free memory). DenseCopiesError (a ValueError) for a
     bad rows or copies that do not fit the free device memory; ValueError for a model this step cannot run."""
     check_dense_rows(rows)
-    check_block_kind(model)
-    linears = [block_linears(blk) for blk in model.blocks]
-    check_fusable(model, linears)
+    linears, need = _dense_plan(model)
     head = model.lm_head
-    need = dense_nbytes(linears, head, head.dtype)
     check_fits(need, torch.device(model.norm.weight.device))
     try:
         return DenseWeights.build(linears, head, rows)
