@@ -14,7 +14,8 @@ Split of the mask's work, per decode step:
   while the forward pass runs; masks: rows filled per step;
 - check: CPU wall time of Matcher.quick_check (llguidance's check of one sampled token); rejected: rows
   drawn again from their masked logits, per step;
-- consume: CPU wall time of Matcher.consume calls (the engine appends tokens between steps: not overlapped);
+- consume: CPU wall time of Matcher.consume calls (the engine resolves tokens between steps; since the
+  grammar rows' overlap, while the next step's forward runs);
 - apply: device time of apply_mask (bitmask upload, unpack, -inf), CUDA events around it.
 Each constrained output is checked against its grammar (llguidance validate_tokens); with --check-free,
 the free rows of (c) must equal the same prompts' rows of (a), and (a) run again must equal itself (its

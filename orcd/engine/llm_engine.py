@@ -62,8 +62,8 @@ class LLMEngine(OverlapSteps):
         min_prefix_hit (None: SHORT_PREFIX_TOKENS with prefill graphs, else 0): a cached prefix shorter than
         this many tokens is recomputed, so the step can replay a prefill graph (BlockManager.take_prefix).
         overlap: while the device computes a decode step, the host reads the step before's tokens (turns
-        them into events) and prepares the next; steps with a grammar, and runners
-        without ModelRunner.launch (tensor parallel), run one at a time."""
+        them into events) and prepares the next (grammar rows: orcd/engine/overlap.py); prefill steps and
+        runners without ModelRunner.launch (tensor parallel) run one at a time."""
         self.loaded = loaded
         self.cfg = loaded.cfg
         self.tokenizer = loaded.tokenizer

@@ -8,8 +8,13 @@ abort), advances those that k's token does not end by length with a placeholder 
 the device, and only then waits for k's tokens, which replace the placeholders (Sequence.resolve) and
 become events. A sequence that k's token ends (a stop token or string, EOS) has a row in k + 1 that is
 computed and dropped: it writes one K/V slot of a block it no longer owns, before any later step can
-reuse that block (one stream, in order). Steps with a grammar, prefill steps and
-runners without `launch` (tensor parallel) run one at a time.
+reuse that block (one stream, in order). Prefill steps and runners without `launch` (tensor parallel) run
+one at a time.
+
+Steps with grammar rows overlap too, one phase later: launching k + 1 queues only its forward pass
+(executors.GuidedInFlight); k's tokens then advance the grammars (Sequence.resolve) while it runs, and
+the next step() draws k + 1's tokens (masks filled while the device still computes the logits, the
+grammar's host sync) before it launches k + 2. The device waits for that draw, not for the events.
 
 A mixin of LLMEngine: it uses the engine's scheduler, runner, requests and _apply/_run/_failed.
 """
@@ -38,6 +43,10 @@ class OverlapSteps:
         input ids taken from k's tokens on the device, and k's tokens are read after: the GPU never waits
         for the host's work on k. Otherwise k is read and applied as _run's."""
         self._inflight = None
+        try:
+            inflight.draw()  # grammar rows' tokens (GuidedInFlight), before anything reads them
+        except Exception as err:  # noqa: BLE001 - as _run's failures
+            return self._apply(sched, self._failed(sched, err))
         running = self._continuing(sched)
         if running is None:
             return self._apply(sched, self._wait(inflight, sched))

@@ -99,6 +99,8 @@ class Sequence:
         """The placeholder at the end becomes the sampled token."""
         assert self.output_token_ids[-1] == PLACEHOLDER, "no placeholder to resolve"
         self.output_token_ids[-1] = token_id
+        if self.matcher is not None:
+            self.matcher.consume(token_id)
         if self.first_token_time is None:
             self.first_token_time = time.monotonic()
 

@@ -34,9 +34,13 @@ Sampled = tuple[list[int], list[ScheduledSeq]]  # (tokens, the sequences they be
 
 
 def launchable(seqs: list[ScheduledSeq]) -> bool:
-    """Steps an executor may launch without waiting for their tokens: one-token rows that all sample,
-    without a grammar (its mask needs the token before)."""
-    return all(s.sample and len(s.token_ids) == 1 and s.matcher is None for s in seqs)
+    """Steps an executor may launch without waiting for their tokens: one-token rows that all sample.
+    A step with a grammar row launches its forward only; its tokens are drawn later (GuidedInFlight)."""
+    return all(s.sample and len(s.token_ids) == 1 for s in seqs)
+
+
+def guided(seqs: list[ScheduledSeq]) -> bool:
+    return any(s.matcher is not None for s in seqs)
 
 
 def wants_logprobs(seqs: list[ScheduledSeq]) -> bool:
@@ -81,6 +85,8 @@ class EagerExecutor:
         logits = self.forward(seqs, prev)
         self.logprobs = {}
         rows = sample_rows(seqs)
+        if guided(seqs):
+            return GuidedInFlight(seqs, logits, rows, lambda: sample(logits, rows, last_ids=prev), prev)
         tokens = sample(logits, rows, last_ids=prev)
         return InFlight(seqs, tokens, logprobs_on_device(logits, rows, tokens, prev))
 
@@ -115,6 +121,10 @@ class DecodeGraphExecutor:
         # the step's input ids as its graph read them (prev may view a static buffer the replay rewrote)
         last_ids = self.graphs.ids[: len(seqs)] if prev is not None else None
         rows = sample_rows(seqs)
+        if guided(seqs):  # logits and greedy are the graph's buffers: drawn before its next replay
+            last_ids = last_ids.clone() if last_ids is not None else None
+            draw = lambda: pick_tokens(logits, greedy, rows, last_ids=last_ids)  # noqa: E731
+            return GuidedInFlight(seqs, logits, rows, draw, last_ids)
         tokens = pick_tokens(logits, greedy, rows, last_ids=last_ids)
         return InFlight(seqs, tokens, logprobs_on_device(logits, rows, tokens, last_ids))
 
@@ -138,6 +148,9 @@ class InFlight:
         if self.done is not None:
             self.done.record()
 
+    def draw(self) -> None:
+        """The tokens are drawn at launch: nothing to do (GuidedInFlight's draws them here)."""
+
     def wait(self) -> ModelRunnerOutput:
         """Block until the step finished; its tokens by sequence."""
         if self.done is not None:
@@ -148,6 +161,33 @@ class InFlight:
             return ModelRunnerOutput(sampled=sampled)
         lps = zip(self.seqs, self.logprobs.read(len(self.seqs)), strict=True)
         return ModelRunnerOutput(sampled=sampled, logprobs={s.seq_id: lp for s, lp in lps if lp is not None})
+
+
+class GuidedInFlight(InFlight):
+    """A launched step holding grammar rows: only its forward pass is queued at launch. Its tokens need
+    each grammar advanced past the step before's token, which reaches the host after the launch (the
+    engine reads it while this forward runs), so they are drawn by draw(): masks filled while the device
+    still computes the logits, the step's host sync (orcd/structured/guide.py). The engine calls draw()
+    before the next launch, which reads `tokens` on the device and replays the graph whose buffers hold
+    these logits."""
+
+    def __init__(self, seqs: list[ScheduledSeq], logits: torch.Tensor, rows: list[SampleRow],
+                 draw: Callable[[], torch.Tensor], last_ids: torch.Tensor | None):
+        self.seqs, self._logits, self._rows, self._draw, self._last_ids = seqs, logits, rows, draw, last_ids
+        self._drawn = False
+
+    def draw(self) -> None:
+        if self._drawn:
+            return
+        self._drawn = True
+        with torch.inference_mode():
+            tokens = self._draw()
+            lps = logprobs_on_device(self._logits, self._rows, tokens, self._last_ids)
+        super().__init__(self.seqs, tokens, lps)
+
+    def wait(self) -> ModelRunnerOutput:
+        self.draw()
+        return super().wait()
 
 
 class PrefillGraphExecutor:

@@ -183,16 +183,15 @@ def sample(logits: torch.Tensor, rows: list[SampleRow], greedy: torch.Tensor | N
     without penalties. busy: whether the device still computes the logits (default: an event on CUDA);
     masks are filled ahead while it does. last_ids: int64 [N] on the device, each row's input token this
     step; it stands for the placeholder (orcd.engine.sequence.PLACEHOLDER) that ends a row's penalty
-    tokens when the step was launched before that token reached the host (the engine's overlap; rows
-    without a grammar only)."""
+    tokens when the step was launched before that token reached the host (the engine's overlap)."""
     seeds = _seeds(rows)
     if all(r.matcher is None for r in rows):
         return _race(logits, rows, seeds, last_ids)
     guide = _guide(logits, rows, busy)
     if guide.first:
-        tokens = _race(apply_mask(logits, guide.first, guide.first_masks()), rows, seeds)
+        tokens = _race(apply_mask(logits, guide.first, guide.first_masks()), rows, seeds, last_ids)
     else:
-        tokens = greedy.clone() if greedy is not None else _race(logits, rows, seeds)
+        tokens = greedy.clone() if greedy is not None else _race(logits, rows, seeds, last_ids)
     redo = guide.rejected(tokens)
     if not redo:
         return tokens
@@ -204,7 +203,8 @@ def sample(logits: torch.Tensor, rows: list[SampleRow], greedy: torch.Tensor | N
     if redo:
         idx = torch.tensor(redo, device=logits.device)
         masked = apply_mask(logits.index_select(0, idx), list(range(len(redo))), guide.masks(redo))
-        tokens[idx] = _race(masked, [rows[i] for i in redo], [seeds[i] for i in redo])
+        ids = last_ids.index_select(0, idx) if last_ids is not None else None
+        tokens[idx] = _race(masked, [rows[i] for i in redo], [seeds[i] for i in redo], ids)
     return tokens
 
 

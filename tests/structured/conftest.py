@@ -74,3 +74,16 @@ def loaded(tmp_path_factory):
                             n_layers=2, ffn=128, n_heads=4, n_kv_heads=2, context_length=1024, seed=3)
     yield load_model(path, "cpu")
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def cuda_model(tmp_path_factory):
+    """A small quantized random qwen2 on CUDA (the GPU grammar tests)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from gguf import GGMLQuantizationType as Q
+
+    path = write_model_gguf(tmp_path_factory.mktemp("cuda") / "m.gguf", "qwen2", vocab_size=1024, hidden=256,
+                            n_layers=2, ffn=512, n_heads=4, n_kv_heads=2, context_length=1024, tied=False,
+                            qtypes={"default": Q.Q8_0, "attn_q": Q.Q5_0, "ffn_down": Q.Q4_K}, seed=2)
+    return load_model(path, "cuda")

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import llguidance
 import pytest
-import torch
 
 from orcd.engine.io import EngineRequest
 from orcd.engine.llm_engine import LLMEngine
 from orcd.engine.sampling_params import SamplingParams
-from orcd.gguf.synth import write_model_gguf
-from orcd.loading.loader import load_model
 from orcd.structured.grammars import json_schema_grammar, regex_grammar
 from orcd.structured.tool_grammar import forced_tool_grammar
 
@@ -95,18 +92,6 @@ def _cuda_batch(model, grammar: str, n_held: int, check_first: bool) -> list[lis
             if ev.token_id is not None:
                 out[ev.request_id].append(ev.token_id)
     return [out[f"r{i}"] for i in range(8)]
-
-
-@pytest.fixture(scope="module")
-def cuda_model(tmp_path_factory):
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
-    from gguf import GGMLQuantizationType as Q
-
-    path = write_model_gguf(tmp_path_factory.mktemp("cuda") / "m.gguf", "qwen2", vocab_size=1024, hidden=256,
-                            n_layers=2, ffn=512, n_heads=4, n_kv_heads=2, context_length=1024, tied=False,
-                            qtypes={"default": Q.Q8_0, "attn_q": Q.Q5_0, "ffn_down": Q.Q4_K}, seed=2)
-    return load_model(path, "cuda")
 
 
 @pytest.mark.gpu
