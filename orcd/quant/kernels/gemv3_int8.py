@@ -38,10 +38,11 @@ def _gemv3_i8_kernel(xq, xs, N, K, a8, a16, a32, ya, OA, rba, ba, b8, b16, b32, 
 
 
 def gemv3_i8(xq: torch.Tensor, xs: torch.Tensor, weights: list, in_features: int,
-             dtype: torch.dtype, bo: int = BO3, split: tuple = (False, False, False)) -> list[torch.Tensor]:
+             dtype: torch.dtype, bo: int = BO3, split: tuple = (False, False, False),
+             warps: int = 4) -> list[torch.Tensor]:
     """x from quantize_x; weights: 3 x (raw [out_i, row_bytes_i], out_i, qtype_i in (Q4_K, Q6_K), bias_i:
     all or none) -> [y_i [N, out_i]] in dtype. bo: rows per program (all three). split: per weight, Q6_K
-    in layout.split_q6_k's layout."""
+    in layout.split_q6_k's layout. warps: per program."""
     n = xq.shape[0]
     args, consts, ys, nprog = [], {}, [], 0
     for j, (raw, out_f, qtype, bias) in enumerate(weights):
@@ -59,5 +60,5 @@ def gemv3_i8(xq: torch.Tensor, xs: torch.Tensor, weights: list, in_features: int
     nt = i8_launch(12, n)[3]
     _gemv3_i8_kernel[(nprog, triton.cdiv(n, nt))](
         xq, xs, n, in_features, *args, **consts, BO=bo, NT=nt, ASM=asm_ok(xq.device),
-        HAS_BIAS=weights[0][3] is not None, num_warps=4, **launch_opts(xq.device))
+        HAS_BIAS=weights[0][3] is not None, num_warps=warps, **launch_opts(xq.device))
     return ys
