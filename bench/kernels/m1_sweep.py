@@ -28,7 +28,7 @@ import products  # noqa: E402
 from products import blocks, copies_for, copy_bandwidth, graph_time  # noqa: E402
 
 from orcd.quant.kernels.gemv3_int8 import BO3, gemv3_i8  # noqa: E402
-from orcd.quant.kernels.gemv_int8 import gemv_i8, i8_launch  # noqa: E402
+from orcd.quant.kernels.gemv_int8 import I8_LAUNCH, gemv_i8  # noqa: E402
 from orcd.quant.kernels.layout import split_q6_k  # noqa: E402
 from orcd.quant.kernels.xquant import quantize_x  # noqa: E402
 
@@ -70,7 +70,7 @@ def gemv_rows(name: str, qt: int, n: int, k: int, seed: int) -> list[dict]:
     split = qt == 14
     ws = [split_q6_k(raw) if split else raw] + [split_q6_k(raw.clone()) if split else raw.clone()
                                                  for _ in range(copies_for(raw.numel()) - 1)]
-    default = i8_launch(qt, 1, in_features=k)[:3]
+    default = I8_LAUNCH[1][qt]
     rows = []
     for launch in GEMV_GRID[qt]:
         fns = [partial(gemv_i8, xq, xs, w, n, k, qt, launch=launch, split=split) for w in ws]

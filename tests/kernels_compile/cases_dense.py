@@ -128,8 +128,6 @@ def int8_decode() -> None:
     xq, xs = quantize_x(torch.zeros(1, H, dtype=BF16))
     g = raw(Q.Q4_K, FFN, H)
     glu_q4k_i8(xq, xs, g, g, FFN, H, BF16, launch=(8, 32, 4))
-    yq, ys = quantize_x(torch.zeros(1, FFN, dtype=BF16))  # a Q4_K down: LONG_K_LAUNCH
-    gemv_i8(yq, ys, raw(Q.Q4_K, H, FFN), H, FFN, Q.Q4_K, residual=torch.zeros(1, H, dtype=BF16))
     int8_tables((8,), (Q.Q4_K,), glu=False)
 
 

@@ -43,11 +43,6 @@ I8_LAUNCH = MappingProxyType({
     8: MappingProxyType({12: (16, 4, 4), 14: (1, 8, 4), "glu": (8, 4, 4)}),
 })
 NT_MAX = 8  # tokens per program at most (NT 16 lost to 2 x NT 8 at M = 16); more rows: ceil(N / 8) programs
-# One token, Q4_K rows of at least LONG_K inputs (the 7B's down, K 18944): one row per program. H100
-# (bench/kernels/m1_sweep.py, bench/results/m1_sweep_h100.md): down 3584 x 18944 24.0 us at BO 4, 18.7-19.6
-# at BO 1 with G 32 or 64 and 1 or 4 warps; o and q (K 3584) gain nothing from BO 1.
-LONG_K = 8192
-LONG_K_LAUNCH = (64, 1, 4)
 
 
 def tokens_per_program(n: int) -> int:
@@ -55,14 +50,11 @@ def tokens_per_program(n: int) -> int:
     return min(triton.next_power_of_2(max(n, 1)), NT_MAX)
 
 
-def i8_launch(key, n: int, launch: tuple | None = None, in_features: int = 0) -> tuple[int, int, int, int]:
-    """(G, BO, warps, NT) for N rows: launch (G, BO, warps[, NT]) if given, else the table's (one token
-    and a Q4_K row of LONG_K or more inputs: LONG_K_LAUNCH)."""
+def i8_launch(key, n: int, launch: tuple | None = None) -> tuple[int, int, int, int]:
+    """(G, BO, warps, NT) for N rows: launch (G, BO, warps[, NT]) if given, else the table's."""
     if launch is not None:
         return (*launch, tokens_per_program(n)) if len(launch) == 3 else tuple(launch)
     nt = tokens_per_program(n)
-    if nt == 1 and key == 12 and in_features >= LONG_K:
-        return (*LONG_K_LAUNCH, nt)
     return (*I8_LAUNCH[nt][key], nt)
 
 
@@ -265,7 +257,7 @@ def gemv_i8(xq: torch.Tensor, xs: torch.Tensor, raw: torch.Tensor, out_features:
         raise ValueError(f"the split layout is Q6_K's (14), not type {qt}")
     n = xq.shape[0]
     y = residual if residual is not None else torch.empty((n, out_features), dtype=dtype, device=xq.device)
-    g, bo, warps, nt = i8_launch(qt, n, launch, in_features)
+    g, bo, warps, nt = i8_launch(qt, n, launch)
     g = min(g, triton.next_power_of_2(triton.cdiv(in_features, 64 if qt == 12 else 128)))
     row_bytes = in_features // 256 * (144 if qt == 12 else 210)
     _gemv_i8_kernel[(triton.cdiv(out_features, bo), triton.cdiv(n, nt))](
