@@ -13,6 +13,7 @@ usage: python bench/kernels/m1_sweep.py OUT.json
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import sys
@@ -80,8 +81,12 @@ def gemv_rows(name: str, qt: int, n: int, k: int, seed: int) -> list[dict]:
 
 def main() -> None:
     global K, FFN, GEMV_GRID, QKV_GRID
-    out = Path(sys.argv[1])
-    if "--dry" in sys.argv:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--dry", action="store_true", help="small shapes, two launches each (the CPU path)")
+    a = ap.parse_args()
+    out = Path(a.out)
+    if a.dry:
         K, FFN = 512, 1024
         GEMV_GRID = {12: [(64, 4, 4), (32, 1, 1)], 14: [(8, 8, 4), (4, 2, 2)]}
         QKV_GRID = [(4, 4), (1, 1)]
