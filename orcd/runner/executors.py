@@ -86,7 +86,7 @@ class EagerExecutor:
         self.logprobs = {}
         rows = sample_rows(seqs)
         if guided(seqs):
-            return GuidedInFlight(seqs, logits, rows, lambda: sample(logits, rows, last_ids=prev), prev)
+            return GuidedInFlight(seqs, logits, rows, prev)
         tokens = sample(logits, rows, last_ids=prev)
         return InFlight(seqs, tokens, logprobs_on_device(logits, rows, tokens, prev))
 
@@ -123,8 +123,7 @@ class DecodeGraphExecutor:
         rows = sample_rows(seqs)
         if guided(seqs):  # logits and greedy are the graph's buffers: drawn before its next replay
             last_ids = last_ids.clone() if last_ids is not None else None
-            draw = lambda: pick_tokens(logits, greedy, rows, last_ids=last_ids)  # noqa: E731
-            return GuidedInFlight(seqs, logits, rows, draw, last_ids)
+            return GuidedInFlight(seqs, logits, rows, last_ids, greedy)
         tokens = pick_tokens(logits, greedy, rows, last_ids=last_ids)
         return InFlight(seqs, tokens, logprobs_on_device(logits, rows, tokens, last_ids))
 
@@ -172,17 +171,24 @@ class GuidedInFlight(InFlight):
     these logits."""
 
     def __init__(self, seqs: list[ScheduledSeq], logits: torch.Tensor, rows: list[SampleRow],
-                 draw: Callable[[], torch.Tensor], last_ids: torch.Tensor | None):
-        self.seqs, self._logits, self._rows, self._draw, self._last_ids = seqs, logits, rows, draw, last_ids
+                 last_ids: torch.Tensor | None, greedy: torch.Tensor | None = None):
+        """logits [n, V] of the step's rows, greedy [n] their argmax (the decode graph's; None: eager),
+        last_ids the step's input ids on the device (sample()'s)."""
+        self.seqs, self._logits, self._rows, self._last_ids = seqs, logits, rows, last_ids
+        self._greedy = greedy
         self._drawn = False
 
     def draw(self) -> None:
         if self._drawn:
             return
         self._drawn = True
+        logits, rows, last_ids = self._logits, self._rows, self._last_ids
         with torch.inference_mode():
-            tokens = self._draw()
-            lps = logprobs_on_device(self._logits, self._rows, tokens, self._last_ids)
+            if self._greedy is not None:
+                tokens = pick_tokens(logits, self._greedy, rows, last_ids=last_ids)
+            else:
+                tokens = sample(logits, rows, last_ids=last_ids)
+            lps = logprobs_on_device(logits, rows, tokens, last_ids)
         super().__init__(self.seqs, tokens, lps)
 
     def wait(self) -> ModelRunnerOutput:
