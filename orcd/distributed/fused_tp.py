@@ -109,7 +109,7 @@ class TPFusedDecoder:
         p = self.products
         for i, (blk, lin) in enumerate(zip(self.model.blocks, self.linears, strict=True)):
             q, k, v = p.qkv(lin, res, (blk.attn_norm.weight, blk.attn_norm.eps))
-            o = attend(blk.attn, q, k, v, pos, self.inv_freq, kv.k[i], kv.v[i], meta)
+            o = attend(blk.attn, q, k, v, pos, self.inv_freq, kv.k[i], kv.v[i], meta, quant=p.attn_i8(lin))
             if self.rank:
                 res.zero_()
             p.o(lin, o, res)

@@ -83,13 +83,18 @@ def linear(m, x: torch.Tensor) -> torch.Tensor:
 
 
 def attend(a, q, k, v, pos: torch.Tensor, inv_freq: torch.Tensor, k_cache, v_cache,
-           meta: AttnMetadata) -> torch.Tensor:
+           meta: AttnMetadata, quant: bool = False):
     """RoPE + K/V write + paged attention of one block (a: its Attention, for the head counts; q, k, v
-    [B, heads * head_dim] from its products) -> [B, heads * head_dim]."""
+    [B, heads * head_dim] from its products) -> [B, heads * head_dim]. quant (where head_dim % 32 == 0):
+    instead that output as quantize_x gives it, (words, scales), written by the attention's split merge
+    (no launch of its own; bit for bit quantize_x's)."""
     b = q.shape[0]
     q = q.view(b, a.n_heads, a.head_dim)
     k, v = k.view(b, a.n_kv_heads, a.head_dim), v.view(b, a.n_kv_heads, a.head_dim)
     rope_and_write_kv(q, k, v, pos, inv_freq, k_cache, v_cache, meta.slot_mapping)
+    if quant and a.head_dim % 32 == 0:
+        return paged_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, a.scale,
+                                      quant=True)[1]
     o = paged_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, a.scale)
     return o.view(b, a.n_heads * a.head_dim)
 
@@ -241,11 +246,12 @@ class DecodeProducts:
                 return batched_qkv(h, weights, lin.q.in_features, split=tuple(split(m) for m in qkv))
         return [linear(m, h) for m in qkv]
 
-    def o(self, lin: BlockLinears, x: torch.Tensor, res: torch.Tensor) -> None:
-        """res [B, H] += x [B, heads * head_dim] @ Wo.T, in place."""
+    def o(self, lin: BlockLinears, x, res: torch.Tensor) -> None:
+        """res [B, H] += x [B, heads * head_dim] @ Wo.T, in place. x: a tensor, or where attn_i8(lin) its
+        quantize_x words and scales (attend(quant=True))."""
         m = lin.o
         if self.attn_i8(lin):
-            xq, xs = quantize_x(x)
+            xq, xs = x if isinstance(x, tuple) else quantize_x(x)
             gemv_i8(xq, xs, m.raw, m.out_features, m.in_features, m.qtype, residual=res, split=split(m))
         else:
             fused_gemv(x, gguf_raw(m, "fused_gemv"), m.out_features, m.in_features, m.qtype, residual=res)

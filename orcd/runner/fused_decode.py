@@ -176,6 +176,7 @@ class FusedDecoder:
         model, p = self.model, self.products
         for i, (blk, lin) in enumerate(zip(model.blocks, self.linears, strict=True)):
             q, k, v = p.qkv(lin, res, (blk.attn_norm.weight, blk.attn_norm.eps))
-            p.o(lin, attend(blk.attn, q, k, v, pos, self.inv_freq, kv.k[i], kv.v[i], meta), res)
+            o = attend(blk.attn, q, k, v, pos, self.inv_freq, kv.k[i], kv.v[i], meta, quant=p.attn_i8(lin))
+            p.o(lin, o, res)
             p.down(lin, p.glu(lin, res, (blk.ffn_norm.weight, blk.ffn_norm.eps)), res)
         return p.head(model.lm_head, res, (model.norm.weight, model.norm.eps)).float()

@@ -33,13 +33,14 @@ def cache(kv_heads: int, d: int, dtype=BF16) -> torch.Tensor:
 
 
 def qwen_attention(rows: tuple = (1,)) -> None:
-    """qwen2.5-7B: 28 query heads, 4 KV heads, D 128 (1 row: 16 splits, 8 rows: 4)."""
+    """qwen2.5-7B: 28 query heads, 4 KV heads, D 128 (1 row: 16 splits, 8 rows: 4), o plain and quantized."""
     a = SimpleNamespace(n_heads=28, n_kv_heads=4, head_dim=128, scale=128 ** -0.5)
     kc = cache(4, 128)
     for n in rows:
-        attend(a, torch.zeros(n, 28 * 128, dtype=BF16), torch.zeros(n, 512, dtype=BF16),
-               torch.zeros(n, 512, dtype=BF16), torch.zeros(n, dtype=torch.int64), torch.zeros(64), kc, kc,
-               meta(n))
+        for quant in (False, True):  # True: o quantized by the split merge (the int8 o GEMV's x)
+            attend(a, torch.zeros(n, 28 * 128, dtype=BF16), torch.zeros(n, 512, dtype=BF16),
+                   torch.zeros(n, 512, dtype=BF16), torch.zeros(n, dtype=torch.int64), torch.zeros(64),
+                   kc, kc, meta(n), quant=quant)
 
 
 def gemma3_layer(windows: tuple = (512,)) -> None:

@@ -93,6 +93,29 @@ def _q8_kernel(x_ptr, nw_ptr, xq_ptr, xs_ptr, K, eps, stride_xn, BB: tl.constexp
                       k0 + b * 32 < K)
 
 
+@triton.jit
+def _q8_row_kernel(x_ptr, nw_ptr, xq_ptr, xs_ptr, K, eps, stride_xn, BB: tl.constexpr, PDL: tl.constexpr = 0):
+    # program n: RMSNorm(x row n) * w quantized, the whole row (K <= BB * 32) loaded once. In a decode step
+    # this launch sits between two GEMVs on the step's critical path: _q8_kernel's NORM path walks the
+    # row twice in 1024-input chunks (8 dependent loads on one program of 4 warps)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    n = tl.program_id(0)
+    b = tl.arange(0, BB)
+    off = b[:, None, None] * 32 + tl.arange(0, 8)[None, :, None] * 4 + tl.arange(0, 4)[None, None, :]
+    mk = off < K
+    xv = tl.load(x_ptr + n * stride_xn + off, mask=mk, other=0.0)
+    xf = xv.to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(tl.sum(tl.sum(xf * xf, axis=2), axis=1), axis=0) / K + eps)
+    xn = (xf * rstd).to(xv.dtype).to(tl.float32)  # as the eager layer rounds: round(round(x * rstd) * w)
+    xv = (xn * tl.load(nw_ptr + off, mask=mk, other=0.0).to(tl.float32)).to(xv.dtype)
+    store_quant32(xv.to(tl.float32), xq_ptr + n * (K // 4), xs_ptr + n * (K // 8), b, b * 32 < K)
+
+
+ONE_PASS_K = 8192  # quantize_x with a norm: rows up to this width take _q8_row_kernel
+
+
 def quantize_x(x: torch.Tensor, norm: tuple[torch.Tensor, float] | None = None):
     """x [N, K] (K % 32 == 0) -> (xq int32 [N, K / 4], xs float32 [N, K / 32, 4]).
     norm = (weight [K], eps): quantize RMSNorm(x) * weight instead."""
@@ -101,6 +124,10 @@ def quantize_x(x: torch.Tensor, norm: tuple[torch.Tensor, float] | None = None):
         raise ValueError(f"K = {k} is not a multiple of 32")
     xq = torch.empty((n, k // 4), dtype=torch.int32, device=x.device)
     xs = torch.empty((n, k // 32, 4), dtype=torch.float32, device=x.device)
+    if norm is not None and k <= ONE_PASS_K:  # the row in registers: one load, 8 warps
+        _q8_row_kernel[(n,)](x, norm[0], xq, xs, k, float(norm[1]), x.stride(0),
+                             BB=triton.next_power_of_2(k // 32), num_warps=8, **launch_opts(x.device))
+        return xq, xs
     bb = 32  # 1024 inputs per chunk
     grid = (n, 1 if norm else triton.cdiv(k, bb * 32))
     _q8_kernel[grid](x, norm[0] if norm else None, xq, xs, k, float(norm[1]) if norm else 0.0, x.stride(0),
