@@ -5,12 +5,13 @@ model.forward, then of GptOssDecoder (captured here), the same decode rounds on 
 over decode steps of the fused graphs (gpt_oss_profile.profile_round).
 
 usage: python bench/kernels/gpt_oss_fused.py MODEL.gguf OUT.json [--streams 1,8,32,64] [--profile 1,8]
-  [--int8] [--fuse-quant] [--no-float]
+  [--int8] [--fuse-quant "o;o,h;all"] [--no-float]
 Prints tok/s per stream count both ways, then the profiled kernels of the fused step. --int8: also the
 fused step with GptOssDecoder(int8_moe=True) (fused_int8_moe) and with int8_attn=True as well (fused_int8),
 each profiled.
---fuse-quant: the fused int8 step (int8_moe and int8_attn) with fuse_quant off (fused_int8, unless --int8
-has it already) and on (fused_int8_fq), each profiled: the A/B for GptOssDecoder's FUSE_QUANT_DEFAULT.
+--fuse-quant V1;V2;...: the fused int8 step (int8_moe and int8_attn) with fuse_quant off (fused_int8,
+unless --int8 has it already) and with each variant's parts (fused_int8_fq_<parts>: "o", "o,h", "all",
+...: GptOssDecoder's fuse_quant), each profiled: the A/B for FUSE_QUANT_DEFAULT.
 --no-float: without the model.forward and float fused-step columns (the runner's own graphs are always
 measured first).
 """
@@ -63,8 +64,8 @@ def main() -> None:
     ap.add_argument("--streams", default="1,8,32,64")
     ap.add_argument("--profile", default="1,8")
     ap.add_argument("--int8", action="store_true", help="also the fused step with int8_moe (and int8_attn)")
-    ap.add_argument("--fuse-quant", action="store_true",
-                    help="the fused int8 step with fuse_quant off and on (quantize_x folded into producers)")
+    ap.add_argument("--fuse-quant", default="",
+                    help="';'-separated fuse_quant variants ('all' = every part), each beside fuse_quant off")
     ap.add_argument("--no-float", action="store_true", help="skip the model.forward and float fused steps")
     a = ap.parse_args()
     streams = [int(s) for s in a.streams.split(",")]
@@ -79,7 +80,8 @@ def main() -> None:
     steps += [("fused_int8_moe", True, (True, False)), ("fused_int8", True, (True, True))] if a.int8 else []
     if a.fuse_quant:
         steps += [] if a.int8 else [("fused_int8", True, (True, True, False))]
-        steps += [("fused_int8_fq", True, (True, True, True))]
+        for v in a.fuse_quant.split(";"):
+            steps += [(f"fused_int8_fq_{v.replace(',', '_')}", True, (True, True, True if v == "all" else v))]
     for name, fused, int8 in steps:
         res[name + "_capture_s"] = use_step(eng, max(64, max(streams)), fused, int8)  # measure's max seqs
         res[name] = rounds(eng, streams, rng)
@@ -93,8 +95,8 @@ def main() -> None:
     for c in map(str, streams):
         row = [res["runner"]["decode"][c]] + [res[name][c] for name, _, _ in steps]
         print(c, *(f"{r['decode_tok_s']:,.0f}" for r in row), sep=" | ")
-    for key in ("profile", "profile_int8_moe", "profile_int8", "profile_int8_fq"):
-        for p in res.get(key, []):
+    for key in [k for k in res if k.startswith("profile")]:
+        for p in res[key]:
             print(f"-- {key}, {p['streams']} streams: {p['kernel_us_per_step']:,.0f} us of kernels per step")
             kernel_table.print_rows(p["kernels"], "step", 14, 80)
 

@@ -18,11 +18,11 @@ per 32 by quantize_x, dp4a over the E2M1 codes), two launches more per layer; on
 (INT8_DEFAULT, measured faster on an H100), never by default for float32 models. int8_attn (same
 default): Q8_0 q, k, v (one launch, the RMSNorm fused into x's quantization: 2 launches) and o
 (+ residual: 2) with int8 x (q8_int8_gemv), at <= GEMV_MAX_N rows.
-fuse_quant (opt-in, FUSE_QUANT_DEFAULT): three of the four quantize_x launches per layer folded into their
-producers, bit for bit the same words and scales: o by the attention's split merge, h by norm_route, the
-SwiGLU output by the gate/up epilogue (the q, k, v input keeps its own: its producer is the down GEMV's
-sum over the top-k pairs). 3 launches fewer per layer at <= GEMV_MAX_N rows (int8_attn and int8_moe; o only
-where the attention takes more than one split), 2 (the MoE's) at up to 8.
+fuse_quant (FUSE_QUANT_DEFAULT): which of the four quantize_x launches per layer are folded into their
+producers, bit for bit the same words and scales; parts "o" (by the attention's split merge, int8_attn, at
+<= GEMV_MAX_N rows where the attention takes more than one split), "h" (by norm_route, int8_moe), "act" (the
+SwiGLU output by the gate/up epilogue, int8_moe); True: all three, False: none. The q, k, v input keeps its
+own: its producer is the down GEMV's sum over the top-k pairs.
 """
 
 from __future__ import annotations
@@ -52,9 +52,24 @@ O_LAUNCH_Q8_0 = (8, 4, 1, 2)
 # 2,289 / 4,478 tok/s, int8 323 / 1,057 / 2,371 / 4,415 (bench/results/gpt_oss_engine_*_ae555e3.json);
 # tests/gpu/test_moe_int8.py passed there
 INT8_DEFAULT = True
-# GptOssDecoder's fuse_quant when not given: off until bench/kernels/gpt_oss_fused.py --fuse-quant shows
-# it faster on the GPU (not measured yet)
-FUSE_QUANT_DEFAULT = False
+# GptOssDecoder's fuse_quant parts when not given (bench/kernels/gpt_oss_fused.py --fuse-quant measures
+# them on the GPU): all three together were slower in session 12 (bench/results/gpt_oss_fuse_quant_s12.*)
+FUSE_QUANT_DEFAULT: frozenset[str] = frozenset()
+FUSE_PARTS = ("o", "h", "act")
+
+
+def quant_parts(fuse_quant: bool | str | frozenset | None) -> frozenset[str]:
+    """GptOssDecoder's fuse_quant -> the set of parts: None the default, True all, False none, "o,h" or a
+    set those named."""
+    if fuse_quant is None:
+        return FUSE_QUANT_DEFAULT
+    if isinstance(fuse_quant, bool):
+        return frozenset(FUSE_PARTS) if fuse_quant else frozenset()
+    names = fuse_quant.split(",") if isinstance(fuse_quant, str) else fuse_quant
+    parts = frozenset(p for p in names if p)
+    if not parts <= set(FUSE_PARTS):
+        raise ValueError(f"fuse_quant: unknown parts {sorted(parts - set(FUSE_PARTS))} (of {FUSE_PARTS})")
+    return parts
 
 
 def _raw_linears(model) -> list:
@@ -92,13 +107,13 @@ def _router(moe) -> tuple[torch.Tensor, torch.Tensor]:
 
 class GptOssDecoder:
     def __init__(self, model: torch.nn.Module, int8_moe: bool | None = None, int8_attn: bool | None = None,
-                 fuse_quant: bool | None = None):
+                 fuse_quant: bool | str | frozenset | None = None):
         check_model(model)
         self.model = model
         default = INT8_DEFAULT and model.norm.weight.dtype != torch.float32  # by the model dtype
         self.int8_moe = default if int8_moe is None else int8_moe
         self.int8_attn = default if int8_attn is None else int8_attn
-        self.fuse_quant = FUSE_QUANT_DEFAULT if fuse_quant is None else fuse_quant
+        self.fuse_quant = quant_parts(fuse_quant)
         self.routers = [_router(blk.moe) for blk in model.blocks]  # small: E x H per layer
         self.max_rows = GEMV_MAX_PAIRS // model.blocks[0].moe.top_k  # the MoE GEMV's range
 
@@ -141,7 +156,7 @@ class GptOssDecoder:
         m = a.o_proj
         args = (q, kv.k[i], kv.v[i], meta.block_tables, meta.seq_lens, scale)
         if self.int8_attn and b <= GEMV_MAX_N and int(m.qtype) == Q8_0:
-            if self.fuse_quant and kv.k[i].dtype == res.dtype:  # o comes quantized from the split merge
+            if "o" in self.fuse_quant and kv.k[i].dtype == res.dtype:  # o quantized by the split merge
                 oq = paged_decode_attention(*args, window=a.window, sinks=a.sinks, quant=True)[1]
             else:
                 oq = quantize_x(paged_decode_attention(*args, window=a.window, sinks=a.sinks)
@@ -161,15 +176,15 @@ class GptOssDecoder:
     def _moe(self, i: int, blk, res: torch.Tensor, delta: torch.Tensor | None) -> None:
         """res (+= delta) += MoE(ffn_norm(res)), in place: route, gate/up, down (+ residual)."""
         moe, (w_r, b_r) = blk.moe, self.routers[i]
-        fuse = self.int8_moe and self.fuse_quant  # h quantized by norm_route, the SwiGLU output by gate/up
+        fuse_h = self.int8_moe and "h" in self.fuse_quant  # h quantized by norm_route
         h, ids, rw, *hq = norm_route(res, blk.ffn_norm.weight, blk.ffn_norm.eps, w_r, b_r, moe.top_k, delta,
-                                     quant=fuse)
+                                     quant=fuse_h)
         flat, k = ids.view(-1), moe.top_k
         g, u, d = moe.gate, moe.up, moe.down
         if self.int8_moe:
             moe_mlp_i8(h, flat, (g.scales, g.codes), (u.scales, u.codes), (d.scales, d.codes),
-                       (g.bias, u.bias, d.bias), rw.view(-1), k, res, hq=hq[0] if fuse else None,
-                       fuse_quant=fuse)
+                       (g.bias, u.bias, d.bias), rw.view(-1), k, res, hq=hq[0] if fuse_h else None,
+                       fuse_quant="act" in self.fuse_quant)
             return
         act = moe_gemv(h, flat, (g.scales, g.codes), (u.scales, u.codes), g.bias, u.bias, None, k)  # [P, F]
         moe_gemv(act, flat, (d.scales, d.codes), None, d.bias, None, rw.view(-1), k, slots=k, residual=res)

@@ -61,3 +61,16 @@ def test_decode_graphs_pick_the_fused_step_or_none(tmp_path) -> None:
     path = write_gpt_oss_gguf(tmp_path / "t.gguf", seed=1, **DIMS)
     loaded = load_model(path, device="cpu", dtype=torch.float32, tokenizer=False, keep_quantized=True)
     assert pick_step(loaded.model) is None  # on the CPU without the interpreter the experts are not split
+
+
+def test_fuse_quant_parts() -> None:
+    """GptOssDecoder's fuse_quant: True / False / None (the default) / named parts; an unknown part is refused
+    by name."""
+    pytest.importorskip("triton")
+    from orcd.runner.fused_gpt_oss import FUSE_PARTS, FUSE_QUANT_DEFAULT, quant_parts
+
+    assert quant_parts(True) == set(FUSE_PARTS) and quant_parts(False) == set()
+    assert quant_parts(None) == FUSE_QUANT_DEFAULT <= set(FUSE_PARTS)
+    assert quant_parts("o,h") == {"o", "h"} and quant_parts({"act"}) == {"act"}
+    with pytest.raises(ValueError, match="unknown parts \\['x'\\]"):
+        quant_parts("o,x")
