@@ -9,7 +9,7 @@ ms/step counts from the step after every stream has its first token. The mask's 
 - check: rows drawn unmasked, masked only where the grammar rejects the token (orcd/structured/guide.py);
 - auto: the per-row policy (GrammarBackend.mask_ahead, the default): rows whose last mask was cheap, and
   slow rows rejected last step while the forward runs, are masked before the draw; the rest checked;
-  auto@N: the same with GrammarBackend.fill_threads = N (the cheap rows filled at once on a pool).
+  auto@N: the same with GrammarBackend.fill_threads = N (batches of rows filled on a pool of N threads).
 Split of the mask's work, per decode step:
 - fill: CPU wall time of GrammarBackend.fill_row (pending tokens, then one row's bitmask), on CUDA partly
   while the forward pass runs; masks: rows filled per step;
