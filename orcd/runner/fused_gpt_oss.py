@@ -18,7 +18,7 @@ per 32 by quantize_x, dp4a over the E2M1 codes), two launches more per layer; on
 (INT8_DEFAULT, measured faster on an H100), never by default for float32 models. int8_attn (same
 default): Q8_0 q, k, v (one launch, the RMSNorm fused into x's quantization: 2 launches) and o
 (+ residual: 2) with int8 x (q8_int8_gemv), at <= GEMV_MAX_N rows.
-fuse_quant (FUSE_QUANT_DEFAULT: o and h): which of the four quantize_x launches per layer are folded
+fuse_quant (FUSE_QUANT_DEFAULT: o): which of the four quantize_x launches per layer are folded
 into their producers, bit for bit the same words and scales; parts "o" (by the attention's split merge,
 int8_attn, at <= GEMV_MAX_N rows where the attention takes more than one split), "h" (by norm_route,
 int8_moe), "act" (the SwiGLU output by the gate/up epilogue, int8_moe); True: all three, False: none. The
@@ -52,11 +52,12 @@ O_LAUNCH_Q8_0 = (8, 4, 1, 2)
 # 2,289 / 4,478 tok/s, int8 323 / 1,057 / 2,371 / 4,415 (bench/results/gpt_oss_engine_*_ae555e3.json);
 # tests/gpu/test_moe_int8.py passed there
 INT8_DEFAULT = True
-# GptOssDecoder's fuse_quant parts when not given. H100, gpt-oss-20b synth, the engine at 1 / 8 streams
-# (bench/kernels/gpt_oss_fused.py --fuse-quant "o;o,h;all", commit 177b8cc; bench/results/
-# gpt_oss_fuse_quant_s18/): none 342 / 1,114 tok/s, o 346 / 1,113, o + h 347 / 1,113, all 352 / 1,044 (the
-# act fold's gate/up at BN 32 loses at 8 rows). o + h: 48 launches a token fewer, no loss at 8 rows
-FUSE_QUANT_DEFAULT: frozenset[str] = frozenset({"o", "h"})
+# GptOssDecoder's fuse_quant parts when not given. H100, gpt-oss-20b synth, the engine at 1 / 8 streams,
+# two calls (bench/kernels/gpt_oss_fused.py --fuse-quant, commits 177b8cc and 7cb8ee2; bench/results/
+# gpt_oss_fuse_quant_s18/): none 342 / 1,114 and 340 / 1,112 tok/s; o 346 / 1,113 and 346 / 1,112; o + h
+# 347 / 1,113 and 339 / 1,113; all three 352 / 1,044 (the act fold's gate/up at BN 32 loses at 8 rows).
+# o alone gained in both (+1.5 % at 1 stream, 24 launches a token fewer); h's gain did not repeat
+FUSE_QUANT_DEFAULT: frozenset[str] = frozenset({"o"})
 FUSE_PARTS = ("o", "h", "act")
 
 
