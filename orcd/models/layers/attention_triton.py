@@ -4,8 +4,7 @@
 [B, max_blocks] int32, seq_lens [B] int32, scale, num_splits=None) -> [B, Hq, D]` in q.dtype.
 One program per (sequence, KV head, split): the GROUP = Hq / Hkv query heads sharing a KV head are one
 [QB, D] tile (QB = GROUP padded to 16 for tl.dot), so each K/V byte is read once per step. Each split
-covers a contiguous chunk of the context; the last split of each (sequence, KV head) to finish merges them
-by log-sum-exp (attention_merge.py; or a second small kernel).
+covers a contiguous chunk of the context; a second small kernel merges the splits by log-sum-exp.
 The launch grid depends only on B, Hkv and the block-table width (never on seq_lens values), so the
 call can be captured in a CUDA graph and replayed with new seq_lens / block_tables contents.
 
@@ -27,10 +26,9 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from orcd.models.layers.attention_merge import merge_counters, merge_head
 from orcd.models.layers.attention_ref import AttnMetadata, paged_attention_torch
 from orcd.quant.kernels.fused_linear import pdl_enabled
-from orcd.quant.kernels.xquant import quantize_x
+from orcd.quant.kernels.xquant import quantize_x, store_quant32
 
 BLOCK_N = 64  # context tokens per inner iteration
 # Both kernels use programmatic dependent launch where pdl_enabled() (Hopper+): each
@@ -42,9 +40,7 @@ def _decode_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, sl_ptr, op_ptr, lse_ptr, o
                          window, s_qb, s_qh, s_kb, s_ks, s_kh, s_vb, s_vs, s_vh, s_bt,
                          GROUP: tl.constexpr, QB: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
                          BN: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr,
-                         PDL: tl.constexpr = 0, SINK: tl.constexpr = 0, cnt_ptr=None, xq_ptr=None,
-                         xs_ptr=None, MERGE: tl.constexpr = 0, SP2: tl.constexpr = 1,
-                         QUANT: tl.constexpr = 0):
+                         PDL: tl.constexpr = 0, SINK: tl.constexpr = 0):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     sp = tl.program_id(2)
@@ -101,16 +97,6 @@ def _decode_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, sl_ptr, op_ptr, lse_ptr, o
         row = (b * n_heads + heads) * SPLITS + sp  # partials: [B, Hq, SPLITS, D], lse [B, Hq, SPLITS]
         tl.store(op_ptr + row[:, None] * D + d[None, :], o, mask=hmask[:, None])
         tl.store(lse_ptr + row, m_i + tl.log(l_i), mask=hmask)  # -inf for an empty split
-        if MERGE:  # the last of this (sequence, KV head)'s splits to finish merges its GROUP heads
-            tl.debug_barrier()
-            cnt = cnt_ptr + b * tl.num_programs(1) + kvh
-            arrived = tl.atomic_add(cnt, 1, sem="acq_rel")
-            if arrived == SPLITS - 1:
-                used = tl.cdiv(seq_len - lo, tl.maximum(chunk, 1))  # splits holding keys; the rest: empty
-                for g in tl.static_range(GROUP):
-                    merge_head(op_ptr, lse_ptr, out_ptr, sink_ptr, xq_ptr, xs_ptr,
-                               b * n_heads + kvh * GROUP + g, n_heads, used, SPLITS, SP2, D, SINK, QUANT)
-                tl.atomic_xchg(cnt, 0, sem="relaxed")
 
 
 @triton.jit
@@ -121,8 +107,25 @@ def _merge_kernel(op_ptr, lse_ptr, out_ptr, sink_ptr, xq_ptr, xs_ptr, n_heads, S
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    merge_head(op_ptr, lse_ptr, out_ptr, sink_ptr, xq_ptr, xs_ptr, bh, n_heads, SPLITS, SPLITS, SP2, D, SINK,
-               QUANT)
+    sp = tl.arange(0, SP2)
+    d = tl.arange(0, D)
+    lse = tl.load(lse_ptr + bh * SPLITS + sp, mask=sp < SPLITS, other=float("-inf"))
+    m = tl.max(lse, axis=0)
+    if SINK:  # sinks [Hq]: one more logit in the denominator, with no value
+        sk = tl.load(sink_ptr + bh % n_heads).to(tl.float32)
+        m = tl.maximum(m, sk)
+    w = tl.exp(lse - m)  # empty splits weigh 0
+    o = tl.load(op_ptr + (bh * SPLITS + sp)[:, None] * D + d[None, :], mask=(sp < SPLITS)[:, None], other=0.0)
+    den = tl.sum(w, axis=0)
+    if SINK:
+        den += tl.exp(sk - m)
+    out = tl.sum(o * w[:, None], axis=0) / den
+    tl.store(out_ptr + bh * D + d, out.to(out_ptr.dtype.element_ty))
+    if QUANT:  # the head's D outputs (D / 32 whole blocks of the row b) as quantize_x(out) writes them
+        xr = out.to(out_ptr.dtype.element_ty).to(tl.float32)
+        blk = tl.arange(0, D // 32)
+        store_quant32(tl.reshape(xr, (D // 32, 8, 4)), xq_ptr + bh * (D // 4), xs_ptr + bh * (D // 8), blk,
+                      blk < D // 32)
 
 
 def default_num_splits(batch: int, n_kv_heads: int, max_context: int) -> int:
@@ -134,14 +137,12 @@ def default_num_splits(batch: int, n_kv_heads: int, max_context: int) -> int:
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
                            num_splits: int | None = None, window: int = 0,
-                           sinks: torch.Tensor | None = None, quant: bool = False,
-                           merge_in_split: bool = True):
+                           sinks: torch.Tensor | None = None, quant: bool = False):
     """q [B, Hq, D]; caches [num_blocks, page, Hkv, D]; seq_lens >= 1 -> out [B, Hq, D] in q.dtype.
     window > 0: each query sees only its sequence's last `window` keys. sinks [Hq] float32: per-head
     logits in the softmax denominator (gpt-oss). quant=True (opt-in, D % 32 == 0): returns (out,
-    quantize_x(out.view(B, Hq * D))), the merge writing the words and scales (one split: quantize_x
-    itself). merge_in_split: the splits merged by the split kernel's last program per (sequence, KV
-    head) (attention_merge.py; one launch), else by the merge kernel."""
+    quantize_x(out.view(B, Hq * D))), the merge kernel writing the words and scales (one split:
+    quantize_x itself)."""
     bsz, n_heads, dim = q.shape
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
     group = n_heads // n_kv
@@ -163,19 +164,16 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     grid = (bsz, n_kv, num_splits)
     sink = {"SINK": 1} if sinks is not None else {}
     sink_ptr = sinks if sinks is not None else seq_lens  # never read without SINK
-    xq = torch.empty((bsz, n_heads * dim // 4), dtype=torch.int32, device=q.device) if quant else out
-    xs = torch.empty((bsz, n_heads * dim // 32, 4), dtype=torch.float32, device=q.device) if quant else out
-    cnt = merge_counters(k_cache, bsz * n_kv) if num_splits > 1 and merge_in_split else None
-    merged = {} if cnt is None else {"cnt_ptr": cnt, "xq_ptr": xq, "xs_ptr": xs, "MERGE": 1,
-                                     "SP2": triton.next_power_of_2(num_splits), "QUANT": int(quant)}
     _decode_split_kernel[grid](
         q, k_cache, v_cache, block_tables, seq_lens, part, lse, out, sink_ptr, float(scale), int(window),
         q.stride(0), q.stride(1), *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0),
         GROUP=group, QB=max(16, triton.next_power_of_2(group)), D=dim, PAGE=page, BN=BLOCK_N,
-        SPLITS=num_splits, IEEE=q.dtype == torch.float32, num_warps=4, **pdl, **sink, **merged)
+        SPLITS=num_splits, IEEE=q.dtype == torch.float32, num_warps=4, **pdl, **sink)
     if quant and num_splits == 1:
         return out, quantize_x(out.view(bsz, n_heads * dim))
-    if num_splits > 1 and cnt is None:
+    xq = torch.empty((bsz, n_heads * dim // 4), dtype=torch.int32, device=q.device) if quant else out
+    xs = torch.empty((bsz, n_heads * dim // 32, 4), dtype=torch.float32, device=q.device) if quant else out
+    if num_splits > 1:
         _merge_kernel[(bsz * n_heads,)](part, lse, out, sink_ptr, xq, xs, n_heads, SPLITS=num_splits,
                                         SP2=triton.next_power_of_2(num_splits), D=dim, num_warps=1, **pdl,
                                         **sink, **({"QUANT": 1} if quant else {}))
