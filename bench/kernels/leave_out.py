@@ -9,8 +9,8 @@ engine replays it at one stream) once whole and once per variant with one kind o
 cached output (no kernel): the step's time saved is what that kind costs in place, gaps and overlap
 included. Results are wrong in the variants (the outputs are stale); only the time is read.
 
-Variants (the launches removed per token, for a 28-layer qwen2 7B):
-  quant  the x quantizations (quantize_x: before q/k/v, o, gate/up and the head; 85)
+Variants (the launches removed per token, for a 28-layer qwen2 7B; counted from the stand-ins' calls):
+  quant  the x quantizations (quantize_x: before q/k/v, gate/up and the head, 57; o's too before 5a7154f, 85)
   rope   RoPE + K/V write (28)     attn   the paged attention, split + merge (56)
   qkv    the q/k/v GEMV (28)       o      the o GEMV (28)
   glu    the SwiGLU GEMV (28)      down   the down GEMV (28)      head   the LM head GEMV (1)
@@ -29,16 +29,27 @@ from contextlib import contextmanager
 VARIANTS = ("quant", "rope", "attn", "qkv", "o", "glu", "down", "head")
 
 
-def cached(fn, key_of):
+CALLS: dict[str, int] = {}  # variant -> stand-in calls while its graph was built (warm-up + capture)
+
+
+def cached(fn, key_of, variant: str):
     """fn -> a stand-in that runs fn once per key (the capture's eager warm-up) and returns that output
-    after, launching nothing."""
+    after, launching nothing; counts its calls in CALLS[variant]."""
     store = {}
 
     def stand_in(*args, **kw):
+        CALLS[variant] = CALLS.get(variant, 0) + 1
         key = key_of(*args, **kw)
         if key not in store:
             store[key] = fn(*args, **kw)
         return store[key]
+
+    return stand_in
+
+
+def counted_noop(variant: str):
+    def stand_in(*args, **kw):
+        CALLS[variant] = CALLS.get(variant, 0) + 1
 
     return stand_in
 
@@ -57,15 +68,17 @@ def left_out(fd, variant: str):
     products = fd.products
     saved_obj = {name: getattr(products, name) for name in ("qkv", "o", "glu", "down", "head")}
     if variant == "quant":
-        dp.quantize_x = cached(saved_mod["quantize_x"], _shape_key)
+        dp.quantize_x = cached(saved_mod["quantize_x"], _shape_key, variant)
     elif variant == "rope":
-        dp.rope_and_write_kv = lambda *a, **k: None
+        dp.rope_and_write_kv = counted_noop(variant)
     elif variant == "attn":
-        dp.paged_decode_attention = cached(saved_mod["paged_decode_attention"], lambda q, *a, **k: q.shape)
+        dp.paged_decode_attention = cached(saved_mod["paged_decode_attention"], lambda q, *a, **k: q.shape,
+                                           variant)
     elif variant in ("o", "down"):
-        setattr(products, variant, lambda *a, **k: None)
+        setattr(products, variant, counted_noop(variant))
     elif variant in ("qkv", "glu", "head"):
-        setattr(products, variant, cached(saved_obj[variant], lambda lin, res, nrm: tuple(res.shape)))
+        by_rows = lambda lin, res, nrm: tuple(res.shape)  # noqa: E731 - the cache key
+        setattr(products, variant, cached(saved_obj[variant], by_rows, variant))
     try:
         yield
     finally:
@@ -75,9 +88,10 @@ def left_out(fd, variant: str):
             products.__dict__.pop(name, None)
 
 
-def launches(variant: str, layers: int) -> int:
-    """Launches per token the variant removes."""
-    return {"quant": 3 * layers + 1, "attn": 2 * layers, "head": 1}.get(variant, layers)
+def launches(variant: str) -> int:
+    """Launches per token the variant removes: its stand-in's calls over the warm-up and the capture (two
+    steps), times the attention's two kernels (split and merge; one where it takes one split)."""
+    return CALLS.get(variant, 0) // 2 * (2 if variant == "attn" else 1)
 
 
 def main() -> None:
@@ -96,7 +110,6 @@ def main() -> None:
     from orcd.runner.fused_decode import FusedDecoder
 
     s = OrcdSession(a.model, num_blocks=64, page=16)
-    layers = len(s.model.blocks)
     names = ["whole"] + [v for v in a.only.split(",") if v]
     for name in names:  # one graph each, captured with its launches left out
         fd = FusedDecoder(s.model, fuse_norm=True)
@@ -113,7 +126,7 @@ def main() -> None:
     rows = []
     for name in names:
         med = statistics.median(ms[name])
-        n = 0 if name == "whole" else launches(name, layers)
+        n = 0 if name == "whole" else launches(name)
         saved = whole - med
         rows.append({"variant": name, "ms_per_token": med, "ms_rounds": ms[name], "launches_removed": n,
                      "saved_ms": saved, "saved_us_per_launch": 1e3 * saved / n if n else None})
