@@ -1,0 +1,107 @@
+"""Decode batches over raw Q4_K blocks on the int8 tensor cores, in CUDA C (cuda/mmq_q4k.cu).
+
+y[M, N] = x[M, K] @ W[N, K].T for M = 1..64 rows, x quantized to int8 per 32 inputs (mmq_x.py), W read
+once from memory for all rows as GGUF stores it. Triton cannot place dequantized weights in the tensor
+cores' register fragments (its dot goes through shared memory), which kept mmq.py's products at 0.4-1.0
+TB/s on the H100; here each lane loads the bytes its fragment needs and one mask makes them int8, as in
+llama.cpp's MMQ and Marlin. The source is compiled at first use by NVRTC through torch
+(torch.cuda._compile_kernel: the libnvrtc that torch's CUDA wheels bring; no nvcc), once per launch
+configuration and process. Where that is missing (CPU, compute capability < 8.0, a torch without it),
+`available` says so and fused_linear keeps mmq.py.
+
+Same arithmetic as mmq.py's int8 path (x rounded to int8 per 32, Q4_K's mins times x's exact sums),
+summed in a fixed order (deterministic; not batch-invariant: the invariant step keeps its own kernel).
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+import torch
+from gguf import GGMLQuantizationType as Q
+
+from orcd.quant.kernels.layout import row_bytes
+from orcd.quant.kernels.mmq_x import quantize_x32
+
+MAX_ROWS = 64  # 8 token tiles of 8
+OUT_KIND = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
+SMEM_LIMIT = 48 * 1024  # static shared memory of the warps' partial sums: NW * MT * TT * 4 * 32 floats
+
+
+def available(device: torch.device | str) -> bool:
+    """Whether this process can compile and run the kernel on `device` (CUDA, compute capability >= 8.0:
+    mma.m16n8k32 on int8; torch with NVRTC compilation)."""
+    return _available(str(torch.device(device)))
+
+
+@functools.cache
+def _available(name: str) -> bool:
+    device = torch.device(name)
+    if device.type != "cuda" or not torch.cuda.is_available() or not hasattr(torch.cuda, "_compile_kernel"):
+        return False
+    return torch.cuda.get_device_capability(device) >= (8, 0)
+
+
+def default_launch(out_features: int) -> tuple[int, int]:
+    """(NW warps per block, MT 16-row tiles per warp) for N output rows: enough blocks to fill an H100's
+    132 SMs several times over (one 16 * MT-row tile of N per block)."""
+    return (8, 1) if out_features < 8192 else (4, 2)
+
+
+def mmq_cuda_routed(qtype: Q | int, in_features: int, x: torch.Tensor, raw: torch.Tensor) -> bool:
+    """Whether fused_linear sends a decode batch (GEMV_MAX_N < M <= MM_MAX_N rows) of this product here:
+    Q4_K, 16-bit x (fp32 x keeps batched_linear's exact fp32 dots), 16-byte aligned blocks, and a
+    device where the kernel compiles."""
+    return (int(qtype) == Q.Q4_K and in_features % 256 == 0 and x.dtype in (torch.bfloat16, torch.float16)
+            and raw.data_ptr() % 16 == 0 and available(x.device))
+
+
+@functools.cache
+def _source() -> str:
+    return resources.files("orcd.quant.kernels").joinpath("cuda/mmq_q4k.cu").read_text()
+
+
+@functools.cache
+def _kernel(nw: int, mt: int, tt: int, out_kind: int, has_bias: bool, device_index: int):
+    """The compiled kernel of one configuration (the NVRTC call: ~1 s, once per process)."""
+    defines = f"#define NW {nw}\n#define MT {mt}\n#define TT {tt}\n#define OUT_KIND {out_kind}\n"
+    defines += f"#define HAS_BIAS {int(has_bias)}\n"
+    with torch.cuda.device(device_index):
+        return torch.cuda._compile_kernel(defines + _source(), "mmq_q4k")
+
+
+def check_launch(nw: int, mt: int, tt: int) -> None:
+    """ValueError where a configuration cannot compile (shared memory) or is not one the kernel takes."""
+    if nw not in (1, 2, 4, 8, 16) or mt not in (1, 2, 4) or not 1 <= tt <= MAX_ROWS // 8:
+        raise ValueError(f"mmq_cuda launch (NW {nw}, MT {mt}, TT {tt}): NW 1..16, MT 1, 2 or 4, TT 1..8")
+    if nw * mt * tt * 4 * 32 * 4 > SMEM_LIMIT:
+        raise ValueError(f"mmq_cuda launch (NW {nw}, MT {mt}, TT {tt}): partial sums exceed 48 KiB")
+
+
+def mmq_cuda_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int,
+                    bias: torch.Tensor | None = None, launch: tuple[int, int] | None = None,
+                    xq: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """x [M, in] (bf16/fp16/fp32 on CUDA, M <= MAX_ROWS), raw uint8 [out, row_bytes] of Q4_K ->
+    [M, out] in x.dtype (+ bias [out]). launch: (NW, MT) instead of default_launch's; xq: x already
+    quantized by quantize_x32 (a caller with several products of the same x quantizes once)."""
+    m, k = x.shape
+    w_row = row_bytes(Q.Q4_K, in_features)
+    if k != in_features or k % 256 or not 1 <= m <= MAX_ROWS:
+        raise ValueError(f"mmq_cuda_linear: x [1..{MAX_ROWS}, {in_features}] with in % 256 == 0, got "
+                         f"{tuple(x.shape)}")
+    if raw.dtype != torch.uint8 or raw.numel() != out_features * w_row or raw.data_ptr() % 16:
+        raise ValueError(f"raw must be uint8 [{out_features}, {w_row}], 16-byte aligned")
+    if x.dtype not in OUT_KIND:
+        raise ValueError(f"mmq_cuda_linear: x must be bf16, fp16 or fp32, got {x.dtype}")
+    nw, mt = launch or default_launch(out_features)
+    tt = -(-m // 8)
+    check_launch(nw, mt, tt)
+    xq, xd, xs = xq or quantize_x32(x)
+    y = torch.empty((m, out_features), dtype=x.dtype, device=x.device)
+    b = bias.float().contiguous() if bias is not None else xd
+    kern = _kernel(nw, mt, tt, OUT_KIND[x.dtype], bias is not None, x.device.index or 0)
+    grid = (-(-out_features // (16 * mt)), 1, 1)
+    args = [raw.contiguous(), xq, xd, xs, b, y, m, out_features, k // 256]
+    kern(grid=grid, block=(32 * nw, 1, 1), args=args)
+    return y

@@ -1,0 +1,76 @@
+"""mmq_cuda_linear (CUDA-C int8 tensor-core product over raw Q4_K blocks, 1..64 decode rows) on CUDA:
+against the exact float64 value of its int8 arithmetic and against x @ W.T from the torch dequantize
+path, at the 7B's Q4_K shapes and odd shapes (rows past a 16-row tile, 3 and 5 super-blocks), every
+launch shape, repeatable bit for bit; and fused_linear's route to it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gguf import GGMLQuantizationType as T
+from gpu_blocks import random_blocks, rel_err
+from mmq_cases import exact_reference, float_reference
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+SHAPES = [(3584, 3584), (512, 3584), (18944, 3584), (3584, 18944), (1000, 768), (77, 1280)]
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("n,k", SHAPES, ids=str)
+@pytest.mark.parametrize("m", [1, 3, 5, 8, 17, 64])
+def test_mmq_cuda_matches_references(n, k, m):
+    from orcd.quant.kernels.mmq_cuda import mmq_cuda_linear
+
+    raw = random_blocks(T.Q4_K, n, k, seed=m * 31 + n).cuda()
+    g = torch.Generator(device="cuda").manual_seed(m + k)
+    x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+    bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16) if m == 3 else None
+    b64 = bias.double() if bias is not None else 0
+    y = mmq_cuda_linear(x.float(), raw, n, k, bias=bias)
+    assert y.shape == (m, n) and y.dtype == torch.float32
+    assert rel_err(y, exact_reference(x, raw, T.Q4_K, n, k) + b64) < 1e-5
+    y = mmq_cuda_linear(x, raw, n, k, bias=bias)
+    assert y.dtype == torch.bfloat16 and rel_err(y, float_reference(x, raw, T.Q4_K, n, k) + b64) < 2e-2
+    assert torch.equal(y, mmq_cuda_linear(x, raw, n, k, bias=bias))
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("launch", [(1, 1), (2, 4), (4, 2), (8, 1), (16, 1)], ids=str)
+def test_mmq_cuda_launch_shapes(launch):
+    """Every (warps, tiles) gives the exact arithmetic's value (fp16 x, 40 rows: five token tiles)."""
+    from orcd.quant.kernels.mmq_cuda import check_launch, mmq_cuda_linear
+
+    n, k = 1000, 2304
+    raw = random_blocks(T.Q4_K, n, k, seed=7).cuda()
+    x = torch.randn(40, k, device="cuda").half()
+    check_launch(*launch, 5)
+    y = mmq_cuda_linear(x.float(), raw, n, k, launch=launch)
+    assert rel_err(y, exact_reference(x, raw, T.Q4_K, n, k)) < 1e-5
+
+
+def test_mmq_cuda_refuses_bad_launches_and_shapes():
+    from orcd.quant.kernels.mmq_cuda import check_launch, mmq_cuda_linear
+
+    with pytest.raises(ValueError, match="48 KiB"):
+        check_launch(16, 4, 8)
+    with pytest.raises(ValueError, match="MT 1, 2 or 4"):
+        check_launch(4, 3, 1)
+    with pytest.raises(ValueError, match="in % 256"):
+        mmq_cuda_linear(torch.zeros(65, 256), torch.zeros(1, 144, dtype=torch.uint8), 1, 256)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("m", [5, 16, 64])
+def test_fused_linear_routes_q4k_batches_here(m):
+    from orcd.quant.kernels.fused_linear import fused_linear
+    from orcd.quant.kernels.mmq_cuda import available, mmq_cuda_linear
+
+    assert available("cuda") == (torch.cuda.get_device_capability() >= (8, 0))
+    raw = random_blocks(T.Q4_K, 3584, 3584, seed=m).cuda()
+    x = torch.randn(m, 3584, device="cuda", dtype=torch.bfloat16)
+    y = fused_linear(x, raw, 3584, 3584, int(T.Q4_K))
+    if available("cuda"):
+        assert torch.equal(y, mmq_cuda_linear(x, raw, 3584, 3584))
