@@ -1,7 +1,7 @@
-"""mmq_cuda_linear (CUDA-C int8 tensor-core product over raw Q4_K blocks, 1..64 decode rows) on CUDA:
-against the exact float64 value of its int8 arithmetic and against x @ W.T from the torch dequantize
-path, at the 7B's Q4_K shapes and odd shapes (rows past a 16-row tile, 3 and 5 super-blocks), every
-launch shape, repeatable bit for bit; and fused_linear's route to it."""
+"""mmq_cuda_linear (CUDA-C tensor-core products over raw Q4_K blocks, 1..64 decode rows) on CUDA: the
+int8 kernel against the exact float64 value of its int8 arithmetic, both kernels against x @ W.T from the
+torch dequantize path, at the 7B's Q4_K shapes and odd shapes (rows past a 16-row tile, 3 and 5
+super-blocks), every launch shape, repeatable bit for bit; and fused_linear's route to it."""
 
 from __future__ import annotations
 
@@ -30,9 +30,15 @@ def test_mmq_cuda_matches_references(n, k, m):
     y = mmq_cuda_linear(x.float(), raw, n, k, bias=bias)
     assert y.shape == (m, n) and y.dtype == torch.float32
     assert rel_err(y, exact_reference(x, raw, T.Q4_K, n, k) + b64) < 1e-5
+    ref = float_reference(x, raw, T.Q4_K, n, k) + b64
     y = mmq_cuda_linear(x, raw, n, k, bias=bias)
-    assert y.dtype == torch.bfloat16 and rel_err(y, float_reference(x, raw, T.Q4_K, n, k) + b64) < 2e-2
+    assert y.dtype == torch.bfloat16 and rel_err(y, ref) < 2e-2
     assert torch.equal(y, mmq_cuda_linear(x, raw, n, k, bias=bias))
+    y = mmq_cuda_linear(x, raw, n, k, bias=bias, kind="w16")  # W rounded to bf16: no x rounding
+    assert y.dtype == torch.bfloat16 and rel_err(y, ref) < 1e-2
+    assert torch.equal(y, mmq_cuda_linear(x, raw, n, k, bias=bias, kind="w16"))
+    y = mmq_cuda_linear(x.half(), raw, n, k, bias=bias, kind="w16")
+    assert y.dtype == torch.float16 and rel_err(y, ref) < 5e-3
 
 
 @pytest.mark.gpu
@@ -48,6 +54,8 @@ def test_mmq_cuda_launch_shapes(launch):
     check_launch(*launch, 5)
     y = mmq_cuda_linear(x.float(), raw, n, k, launch=launch)
     assert rel_err(y, exact_reference(x, raw, T.Q4_K, n, k)) < 1e-5
+    y = mmq_cuda_linear(x, raw, n, k, launch=launch, kind="w16")
+    assert rel_err(y, float_reference(x, raw, T.Q4_K, n, k)) < 5e-3
 
 
 def test_mmq_cuda_refuses_bad_launches_and_shapes():
@@ -59,6 +67,8 @@ def test_mmq_cuda_refuses_bad_launches_and_shapes():
         check_launch(4, 3, 1)
     with pytest.raises(ValueError, match="in % 256"):
         mmq_cuda_linear(torch.zeros(65, 256), torch.zeros(1, 144, dtype=torch.uint8), 1, 256)
+    with pytest.raises(ValueError, match="fp32 for i8 only"):
+        mmq_cuda_linear(torch.zeros(2, 256), torch.zeros(1, 144, dtype=torch.uint8), 1, 256, kind="w16")
 
 
 @pytest.mark.gpu

@@ -25,6 +25,10 @@ from orcd.quant.kernels.layout import row_bytes
 from orcd.quant.kernels.mmq_x import quantize_x32
 
 MAX_ROWS = 64  # 8 token tiles of 8
+# kind -> kernel (file cuda/NAME.cu, function NAME): "i8" x quantized to int8 per 32, mma.m16n8k32 on
+# int8, the scales applied per sub-block in fp32; "w16" W dequantized to x's 16-bit type in registers,
+# mma.m16n8k16, fp32 accumulation across the whole row
+KERNELS = {"i8": "mmq_q4k", "w16": "mmq_q4k_w16"}
 OUT_KIND = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 SMEM_LIMIT = 48 * 1024  # static shared memory of the warps' partial sums: NW * MT * TT * 4 * 32 floats
 
@@ -58,17 +62,19 @@ def mmq_cuda_routed(qtype: Q | int, in_features: int, x: torch.Tensor, raw: torc
 
 
 @functools.cache
-def _source() -> str:
-    return resources.files("orcd.quant.kernels").joinpath("cuda/mmq_q4k.cu").read_text()
+def _source(name: str) -> str:
+    return resources.files("orcd.quant.kernels").joinpath(f"cuda/{name}").read_text()
 
 
 @functools.cache
-def _kernel(nw: int, mt: int, tt: int, out_kind: int, has_bias: bool, device_index: int):
-    """The compiled kernel of one configuration (the NVRTC call: ~1 s, once per process)."""
+def _kernel(kind: str, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool, device_index: int):
+    """The compiled kernel of one configuration (NVRTC, then the driver's PTX compiler: once per process
+    and configuration)."""
     defines = f"#define NW {nw}\n#define MT {mt}\n#define TT {tt}\n#define OUT_KIND {out_kind}\n"
     defines += f"#define HAS_BIAS {int(has_bias)}\n"
+    source = defines + _source("common.cuh") + _source(KERNELS[kind] + ".cu")
     with torch.cuda.device(device_index):
-        return torch.cuda._compile_kernel(defines + _source(), "mmq_q4k")
+        return torch.cuda._compile_kernel(source, KERNELS[kind])
 
 
 def check_launch(nw: int, mt: int, tt: int) -> None:
@@ -81,27 +87,35 @@ def check_launch(nw: int, mt: int, tt: int) -> None:
 
 def mmq_cuda_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int,
                     bias: torch.Tensor | None = None, launch: tuple[int, int] | None = None,
-                    xq: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-    """x [M, in] (bf16/fp16/fp32 on CUDA, M <= MAX_ROWS), raw uint8 [out, row_bytes] of Q4_K ->
-    [M, out] in x.dtype (+ bias [out]). launch: (NW, MT) instead of default_launch's; xq: x already
-    quantized by quantize_x32 (a caller with several products of the same x quantizes once)."""
+                    kind: str = "i8") -> torch.Tensor:
+    """x [M, in] (bf16/fp16 on CUDA, or fp32 for kind "i8"; M <= MAX_ROWS), raw uint8 [out, row_bytes]
+    of Q4_K -> [M, out] in x.dtype (+ bias [out]). launch: (NW, MT) instead of default_launch's; kind:
+    a key of KERNELS."""
     m, k = x.shape
     w_row = row_bytes(Q.Q4_K, in_features)
     if k != in_features or k % 256 or not 1 <= m <= MAX_ROWS:
         raise ValueError(f"mmq_cuda_linear: x [1..{MAX_ROWS}, {in_features}] with in % 256 == 0, got "
                          f"{tuple(x.shape)}")
+    raw = raw.contiguous()
     if raw.dtype != torch.uint8 or raw.numel() != out_features * w_row or raw.data_ptr() % 16:
         raise ValueError(f"raw must be uint8 [{out_features}, {w_row}], 16-byte aligned")
-    if x.dtype not in OUT_KIND:
-        raise ValueError(f"mmq_cuda_linear: x must be bf16, fp16 or fp32, got {x.dtype}")
+    if x.dtype not in OUT_KIND or (kind == "w16" and x.dtype == torch.float32) or kind not in KERNELS:
+        raise ValueError(f"mmq_cuda_linear: kind {kind!r} (one of {list(KERNELS)}) on x {x.dtype} (bf16, "
+                         "fp16; fp32 for i8 only)")
     nw, mt = launch or default_launch(out_features)
     tt = -(-m // 8)
     check_launch(nw, mt, tt)
-    xq, xd, xs = xq or quantize_x32(x)
     y = torch.empty((m, out_features), dtype=x.dtype, device=x.device)
-    b = bias.float().contiguous() if bias is not None else xd
-    kern = _kernel(nw, mt, tt, OUT_KIND[x.dtype], bias is not None, x.device.index or 0)
+    b = bias.float().contiguous() if bias is not None else y
+    kern = _kernel(kind, nw, mt, tt, OUT_KIND[x.dtype], bias is not None, x.device.index or 0)
     grid = (-(-out_features // (16 * mt)), 1, 1)
-    args = [raw.contiguous(), xq, xd, xs, b, y, m, out_features, k // 256]
+    if kind == "i8":
+        xq, xd, xs = quantize_x32(x)
+        args = [raw, xq, xd, xs, b, y, m, out_features, k // 256]
+    else:
+        x = x.contiguous()  # 16-byte aligned rows: K % 256 == 0 and a fresh or aligned tensor
+        if x.data_ptr() % 16:
+            x = x.clone()
+        args = [raw, x, b, y, m, out_features, k // 256]
     kern(grid=grid, block=(32 * nw, 1, 1), args=args)
     return y

@@ -19,51 +19,6 @@
 // (warp w: w, w + NW, ...) and their partial sums are added in warp order through shared memory, so a
 // result does not depend on timing.
 
-#define LANES 32
-#define SLOTS (MT * TT * 4)  // accumulators per lane
-
-__device__ __forceinline__ float half_to_float(unsigned int bits) {
-  float f;
-  unsigned short h = (unsigned short)bits;
-  asm("{ .reg .f16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));
-  return f;
-}
-
-__device__ __forceinline__ void store_out(void* y, long long i, float v) {
-#if OUT_KIND == 2
-  ((float*)y)[i] = v;
-#else
-  unsigned short h;
-#if OUT_KIND == 0
-  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
-#else
-  asm("{ .reg .f16 t; cvt.rn.f16.f32 t, %1; mov.b16 %0, t; }" : "=h"(h) : "f"(v));
-#endif
-  ((unsigned short*)y)[i] = h;
-#endif
-}
-
-// byte i (0..11) of a block's scales, held in the header words s0, s1, s2 (bytes 4..15 of the block)
-__device__ __forceinline__ unsigned int scale_byte(unsigned int s0, unsigned int s1, unsigned int s2, int i) {
-  unsigned int w = i < 4 ? s0 : (i < 8 ? s1 : s2);
-  return (w >> (8 * (i & 3))) & 255u;
-}
-
-// d * sc_j and dmin * m_j of sub-block j (ggml's get_scale_min_k4) from the 16-byte header h
-__device__ __forceinline__ void q4k_scale(uint4 h, int j, float& dsc, float& dmn) {
-  unsigned int sc, mn;
-  if (j < 4) {
-    sc = scale_byte(h.y, h.z, h.w, j) & 63u;
-    mn = scale_byte(h.y, h.z, h.w, j + 4) & 63u;
-  } else {
-    unsigned int a = scale_byte(h.y, h.z, h.w, j + 4);
-    sc = (a & 15u) | ((scale_byte(h.y, h.z, h.w, j - 4) >> 6) << 4);
-    mn = (a >> 4) | ((scale_byte(h.y, h.z, h.w, j) >> 6) << 4);
-  }
-  dsc = half_to_float(h.x & 0xFFFFu) * (float)sc;
-  dmn = half_to_float(h.x >> 16) * (float)mn;
-}
-
 __device__ __forceinline__ void mma_s8(int c[4], unsigned int a0, unsigned int a1, unsigned int a2,
                                        unsigned int a3, unsigned int b0, unsigned int b1) {
   asm volatile(
@@ -139,23 +94,5 @@ mmq_q4k(const unsigned char* __restrict__ w, const signed char* __restrict__ xq,
     }
   }
 
-  // partial sums of the NW warps, added in warp order
-  __shared__ float red[NW * SLOTS * LANES];
-#pragma unroll
-  for (int s = 0; s < SLOTS; ++s) red[(warp * SLOTS + s) * LANES + lane] = acc[s];
-  __syncthreads();
-  for (int v = threadIdx.x; v < SLOTS * LANES; v += NW * LANES) {
-    const int s = v / LANES, ln = v % LANES;
-    float sum = 0.f;
-    for (int k = 0; k < NW; ++k) sum += red[(k * SLOTS + s) * LANES + ln];
-    const int m = s / (TT * 4), tt = (s / 4) % TT, i = s % 4;
-    const int row = row0 + 16 * m + ln / 4 + 8 * (i / 2);
-    const int n = 8 * tt + 2 * (ln % 4) + i % 2;
-    if (row < N && n < M) {
-#if HAS_BIAS
-      sum += bias[row];
-#endif
-      store_out(y, (long long)n * N + row, sum);
-    }
-  }
+  reduce_and_store(acc, bias, y, M, N, row0);
 }
