@@ -25,6 +25,10 @@ from orcd.quant.kernels.layout import row_bytes
 from orcd.quant.kernels.mmq_x import quantize_x32
 
 MAX_ROWS = 64  # 8 token tiles of 8
+# fused_linear sends decode batches of GEMV_MAX_N < M <= ROUTE_ROWS rows here (w16); larger ones keep
+# mmq.py, faster there (H100, 7B at M = 64: gate/up 55.7 us against 58.6, down 51.2 against 97.7: each
+# 16-row tile re-reads all of x)
+ROUTE_ROWS = 16
 # kind -> kernel (file cuda/NAME.cu, function NAME): "i8" x quantized to int8 per 32, mma.m16n8k32 on
 # int8, the scales applied per sub-block in fp32; "w16" W dequantized to x's 16-bit type in registers,
 # mma.m16n8k16, fp32 accumulation across the whole row
@@ -47,18 +51,23 @@ def _available(name: str) -> bool:
     return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
-def default_launch(out_features: int) -> tuple[int, int]:
-    """(NW warps per block, MT 16-row tiles per warp) for N output rows: enough blocks to fill an H100's
-    132 SMs several times over (one 16 * MT-row tile of N per block)."""
-    return (8, 1) if out_features < 8192 else (4, 2)
+def default_launch(out_features: int, in_features: int, kind: str = "w16") -> tuple[int, int]:
+    """(NW warps per block, MT 16-row tiles per warp) for an [N, K] product: one 16 * MT-row tile of N
+    per block, its warps taking K's super-blocks in turn. H100, 7B shapes at M = 8 and 16 (bench/
+    results/mmq_cuda_s19/): w16 8 x 1, and 16 x 1 for long rows (ffn_down, K = 18944: 25.6 us against
+    38.6 at 8 x 1); i8 16 x 1, and 8 x 2 for many rows (gate/up, N = 18944)."""
+    if kind == "w16":
+        return (16, 1) if in_features > 8192 else (8, 1)
+    return (8, 2) if out_features >= 8192 else (16, 1)
 
 
 def mmq_cuda_routed(qtype: Q | int, in_features: int, x: torch.Tensor, raw: torch.Tensor) -> bool:
-    """Whether fused_linear sends a decode batch (GEMV_MAX_N < M <= MM_MAX_N rows) of this product here:
-    Q4_K, 16-bit x (fp32 x keeps batched_linear's exact fp32 dots), 16-byte aligned blocks, and a
-    device where the kernel compiles."""
-    return (int(qtype) == Q.Q4_K and in_features % 256 == 0 and x.dtype in (torch.bfloat16, torch.float16)
-            and raw.data_ptr() % 16 == 0 and available(x.device))
+    """Whether fused_linear sends a decode batch (GEMV_MAX_N < M rows) of this product here: at most
+    ROUTE_ROWS rows, Q4_K, 16-bit x (fp32 x keeps batched_linear's exact fp32 dots), 16-byte aligned
+    blocks, and a device where the kernel compiles."""
+    if x.shape[0] > ROUTE_ROWS or int(qtype) != Q.Q4_K or in_features % 256:
+        return False
+    return x.dtype in (torch.bfloat16, torch.float16) and raw.data_ptr() % 16 == 0 and available(x.device)
 
 
 @functools.cache
@@ -87,7 +96,7 @@ def check_launch(nw: int, mt: int, tt: int) -> None:
 
 def mmq_cuda_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int,
                     bias: torch.Tensor | None = None, launch: tuple[int, int] | None = None,
-                    kind: str = "i8") -> torch.Tensor:
+                    kind: str = "w16") -> torch.Tensor:
     """x [M, in] (bf16/fp16 on CUDA, or fp32 for kind "i8"; M <= MAX_ROWS), raw uint8 [out, row_bytes]
     of Q4_K -> [M, out] in x.dtype (+ bias [out]). launch: (NW, MT) instead of default_launch's; kind:
     a key of KERNELS."""
@@ -102,7 +111,7 @@ def mmq_cuda_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_fe
     if x.dtype not in OUT_KIND or (kind == "w16" and x.dtype == torch.float32) or kind not in KERNELS:
         raise ValueError(f"mmq_cuda_linear: kind {kind!r} (one of {list(KERNELS)}) on x {x.dtype} (bf16, "
                          "fp16; fp32 for i8 only)")
-    nw, mt = launch or default_launch(out_features)
+    nw, mt = launch or default_launch(out_features, in_features, kind)
     tt = -(-m // 8)
     check_launch(nw, mt, tt)
     y = torch.empty((m, out_features), dtype=x.dtype, device=x.device)

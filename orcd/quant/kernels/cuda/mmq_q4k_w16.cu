@@ -16,18 +16,18 @@
 // and dmin*m_j rounded to x's type: the weight differs from fp32 dequantization by ~3 roundings).
 
 #if OUT_KIND == 0
-#define MAGIC 0x43004300u    // bf16 (128, 128)
-#define ONE_NEG 0x3F80C300u  // bf16 1.0 (low), -128 (high)
+#define MAGIC 0x43004300u  // bf16 (128, 128)
+#define ONE2 0x3F803F80u   // (1.0, 1.0)
+#define NEG2 0xC300C300u   // (-128, -128)
 #define MMA_T "bf16"
 #define FMA2 "fma.rn.bf16x2"
 #else
-#define MAGIC 0x64006400u    // fp16 (1024, 1024)
-#define ONE_NEG 0x3C00E400u  // fp16 1.0 (low), -1024 (high)
+#define MAGIC 0x64006400u  // fp16 (1024, 1024)
+#define ONE2 0x3C003C00u   // (1.0, 1.0)
+#define NEG2 0xE400E400u   // (-1024, -1024)
 #define MMA_T "f16"
 #define FMA2 "fma.rn.f16x2"
 #endif
-#define ONE2 ((ONE_NEG & 0xFFFFu) * 0x10001u)  // (1.0, 1.0)
-#define NEG2 ((ONE_NEG >> 16) * 0x10001u)      // (-128, -128) or (-1024, -1024)
 
 // two floats as one register of two 16-bit floats of x's type (a in the low half)
 __device__ __forceinline__ unsigned int pack2(float a, float b) {
