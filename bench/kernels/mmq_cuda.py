@@ -1,10 +1,10 @@
-"""The CUDA-C int8 tensor-core Q4_K product (orcd/quant/kernels/mmq_cuda.py) against today's route for
+"""The CUDA-C tensor-core Q4_K product (orcd/quant/kernels/mmq_cuda.py) against today's route for
 decode batches (mmq.py's bf16-weight Triton kernel), at the 7B's Q4_K shapes, on CUDA.
 
 usage: python bench/kernels/mmq_cuda.py OUT.json [--ms 5,8,16,32,64] [--launches 8x1,4x2,...]
 
 Each product timed alone from a CUDA graph over >= 200 MB of weight copies (bench/peers/products.py's
-method: time = median replay / launches, x's int8 quantization included for i8; floor = weight bytes /
+method: time = median replay / launches; floor = weight bytes /
 the measured copy rate). Also the first call's seconds (NVRTC + the driver compiling a new
 configuration). Writes OUT.json (rows) and prints a table: µs per product, and TB/s.
 """
@@ -29,10 +29,10 @@ P7B = [("q/o 3584x3584", 3584, 3584), ("k 512x3584", 512, 3584), ("gate/up 18944
        ("down 3584x18944", 3584, 18944)]
 
 
-def _cuda(x, r, n, k, launch, kind):
+def _cuda(x, r, n, k, launch):
     from orcd.quant.kernels.mmq_cuda import mmq_cuda_linear
 
-    return mmq_cuda_linear(x, r, n, k, launch=launch, kind=kind)
+    return mmq_cuda_linear(x, r, n, k, launch=launch)
 
 
 def main() -> None:
@@ -41,7 +41,6 @@ def main() -> None:
     ap.add_argument("--ms", default="5,8,16,32,64", help="decode rows")
     ap.add_argument("--launches", default="8x1,4x1,16x1,4x2,8x2,2x4",
                     help="mmq_cuda (warps x 16-row tiles) launches to time beside its default")
-    ap.add_argument("--kinds", default="i8,w16", help="mmq_cuda kernels (KERNELS' keys)")
     args = ap.parse_args()
     from products import blocks, copies_for, copy_bandwidth, graph_time
 
@@ -57,13 +56,12 @@ def main() -> None:
         for m in (int(v) for v in args.ms.split(",")):
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             cands = {"mmq_bf16w": lambda r, x=x, n=n, k=k: mmq_linear(x, r, n, k, Q.Q4_K, float_w=True)}
-            for kind in args.kinds.split(","):
-                for nw, mt in dict.fromkeys([default_launch(n), *launches]):
-                    try:
-                        check_launch(nw, mt, -(-m // 8))
-                    except ValueError:
-                        continue
-                    cands[f"{kind} {nw}x{mt}"] = partial(_cuda, x, n=n, k=k, launch=(nw, mt), kind=kind)
+            for nw, mt in dict.fromkeys([default_launch(k, m), *launches]):
+                try:
+                    check_launch(nw, mt, -(-m // 8))
+                except ValueError:
+                    continue
+                cands[f"cuda {nw}x{mt}"] = partial(_cuda, x, n=n, k=k, launch=(nw, mt))
             for cand, f in cands.items():
                 t0 = time.perf_counter()
                 f(ws[0])

@@ -1,16 +1,19 @@
-"""Decode batches over raw Q4_K blocks on the int8 tensor cores, in CUDA C (cuda/mmq_q4k.cu).
+"""Decode batches over raw Q4_K blocks on the tensor cores, in CUDA C (cuda/mmq_q4k_w16.cu).
 
-y[M, N] = x[M, K] @ W[N, K].T for M = 1..64 rows, x quantized to int8 per 32 inputs (mmq_x.py), W read
-once from memory for all rows as GGUF stores it. Triton cannot place dequantized weights in the tensor
+y[M, N] = x[M, K] @ W[N, K].T for M = 1..64 rows of bf16 or fp16 x, W read once from memory for all rows
+as GGUF stores it, dequantized to x's type in registers right where mma.m16n8k16 takes it (Marlin's
+idea on GGUF's own bytes), fp32 accumulation. Triton cannot place dequantized weights in the tensor
 cores' register fragments (its dot goes through shared memory), which kept mmq.py's products at 0.4-1.0
-TB/s on the H100; here each lane loads the bytes its fragment needs and one mask makes them int8, as in
-llama.cpp's MMQ and Marlin. The source is compiled at first use by NVRTC through torch
-(torch.cuda._compile_kernel: the libnvrtc that torch's CUDA wheels bring; no nvcc), once per launch
-configuration and process. Where that is missing (CPU, compute capability < 8.0, a torch without it),
-`available` says so and fused_linear keeps mmq.py.
+TB/s on the H100 at 8 rows. The source is compiled at first use by NVRTC through torch
+(torch.cuda._compile_kernel: the libnvrtc that torch's CUDA wheels bring, no nvcc), once per launch
+configuration and process (~0.3-0.9 s each on the H100). Where that is missing (CPU, compute capability
+< 8.0, a torch without it) `available` says so and fused_linear keeps mmq.py.
 
-Same arithmetic as mmq.py's int8 path (x rounded to int8 per 32, Q4_K's mins times x's exact sums),
-summed in a fixed order (deterministic; not batch-invariant: the invariant step keeps its own kernel).
+Each weight is rounded to x's type as in mmq.py's float-w path (d*sc and dmin*m rounded first: ~3
+roundings of x's type per weight, no rounding of x); sums in a fixed order (deterministic; not
+batch-invariant: the invariant step keeps its own kernel). An int8 variant of the same kernel (x rounded
+to int8 per 32, mma.m16n8k32, the scales applied per sub-block) was measured slower at every 7B shape at
+8 and 16 rows (bench/results/mmq_cuda_s19/) and removed.
 """
 
 from __future__ import annotations
@@ -22,24 +25,19 @@ import torch
 from gguf import GGMLQuantizationType as Q
 
 from orcd.quant.kernels.layout import row_bytes
-from orcd.quant.kernels.mmq_x import quantize_x32
 
 MAX_ROWS = 64  # 8 token tiles of 8
-# fused_linear sends decode batches of GEMV_MAX_N < M <= ROUTE_ROWS rows here (w16); larger ones keep
-# mmq.py, faster there (H100, 7B at M = 64: gate/up 55.7 us against 58.6, down 51.2 against 97.7: each
-# 16-row tile re-reads all of x)
+# fused_linear sends decode batches of GEMV_MAX_N < M <= ROUTE_ROWS rows here; larger ones keep mmq.py,
+# faster there (H100, 7B at M = 64: gate/up 55.7 us against 58.6, down 51.2 against 97.7: each 16-row
+# tile re-reads all of x)
 ROUTE_ROWS = 16
-# kind -> kernel (file cuda/NAME.cu, function NAME): "i8" x quantized to int8 per 32, mma.m16n8k32 on
-# int8, the scales applied per sub-block in fp32; "w16" W dequantized to x's 16-bit type in registers,
-# mma.m16n8k16, fp32 accumulation across the whole row
-KERNELS = {"i8": "mmq_q4k", "w16": "mmq_q4k_w16"}
-OUT_KIND = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
+OUT_KIND = {torch.bfloat16: 0, torch.float16: 1}
 SMEM_LIMIT = 48 * 1024  # static shared memory of the warps' partial sums: NW * MT * TT * 4 * 32 floats
 
 
 def available(device: torch.device | str) -> bool:
     """Whether this process can compile and run the kernel on `device` (CUDA, compute capability >= 8.0:
-    mma.m16n8k32 on int8; torch with NVRTC compilation)."""
+    mma.m16n8k16 on bf16; torch with NVRTC compilation)."""
     return _available(str(torch.device(device)))
 
 
@@ -51,14 +49,19 @@ def _available(name: str) -> bool:
     return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
-def default_launch(out_features: int, in_features: int, kind: str = "w16") -> tuple[int, int]:
-    """(NW warps per block, MT 16-row tiles per warp) for an [N, K] product: one 16 * MT-row tile of N
-    per block, its warps taking K's super-blocks in turn. H100, 7B shapes at M = 8 and 16 (bench/
-    results/mmq_cuda_s19/): w16 8 x 1, and 16 x 1 for long rows (ffn_down, K = 18944: 25.6 us against
-    38.6 at 8 x 1); i8 16 x 1, and 8 x 2 for many rows (gate/up, N = 18944)."""
-    if kind == "w16":
-        return (16, 1) if in_features > 8192 else (8, 1)
-    return (8, 2) if out_features >= 8192 else (16, 1)
+def default_launch(in_features: int, rows: int) -> tuple[int, int]:
+    """(NW warps per block, MT 16-row tiles per warp) for K inputs and M rows: one 16 * MT-row tile of
+    N per block, its warps taking K's super-blocks in turn. H100, 7B shapes at M = 8 and 16 (bench/
+    results/mmq_cuda_s19/): 8 x 1, and 16 x 1 for long rows (ffn_down, K = 18944: 25.6 us against 38.6 at
+    8 x 1 at M = 8); fewer warps where their partial sums would not fit in shared memory."""
+    nw = 16 if in_features > 8192 else 8
+    while nw > 1 and not _fits(nw, 1, -(-rows // 8)):
+        nw //= 2
+    return nw, 1
+
+
+def _fits(nw: int, mt: int, tt: int) -> bool:
+    return nw * mt * tt * 4 * 32 * 4 <= SMEM_LIMIT
 
 
 def mmq_cuda_routed(qtype: Q | int, in_features: int, x: torch.Tensor, raw: torch.Tensor) -> bool:
@@ -67,7 +70,7 @@ def mmq_cuda_routed(qtype: Q | int, in_features: int, x: torch.Tensor, raw: torc
     blocks, and a device where the kernel compiles."""
     if x.shape[0] > ROUTE_ROWS or int(qtype) != Q.Q4_K or in_features % 256:
         return False
-    return x.dtype in (torch.bfloat16, torch.float16) and raw.data_ptr() % 16 == 0 and available(x.device)
+    return x.dtype in OUT_KIND and raw.data_ptr() % 16 == 0 and available(x.device)
 
 
 @functools.cache
@@ -76,55 +79,46 @@ def _source(name: str) -> str:
 
 
 @functools.cache
-def _kernel(kind: str, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool, device_index: int):
-    """The compiled kernel of one configuration (NVRTC, then the driver's PTX compiler: once per process
-    and configuration)."""
+def _kernel(nw: int, mt: int, tt: int, out_kind: int, has_bias: bool, device_index: int):
+    """The compiled kernel of one configuration (NVRTC, then the driver's PTX compiler)."""
     defines = f"#define NW {nw}\n#define MT {mt}\n#define TT {tt}\n#define OUT_KIND {out_kind}\n"
     defines += f"#define HAS_BIAS {int(has_bias)}\n"
-    source = defines + _source("common.cuh") + _source(KERNELS[kind] + ".cu")
+    source = defines + _source("common.cuh") + _source("mmq_q4k_w16.cu")
     with torch.cuda.device(device_index):
-        return torch.cuda._compile_kernel(source, KERNELS[kind])
+        return torch.cuda._compile_kernel(source, "mmq_q4k_w16")
 
 
 def check_launch(nw: int, mt: int, tt: int) -> None:
     """ValueError where a configuration cannot compile (shared memory) or is not one the kernel takes."""
     if nw not in (1, 2, 4, 8, 16) or mt not in (1, 2, 4) or not 1 <= tt <= MAX_ROWS // 8:
         raise ValueError(f"mmq_cuda launch (NW {nw}, MT {mt}, TT {tt}): NW 1..16, MT 1, 2 or 4, TT 1..8")
-    if nw * mt * tt * 4 * 32 * 4 > SMEM_LIMIT:
+    if not _fits(nw, mt, tt):
         raise ValueError(f"mmq_cuda launch (NW {nw}, MT {mt}, TT {tt}): partial sums exceed 48 KiB")
 
 
 def mmq_cuda_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int,
-                    bias: torch.Tensor | None = None, launch: tuple[int, int] | None = None,
-                    kind: str = "w16") -> torch.Tensor:
-    """x [M, in] (bf16/fp16 on CUDA, or fp32 for kind "i8"; M <= MAX_ROWS), raw uint8 [out, row_bytes]
-    of Q4_K -> [M, out] in x.dtype (+ bias [out]). launch: (NW, MT) instead of default_launch's; kind:
-    a key of KERNELS."""
+                    bias: torch.Tensor | None = None, launch: tuple[int, int] | None = None) -> torch.Tensor:
+    """x [M, in] (bf16/fp16 on CUDA, M <= MAX_ROWS), raw uint8 [out, row_bytes] of Q4_K -> [M, out] in
+    x.dtype (+ bias [out]). launch: (NW, MT) instead of default_launch's."""
     m, k = x.shape
     w_row = row_bytes(Q.Q4_K, in_features)
     if k != in_features or k % 256 or not 1 <= m <= MAX_ROWS:
         raise ValueError(f"mmq_cuda_linear: x [1..{MAX_ROWS}, {in_features}] with in % 256 == 0, got "
                          f"{tuple(x.shape)}")
+    if x.dtype not in OUT_KIND:
+        raise ValueError(f"mmq_cuda_linear: x must be bf16 or fp16, got {x.dtype}")
     raw = raw.contiguous()
     if raw.dtype != torch.uint8 or raw.numel() != out_features * w_row or raw.data_ptr() % 16:
         raise ValueError(f"raw must be uint8 [{out_features}, {w_row}], 16-byte aligned")
-    if x.dtype not in OUT_KIND or (kind == "w16" and x.dtype == torch.float32) or kind not in KERNELS:
-        raise ValueError(f"mmq_cuda_linear: kind {kind!r} (one of {list(KERNELS)}) on x {x.dtype} (bf16, "
-                         "fp16; fp32 for i8 only)")
-    nw, mt = launch or default_launch(out_features, in_features, kind)
     tt = -(-m // 8)
+    nw, mt = launch or default_launch(in_features, m)
     check_launch(nw, mt, tt)
+    x = x.contiguous()
+    if x.data_ptr() % 16:  # rows are 16-byte aligned when the tensor is (K % 256 == 0)
+        x = x.clone()
     y = torch.empty((m, out_features), dtype=x.dtype, device=x.device)
     b = bias.float().contiguous() if bias is not None else y
-    kern = _kernel(kind, nw, mt, tt, OUT_KIND[x.dtype], bias is not None, x.device.index or 0)
+    kern = _kernel(nw, mt, tt, OUT_KIND[x.dtype], bias is not None, x.device.index or 0)
     grid = (-(-out_features // (16 * mt)), 1, 1)
-    if kind == "i8":
-        xq, xd, xs = quantize_x32(x)
-        args = [raw, xq, xd, xs, b, y, m, out_features, k // 256]
-    else:
-        x = x.contiguous()  # 16-byte aligned rows: K % 256 == 0 and a fresh or aligned tensor
-        if x.data_ptr() % 16:
-            x = x.clone()
-        args = [raw, x, b, y, m, out_features, k // 256]
-    kern(grid=grid, block=(32 * nw, 1, 1), args=args)
+    kern(grid=grid, block=(32 * nw, 1, 1), args=[raw, x, b, y, m, out_features, k // 256])
     return y

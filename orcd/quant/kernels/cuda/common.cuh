@@ -1,5 +1,5 @@
-// Helpers shared by the decode-product kernels (prepended to each by mmq_cuda.py before NVRTC compiles
-// it): fp16 bits to float, the output store by OUT_KIND, Q4_K's 6-bit scales and mins.
+// Helpers of the decode-product kernels (prepended to each by mmq_cuda.py before NVRTC compiles it): fp16
+// bits to float, the output store by OUT_KIND, Q4_K's 6-bit scales and mins, the warps' reduction.
 
 #define LANES 32
 #define SLOTS (MT * TT * 4)  // accumulators per lane: C elements i of (tile m, token tile tt) at (m * TT + tt) * 4 + i
@@ -11,10 +11,8 @@ __device__ __forceinline__ float half_to_float(unsigned int bits) {
   return f;
 }
 
+// y[i] = v rounded to the output's type (OUT_KIND 0: bf16, 1: fp16)
 __device__ __forceinline__ void store_out(void* y, long long i, float v) {
-#if OUT_KIND == 2
-  ((float*)y)[i] = v;
-#else
   unsigned short h;
 #if OUT_KIND == 0
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
@@ -22,7 +20,6 @@ __device__ __forceinline__ void store_out(void* y, long long i, float v) {
   asm("{ .reg .f16 t; cvt.rn.f16.f32 t, %1; mov.b16 %0, t; }" : "=h"(h) : "f"(v));
 #endif
   ((unsigned short*)y)[i] = h;
-#endif
 }
 
 // byte i (0..11) of a block's scales, held in the header words s0, s1, s2 (bytes 4..15 of the block)

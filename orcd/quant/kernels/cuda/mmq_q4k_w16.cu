@@ -1,7 +1,8 @@
 // y[M, N] = x[M, K] @ W[N, K].T for decode batches, W in GGUF Q4_K blocks, x in bf16 (OUT_KIND 0) or
 // fp16 (OUT_KIND 1) as given: the weights are dequantized to x's type in registers, right where the
 // tensor cores' mma.m16n8k16 takes them (Marlin's idea, on GGUF's own bytes), fp32 accumulation.
-// Prepended by mmq_cuda.py: NW, MT, TT, OUT_KIND, HAS_BIAS (as in mmq_q4k.cu), then common.cuh.
+// Prepended by mmq_cuda.py: NW warps per block, MT 16-row weight tiles per warp, TT 8-token tiles
+// (M <= 8 * TT), OUT_KIND (0 bf16, 1 fp16), HAS_BIAS (bias float32 [N]), then common.cuh.
 //
 // A (16 weight rows x 16 inputs) and B (16 inputs x 8 tokens): lane (g = lane / 4, t = lane % 4) holds
 // A's rows g, g + 8 at columns 2t, 2t + 1 (a0, a1) and 2t + 8, 2t + 9 (a2, a3), B's token g at the same
