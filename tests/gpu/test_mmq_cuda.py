@@ -1,6 +1,7 @@
-"""mmq_cuda_linear (CUDA-C tensor-core product over raw Q4_K blocks, 1..64 decode rows) on CUDA: against
-x @ W.T from the torch dequantize path at the 7B's Q4_K shapes and odd shapes (rows past a 16-row tile,
-3 and 5 super-blocks), bf16 and fp16, every launch shape, repeatable bit for bit; fused_linear's route."""
+"""mmq_cuda_linear (CUDA-C tensor-core products over raw Q4_K blocks and split Q6_K blocks, 1..64 decode
+rows) on CUDA: against x @ W.T from the torch dequantize path at the 7B's Q4_K and Q6_K shapes and odd
+shapes (rows past a 16-row tile, 3 and 5 super-blocks), bf16 and fp16, every launch shape, repeatable
+bit for bit; fused_linear's and split_linear's routes."""
 
 from __future__ import annotations
 
@@ -11,26 +12,31 @@ from gpu_blocks import random_blocks, rel_err
 from mmq_cases import float_reference
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-SHAPES = [(3584, 3584), (512, 3584), (18944, 3584), (3584, 18944), (1000, 768), (77, 1280)]
+# (type, out, in): the 7B's Q4_K q/o, k, gate/up, down and Q6_K v, down, a slice of the LM head; odd
+SHAPES = [(T.Q4_K, 3584, 3584), (T.Q4_K, 512, 3584), (T.Q4_K, 18944, 3584), (T.Q4_K, 3584, 18944),
+          (T.Q4_K, 1000, 768), (T.Q4_K, 77, 1280), (T.Q6_K, 512, 3584), (T.Q6_K, 3584, 18944),
+          (T.Q6_K, 16384, 3584), (T.Q6_K, 77, 1280)]
 
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("n,k", SHAPES, ids=str)
+@pytest.mark.parametrize("qt,n,k", SHAPES, ids=lambda v: getattr(v, "name", str(v)))
 @pytest.mark.parametrize("m", [1, 3, 5, 8, 17, 64])
-def test_mmq_cuda_matches_reference(n, k, m):
+def test_mmq_cuda_matches_reference(qt, n, k, m):
     """W rounded to x's type, x not rounded: < 1e-2 from float64 x @ W.T in bf16, < 5e-3 in fp16."""
+    from orcd.quant.kernels.layout import split_q6_k
     from orcd.quant.kernels.mmq_cuda import mmq_cuda_linear
 
-    raw = random_blocks(T.Q4_K, n, k, seed=m * 31 + n).cuda()
+    raw = random_blocks(qt, n, k, seed=m * 31 + n).cuda()
+    w = split_q6_k(raw) if qt == T.Q6_K else raw
     g = torch.Generator(device="cuda").manual_seed(m + k)
     x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
     bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16) if m == 3 else None
-    ref = float_reference(x, raw, T.Q4_K, n, k) + (bias.double() if bias is not None else 0)
-    y = mmq_cuda_linear(x, raw, n, k, bias=bias)
+    ref = float_reference(x, raw, qt, n, k) + (bias.double() if bias is not None else 0)
+    y = mmq_cuda_linear(x, w, n, k, bias=bias, qtype=qt)
     assert y.shape == (m, n) and y.dtype == torch.bfloat16 and rel_err(y, ref) < 1e-2
-    assert torch.equal(y, mmq_cuda_linear(x, raw, n, k, bias=bias))
-    y = mmq_cuda_linear(x.half(), raw, n, k, bias=bias)
+    assert torch.equal(y, mmq_cuda_linear(x, w, n, k, bias=bias, qtype=qt))
+    y = mmq_cuda_linear(x.half(), w, n, k, bias=bias, qtype=qt)
     assert y.dtype == torch.float16 and rel_err(y, ref) < 5e-3
 
 
@@ -39,14 +45,17 @@ def test_mmq_cuda_matches_reference(n, k, m):
 @pytest.mark.parametrize("launch", [(1, 1), (2, 4), (4, 2), (8, 1), (16, 1)], ids=str)
 def test_mmq_cuda_launch_shapes(launch):
     """Every (warps, tiles) gives the reference's value (fp16 x, 40 rows: five token tiles)."""
+    from orcd.quant.kernels.layout import split_q6_k
     from orcd.quant.kernels.mmq_cuda import check_launch, mmq_cuda_linear
 
     n, k = 1000, 2304
-    raw = random_blocks(T.Q4_K, n, k, seed=7).cuda()
-    x = torch.randn(40, k, device="cuda").half()
     check_launch(*launch, 5)
-    y = mmq_cuda_linear(x, raw, n, k, launch=launch)
-    assert rel_err(y, float_reference(x, raw, T.Q4_K, n, k)) < 5e-3
+    x = torch.randn(40, k, device="cuda").half()
+    for qt in (T.Q4_K, T.Q6_K):
+        raw = random_blocks(qt, n, k, seed=7).cuda()
+        w = split_q6_k(raw) if qt == T.Q6_K else raw
+        y = mmq_cuda_linear(x, w, n, k, launch=launch, qtype=qt)
+        assert rel_err(y, float_reference(x, raw, qt, n, k)) < 5e-3, qt.name
 
 
 def test_mmq_cuda_refuses_bad_launches_and_input():
@@ -62,6 +71,8 @@ def test_mmq_cuda_refuses_bad_launches_and_input():
         mmq_cuda_linear(torch.zeros(65, 256), torch.zeros(1, 144, dtype=torch.uint8), 1, 256)
     with pytest.raises(ValueError, match="bf16 or fp16"):
         mmq_cuda_linear(torch.zeros(2, 256), torch.zeros(1, 144, dtype=torch.uint8), 1, 256)
+    with pytest.raises(ValueError, match="Q4_K or Q6_K"):
+        mmq_cuda_linear(torch.zeros(2, 256), torch.zeros(1, 34 * 8, dtype=torch.uint8), 1, 256, qtype=T.Q8_0)
 
 
 @pytest.mark.gpu

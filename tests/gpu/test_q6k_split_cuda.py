@@ -1,7 +1,8 @@
 """The split Q6_K layout (issue 16) on CUDA at qwen2.5-7B's Q6_K shapes, bf16: split_linear (the split
 weight's product at every row count, fused_linear's routing: the float GEMV, batched_linear, dequantize
-+ cuBLAS) and batched_qkv with v split, each equal to the GGUF blocks' result bit for bit (the CPU
-interpreter checks the same at small shapes: tests/quant/test_q6k_split_mm.py); the batch-invariant GEMM."""
++ cuBLAS; 5..16 rows go to mmq_cuda, which reads the split layout only: tests/gpu/test_mmq_cuda.py)
+and batched_qkv with v split, each equal to the GGUF blocks' result bit for bit (the CPU interpreter
+checks the same at small shapes: tests/quant/test_q6k_split_mm.py); the batch-invariant GEMM."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ SHAPES = [(512, 3584), (3584, 18944), (16384, 3584)]  # v, down (routed), a slic
 def test_split_linear_equals_gguf(n, k):
     from orcd.quant.kernels.fused_linear import fused_linear
     from orcd.quant.kernels.layout import split_q6_k
+    from orcd.quant.kernels.mmq_cuda import mmq_cuda_linear, mmq_cuda_routed
     from orcd.quant.kernels.q6k_split import split_linear
 
     raw = random_blocks(T.Q6_K, n, k, seed=n + k).cuda()
@@ -28,7 +30,10 @@ def test_split_linear_equals_gguf(n, k):
     for m in (1, 4, 8, 64, 65):
         x = torch.randn(m, k, device="cuda").bfloat16()
         for b in (None, bias):
-            want = fused_linear(x, raw, n, k, T.Q6_K, b)
+            if mmq_cuda_routed(T.Q6_K, k, x, sp, split=True):  # reads the split layout only: its own value
+                want = mmq_cuda_linear(x, sp, n, k, b, qtype=T.Q6_K)
+            else:
+                want = fused_linear(x, raw, n, k, T.Q6_K, b)
             assert torch.equal(split_linear(x, sp, n, k, b), want), (m, b is None)
 
 

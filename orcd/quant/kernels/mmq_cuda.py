@@ -1,7 +1,8 @@
-"""Decode batches over raw Q4_K blocks on the tensor cores, in CUDA C (cuda/mmq_q4k_w16.cu).
+"""Decode batches over raw Q4_K and Q6_K blocks on the tensor cores, in CUDA C (cuda/mmq_q4k_w16.cu,
+cuda/mmq_q6k_w16.cu: Q6_K in layout.split_q6_k's layout only, its 16-byte-aligned blocks).
 
 y[M, N] = x[M, K] @ W[N, K].T for M = 1..64 rows of bf16 or fp16 x, W read once from memory for all rows
-as GGUF stores it, dequantized to x's type in registers right where mma.m16n8k16 takes it (Marlin's
+as the model holds it, dequantized to x's type in registers right where mma.m16n8k16 takes it (Marlin's
 idea on GGUF's own bytes), fp32 accumulation. Triton cannot place dequantized weights in the tensor
 cores' register fragments (its dot goes through shared memory), which kept mmq.py's products at 0.4-1.0
 TB/s on the H100 at 8 rows. The source is compiled at first use by NVRTC through torch
@@ -24,7 +25,7 @@ from importlib import resources
 import torch
 from gguf import GGMLQuantizationType as Q
 
-from orcd.quant.kernels.layout import row_bytes
+from orcd.quant.kernels.layout import q6k_tail, row_bytes
 
 MAX_ROWS = 64  # 8 token tiles of 8
 # fused_linear sends decode batches of GEMV_MAX_N < M <= ROUTE_ROWS rows here; larger ones keep mmq.py,
@@ -32,6 +33,8 @@ MAX_ROWS = 64  # 8 token tiles of 8
 # tile re-reads all of x)
 ROUTE_ROWS = 16
 OUT_KIND = {torch.bfloat16: 0, torch.float16: 1}
+KERNELS = {Q.Q4_K: "mmq_q4k_w16", Q.Q6_K: "mmq_q6k_w16"}  # type -> kernel (cuda/NAME.cu, function NAME)
+ROUTED = ((Q.Q4_K, False), (Q.Q6_K, True))  # (type, split layout) the kernels read
 SMEM_LIMIT = 48 * 1024  # static shared memory of the warps' partial sums: NW * MT * TT * 4 * 32 floats
 
 
@@ -64,11 +67,12 @@ def _fits(nw: int, mt: int, tt: int) -> bool:
     return nw * mt * tt * 4 * 32 * 4 <= SMEM_LIMIT
 
 
-def mmq_cuda_routed(qtype: Q | int, in_features: int, x: torch.Tensor, raw: torch.Tensor) -> bool:
-    """Whether fused_linear sends a decode batch (GEMV_MAX_N < M rows) of this product here: at most
-    ROUTE_ROWS rows, Q4_K, 16-bit x (fp32 x keeps batched_linear's exact fp32 dots), 16-byte aligned
-    blocks, and a device where the kernel compiles."""
-    if x.shape[0] > ROUTE_ROWS or int(qtype) != Q.Q4_K or in_features % 256:
+def mmq_cuda_routed(qtype: Q | int, in_features: int, x: torch.Tensor, raw: torch.Tensor,
+                    split: bool = False) -> bool:
+    """Whether fused_linear (Q4_K) or q6k_split.split_linear (Q6_K, split: the split layout) sends a
+    decode batch (GEMV_MAX_N < M rows) of this product here: at most ROUTE_ROWS rows, 16-bit x (fp32 x
+    keeps batched_linear's exact fp32 dots), 16-byte aligned blocks, a device where the kernel compiles."""
+    if x.shape[0] > ROUTE_ROWS or in_features % 256 or (int(qtype), split) not in ROUTED:
         return False
     return x.dtype in OUT_KIND and raw.data_ptr() % 16 == 0 and available(x.device)
 
@@ -79,13 +83,13 @@ def _source(name: str) -> str:
 
 
 @functools.cache
-def _kernel(nw: int, mt: int, tt: int, out_kind: int, has_bias: bool, device_index: int):
-    """The compiled kernel of one configuration (NVRTC, then the driver's PTX compiler)."""
+def _kernel(name: str, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool, device_index: int):
+    """The compiled kernel `name` of one configuration (NVRTC, then the driver's PTX compiler)."""
     defines = f"#define NW {nw}\n#define MT {mt}\n#define TT {tt}\n#define OUT_KIND {out_kind}\n"
     defines += f"#define HAS_BIAS {int(has_bias)}\n"
-    source = defines + _source("common.cuh") + _source("mmq_q4k_w16.cu")
+    source = defines + _source("common.cuh") + _source("w16.cuh") + _source(name + ".cu")
     with torch.cuda.device(device_index):
-        return torch.cuda._compile_kernel(source, "mmq_q4k_w16")
+        return torch.cuda._compile_kernel(source, name)
 
 
 def check_launch(nw: int, mt: int, tt: int) -> None:
@@ -97,11 +101,16 @@ def check_launch(nw: int, mt: int, tt: int) -> None:
 
 
 def mmq_cuda_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int,
-                    bias: torch.Tensor | None = None, launch: tuple[int, int] | None = None) -> torch.Tensor:
-    """x [M, in] (bf16/fp16 on CUDA, M <= MAX_ROWS), raw uint8 [out, row_bytes] of Q4_K -> [M, out] in
-    x.dtype (+ bias [out]). launch: (NW, MT) instead of default_launch's."""
+                    bias: torch.Tensor | None = None, launch: tuple[int, int] | None = None,
+                    qtype: Q | int = Q.Q4_K) -> torch.Tensor:
+    """x [M, in] (bf16/fp16 on CUDA, M <= MAX_ROWS), raw uint8 [out, row_bytes] of Q4_K (GGUF's blocks)
+    or Q6_K (the split layout) -> [M, out] in x.dtype (+ bias [out]). launch: (NW, MT) instead of
+    default_launch's."""
     m, k = x.shape
-    w_row = row_bytes(Q.Q4_K, in_features)
+    if int(qtype) not in KERNELS:
+        raise ValueError(f"mmq_cuda_linear: Q4_K or Q6_K (split), got type {int(qtype)}")
+    qt = Q(int(qtype))
+    w_row = row_bytes(qt, in_features)
     if k != in_features or k % 256 or not 1 <= m <= MAX_ROWS:
         raise ValueError(f"mmq_cuda_linear: x [1..{MAX_ROWS}, {in_features}] with in % 256 == 0, got "
                          f"{tuple(x.shape)}")
@@ -118,7 +127,8 @@ def mmq_cuda_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_fe
         x = x.clone()
     y = torch.empty((m, out_features), dtype=x.dtype, device=x.device)
     b = bias.float().contiguous() if bias is not None else y
-    kern = _kernel(nw, mt, tt, OUT_KIND[x.dtype], bias is not None, x.device.index or 0)
+    kern = _kernel(KERNELS[qt], nw, mt, tt, OUT_KIND[x.dtype], bias is not None, x.device.index or 0)
     grid = (-(-out_features // (16 * mt)), 1, 1)
-    kern(grid=grid, block=(32 * nw, 1, 1), args=[raw, x, b, y, m, out_features, k // 256])
+    scales = [q6k_tail(raw)] if qt == Q.Q6_K else []  # Q6_K: the d's, apart from the 208-byte blocks
+    kern(grid=grid, block=(32 * nw, 1, 1), args=[raw, *scales, x, b, y, m, out_features, k // 256])
     return y

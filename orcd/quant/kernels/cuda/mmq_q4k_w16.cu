@@ -2,7 +2,7 @@
 // fp16 (OUT_KIND 1) as given: the weights are dequantized to x's type in registers, right where the
 // tensor cores' mma.m16n8k16 takes them (Marlin's idea, on GGUF's own bytes), fp32 accumulation.
 // Prepended by mmq_cuda.py: NW warps per block, MT 16-row weight tiles per warp, TT 8-token tiles
-// (M <= 8 * TT), OUT_KIND (0 bf16, 1 fp16), HAS_BIAS (bias float32 [N]), then common.cuh.
+// (M <= 8 * TT), OUT_KIND (0 bf16, 1 fp16), HAS_BIAS (bias float32 [N]), then common.cuh and w16.cuh.
 //
 // A (16 weight rows x 16 inputs) and B (16 inputs x 8 tokens): lane (g = lane / 4, t = lane % 4) holds
 // A's rows g, g + 8 at columns 2t, 2t + 1 (a0, a1) and 2t + 8, 2t + 9 (a2, a3), B's token g at the same
@@ -16,45 +16,12 @@
 // or 1024 + q (fp16 0x6400); subtracting that is exact, then q * d*sc_j - dmin*m_j in one fma (d*sc_j
 // and dmin*m_j rounded to x's type: the weight differs from fp32 dequantization by ~3 roundings).
 
-#if OUT_KIND == 0
-#define MAGIC 0x43004300u  // bf16 (128, 128)
-#define ONE2 0x3F803F80u   // (1.0, 1.0)
-#define NEG2 0xC300C300u   // (-128, -128)
-#define MMA_T "bf16"
-#define FMA2 "fma.rn.bf16x2"
-#else
-#define MAGIC 0x64006400u  // fp16 (1024, 1024)
-#define ONE2 0x3C003C00u   // (1.0, 1.0)
-#define NEG2 0xE400E400u   // (-1024, -1024)
-#define MMA_T "f16"
-#define FMA2 "fma.rn.f16x2"
-#endif
-
-// two floats as one register of two 16-bit floats of x's type (a in the low half)
-__device__ __forceinline__ unsigned int pack2(float a, float b) {
-  unsigned int r;
-#if OUT_KIND == 0
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
-#else
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
-#endif
-  return r;
-}
-
 // the pair (q0, q1) of 4-bit values at bits 0..3 and 16..19 of p, as (q0 * s - m, q1 * s - m)
 __device__ __forceinline__ unsigned int dequant_pair(unsigned int p, unsigned int s2, unsigned int m2) {
   unsigned int v = (p & 0x000F000Fu) | MAGIC, q, r;
   asm(FMA2 " %0, %1, %2, %3;" : "=r"(q) : "r"(v), "r"(ONE2), "r"(NEG2));  // exact: the integers q0, q1
   asm(FMA2 " %0, %1, %2, %3;" : "=r"(r) : "r"(q), "r"(s2), "r"(m2 ^ 0x80008000u));
   return r;
-}
-
-__device__ __forceinline__ void mma_16(float* c, unsigned int a0, unsigned int a1, unsigned int a2,
-                                       unsigned int a3, unsigned int b0, unsigned int b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_T "." MMA_T ".f32 {%0, %1, %2, %3}, "
-               "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 extern "C" __global__ void __launch_bounds__(NW * LANES)
