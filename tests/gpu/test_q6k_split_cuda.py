@@ -19,7 +19,7 @@ SHAPES = [(512, 3584), (3584, 18944), (16384, 3584)]  # v, down (routed), a slic
 @needs_cuda
 @pytest.mark.parametrize("n,k", SHAPES)
 def test_split_linear_equals_gguf(n, k):
-    from orcd.quant.kernels.fused_linear import fused_linear
+    from orcd.quant.kernels.fused_linear import GEMV_MAX_N, fused_linear
     from orcd.quant.kernels.layout import split_q6_k
     from orcd.quant.kernels.mmq_cuda import mmq_cuda_linear, mmq_cuda_routed
     from orcd.quant.kernels.q6k_split import split_linear
@@ -30,7 +30,7 @@ def test_split_linear_equals_gguf(n, k):
     for m in (1, 4, 8, 64, 65):
         x = torch.randn(m, k, device="cuda").bfloat16()
         for b in (None, bias):
-            if mmq_cuda_routed(T.Q6_K, k, x, sp, split=True):  # reads the split layout only: its own value
+            if m > GEMV_MAX_N and mmq_cuda_routed(T.Q6_K, k, x, sp, split=True):  # split layout only
                 want = mmq_cuda_linear(x, sp, n, k, b, qtype=T.Q6_K)
             else:
                 want = fused_linear(x, raw, n, k, T.Q6_K, b)

@@ -70,7 +70,8 @@ def _fits(nw: int, mt: int, tt: int) -> bool:
 def mmq_cuda_routed(qtype: Q | int, in_features: int, x: torch.Tensor, raw: torch.Tensor,
                     split: bool = False) -> bool:
     """Whether fused_linear (Q4_K) or q6k_split.split_linear (Q6_K, split: the split layout) sends a
-    decode batch (GEMV_MAX_N < M rows) of this product here: at most ROUTE_ROWS rows, 16-bit x (fp32 x
+    decode batch of this product here (the caller sends M <= GEMV_MAX_N rows to its GEMVs first): at most
+    ROUTE_ROWS rows, 16-bit x (fp32 x
     keeps batched_linear's exact fp32 dots), 16-byte aligned blocks, a device where the kernel compiles."""
     if x.shape[0] > ROUTE_ROWS or in_features % 256 or (int(qtype), split) not in ROUTED:
         return False
