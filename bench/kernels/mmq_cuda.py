@@ -2,16 +2,13 @@
 decode batches, at the 7B's Q4_K and Q6_K shapes, on CUDA; optionally the engine with each routing.
 
 usage: python bench/kernels/mmq_cuda.py OUT.json [--ms 5,8,16,32,64] [--launches 8x1,16x1,...]
-                                        [--engine 7B.gguf --streams 5,8,16 --gen 64 --routes none,q4k,all]
 
 Kernels: each product timed alone from a CUDA graph over >= 200 MB of weight copies (bench/peers/
 products.py's method: time = median replay / launches; floor = weight bytes / the measured copy rate),
 beside the route it replaces: Q4_K mmq.py's bf16-weight Triton kernel, Q6_K (split layout) batched_linear.
 Also the first call's seconds (NVRTC + the driver compiling a new configuration).
---engine: then the engine's decode tok/s (bench/peers/orcd_side.py's measure, one engine per routing,
-built fresh) with mmq_cuda.ROUTED set to: none (mmq.py / batched_linear as before session 19), q4k
-(Q4_K only, the committed default), all (Q4_K and split Q6_K).
-Writes OUT.json and prints tables: µs per product and TB/s; engine tok/s per routing.
+Writes OUT.json and prints a table: µs per product and TB/s. The engine with another routing
+(mmq_cuda.ROUTED) is measured from two trees, each committed, by bench/peers/orcd_side.py in one call.
 """
 
 from __future__ import annotations
@@ -35,7 +32,6 @@ P7B = [("q/o 3584x3584", Q.Q4_K, 3584, 3584), ("k 512x3584", Q.Q4_K, 512, 3584),
        ("gate/up 18944x3584", Q.Q4_K, 18944, 3584), ("down 3584x18944", Q.Q4_K, 3584, 18944),
        ("v 512x3584", Q.Q6_K, 512, 3584), ("down 3584x18944", Q.Q6_K, 3584, 18944),
        ("lm_head 152064x3584", Q.Q6_K, 152064, 3584)]
-ROUTES = {"none": (), "q4k": ((Q.Q4_K, False),), "all": ((Q.Q4_K, False), (Q.Q6_K, True))}
 
 
 def _cuda(x, r, n, k, launch, qt):
@@ -102,45 +98,17 @@ def kernel_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def engine_runs(model: str, streams: list[int], gen: int, routes: list[str]) -> dict:
-    from orcd_side import measure
-
-    import orcd.quant.kernels.mmq_cuda as mmq_cuda
-
-    runs = {}
-    for route in routes:
-        mmq_cuda.ROUTED = ROUTES[route]
-        runs.setdefault(route, []).append(measure(model, streams, prompt=128, gen=gen))
-    return runs
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=Path)
-    ap.add_argument("--ms", default="5,8,16", help="decode rows of the kernel table ('' skips it)")
+    ap.add_argument("--ms", default="5,8,16", help="decode rows")
     ap.add_argument("--launches", default="8x1,16x1,8x2,4x2",
                     help="mmq_cuda (warps x 16-row tiles) launches to time beside its default")
-    ap.add_argument("--engine", help="a GGUF file: also the engine's decode tok/s under each routing")
-    ap.add_argument("--streams", default="5,8,16")
-    ap.add_argument("--gen", type=int, default=64)
-    ap.add_argument("--routes", default="none,q4k,all", help=f"routings, of {list(ROUTES)} (repeats allowed)")
     args = ap.parse_args()
-    result = {"device": torch.cuda.get_device_name()}
-    ms = [int(v) for v in args.ms.split(",") if v]
-    if ms:
-        launches = [tuple(int(v) for v in s.split("x")) for s in args.launches.split(",") if s]
-        result["rows"] = kernel_rows(ms, launches)
-        args.out.write_text(json.dumps(result, indent=1))
-    if args.engine:
-        streams = [int(v) for v in args.streams.split(",")]
-        result["engine"] = engine_runs(args.engine, streams, args.gen, args.routes.split(","))
-        args.out.write_text(json.dumps(result, indent=1))
-    if ms:
-        print("\n" + kernel_table(result["rows"]))
-    for route, runs in result.get("engine", {}).items():
-        for run in runs:
-            tok = " / ".join(f"{run['decode'][str(s)]['decode_tok_s']:,.0f}" for s in args.streams.split(","))
-            print(f"engine, route {route}: {tok} tok/s at {args.streams} streams")
+    launches = [tuple(int(v) for v in s.split("x")) for s in args.launches.split(",") if s]
+    rows = kernel_rows([int(v) for v in args.ms.split(",")], launches)
+    args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1))
+    print("\n" + kernel_table(rows))
 
 
 if __name__ == "__main__":

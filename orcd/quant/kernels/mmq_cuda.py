@@ -36,8 +36,9 @@ OUT_KIND = {torch.bfloat16: 0, torch.float16: 1}
 KERNELS = {Q.Q4_K: "mmq_q4k_w16", Q.Q6_K: "mmq_q6k_w16"}  # type -> kernel (cuda/NAME.cu, function NAME)
 # (type, split layout) that fused_linear / split_linear send here. The Q6_K kernel (split layout) passed
 # its GPU tests against the dequantize reference but was not yet timed on a GPU (session 19 ran out of
-# device time): split_linear keeps batched_linear until `bench/kernels/mmq_cuda.py --engine` measures
-# ((Q.Q4_K, False), (Q.Q6_K, True)) against this.
+# device time): split_linear keeps batched_linear until the engine is measured with (Q.Q6_K, True) added
+# here against without (bench/peers/orcd_side.py from both trees in one call; bench/kernels/mmq_cuda.py
+# times the kernels).
 ROUTED = ((Q.Q4_K, False),)
 SMEM_LIMIT = 48 * 1024  # static shared memory of the warps' partial sums: NW * MT * TT * 4 * 32 floats
 
