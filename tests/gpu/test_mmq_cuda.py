@@ -5,6 +5,8 @@ bit for bit; fused_linear's and split_linear's routes."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from gguf import GGMLQuantizationType as T
@@ -73,6 +75,31 @@ def test_mmq_cuda_refuses_bad_launches_and_input():
         mmq_cuda_linear(torch.zeros(2, 256), torch.zeros(1, 144, dtype=torch.uint8), 1, 256)
     with pytest.raises(ValueError, match="Q4_K or Q6_K"):
         mmq_cuda_linear(torch.zeros(2, 256), torch.zeros(1, 34 * 8, dtype=torch.uint8), 1, 256, qtype=T.Q8_0)
+
+
+def test_mmq_cuda_unavailable_where_nvrtc_fails(monkeypatch, caplog):
+    """A CUDA device whose NVRTC compile fails (a torch without libnvrtc) makes `available` False with a
+    warning, so the Triton kernels keep the batches; CPU devices are never available. (The compile is
+    torch's: replaced here by one that fails, on a CUDA device the test pretends to have.)"""
+    from orcd.quant.kernels import mmq_cuda
+
+    assert not mmq_cuda.available("cpu")
+    mmq_cuda._available.cache_clear()
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("libnvrtc.so: cannot open shared object file")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(torch.cuda, "_compile_kernel", fail)
+    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
+    mmq_cuda._kernel.cache_clear()
+    try:
+        assert not mmq_cuda.available("cuda:0")
+        assert "CUDA-C decode kernels unavailable" in caplog.text
+    finally:
+        mmq_cuda._available.cache_clear()
+        mmq_cuda._kernel.cache_clear()
 
 
 @pytest.mark.gpu

@@ -20,12 +20,15 @@ to int8 per 32, mma.m16n8k32, the scales applied per sub-block) was measured slo
 from __future__ import annotations
 
 import functools
+import logging
 from importlib import resources
 
 import torch
 from gguf import GGMLQuantizationType as Q
 
 from orcd.quant.kernels.layout import q6k_tail, row_bytes
+
+log = logging.getLogger("orcd.quant")
 
 MAX_ROWS = 64  # 8 token tiles of 8
 # fused_linear sends decode batches of GEMV_MAX_N < M <= ROUTE_ROWS rows here; larger ones keep mmq.py,
@@ -44,8 +47,9 @@ SMEM_LIMIT = 48 * 1024  # static shared memory of the warps' partial sums: NW * 
 
 
 def available(device: torch.device | str) -> bool:
-    """Whether this process can compile and run the kernel on `device` (CUDA, compute capability >= 8.0:
-    mma.m16n8k16 on bf16; torch with NVRTC compilation)."""
+    """Whether this process can compile and run the kernels on `device`: CUDA, compute capability >= 8.0
+    (mma.m16n8k16 on bf16), and torch's NVRTC compiling one of them (once per process and device; where
+    it fails, a warning and False: fused_linear and split_linear keep their Triton kernels)."""
     return _available(str(torch.device(device)))
 
 
@@ -54,7 +58,15 @@ def _available(name: str) -> bool:
     device = torch.device(name)
     if device.type != "cuda" or not torch.cuda.is_available() or not hasattr(torch.cuda, "_compile_kernel"):
         return False
-    return torch.cuda.get_device_capability(device) >= (8, 0)
+    if torch.cuda.get_device_capability(device) < (8, 0):
+        return False
+    try:  # torch.cuda._compile_kernel is torch's own (private) NVRTC wrapper: libnvrtc may be missing
+        _kernel(KERNELS[Q.Q4_K], 8, 1, 1, OUT_KIND[torch.bfloat16], False, device.index or 0)
+    except (RuntimeError, OSError, TypeError) as e:
+        log.warning("CUDA-C decode kernels unavailable on %s (%s): the Triton kernels take their batches",
+                    name, e)
+        return False
+    return True
 
 
 def default_launch(in_features: int, rows: int) -> tuple[int, int]:
