@@ -291,7 +291,7 @@ def fused_gemv(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feature
         launch_gemv(x, raw, y, qt, out_features, in_features, g, bo, warps, splits, bias, norm,
                     residual is not None)
         return y
-    if n <= MM_MAX_N and mmq_cuda_routed(qt, in_features, x, raw):  # decode batches: int8 mma in CUDA C
+    if n <= MM_MAX_N and mmq_cuda_routed(qt, in_features, x, raw):  # 5..16 rows: CUDA C, tensor cores
         return mmq_cuda_linear(x, raw, out_features, in_features, bias)
     if n <= MM_MAX_N and mmq_routed(qt, in_features, x.dtype):  # decode batches: raw tiles, tensor cores
         return mmq_linear(x, raw, out_features, in_features, qt, bias, float_w=True)
