@@ -77,6 +77,26 @@ def test_mmq_cuda_refuses_bad_launches_and_input():
         mmq_cuda_linear(torch.zeros(2, 256), torch.zeros(1, 34 * 8, dtype=torch.uint8), 1, 256, qtype=T.Q8_0)
 
 
+def test_mmq_cuda_sources_ship_with_the_package():
+    """Every file the kernels compile from is readable through the package and matched by pyproject's
+    package-data (a wheel without a header would leave `available` False on every GPU)."""
+    import fnmatch
+    from pathlib import Path
+
+    from orcd.quant.kernels.mmq_cuda import KERNELS, _source
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    root = Path(__file__).resolve().parents[2]
+    setuptools = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    patterns = setuptools["package-data"]["orcd"]
+    names = ["common.cuh", "w16.cuh", *(k + ".cu" for k in KERNELS.values())]
+    files = sorted(p.name for p in (root / "orcd/quant/kernels/cuda").iterdir())
+    assert sorted(names) == files
+    for name in names:
+        assert "__global__" in _source(name) or "__device__" in _source(name)
+        assert any(fnmatch.fnmatch(f"quant/kernels/cuda/{name}", pat) for pat in patterns), name
+
+
 def test_mmq_cuda_unavailable_where_nvrtc_fails(monkeypatch, caplog):
     """A CUDA device whose NVRTC compile fails (a torch without libnvrtc) makes `available` False with a
     warning, so the Triton kernels keep the batches; CPU devices are never available. (The compile is
