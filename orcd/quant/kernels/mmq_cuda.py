@@ -100,12 +100,18 @@ def _source(name: str) -> str:
     return resources.files("orcd.quant.kernels").joinpath(f"cuda/{name}").read_text()
 
 
+def kernel_source(name: str, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool) -> str:
+    """The CUDA-C text NVRTC compiles for kernel `name` (a KERNELS value) at one configuration: the
+    defines, common.cuh, w16.cuh, then cuda/NAME.cu (tests/kernels_compile compiles the same text)."""
+    defines = f"#define NW {nw}\n#define MT {mt}\n#define TT {tt}\n#define OUT_KIND {out_kind}\n"
+    defines += f"#define HAS_BIAS {int(has_bias)}\n"
+    return defines + _source("common.cuh") + _source("w16.cuh") + _source(name + ".cu")
+
+
 @functools.cache
 def _kernel(name: str, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool, device_index: int):
     """The compiled kernel `name` of one configuration (NVRTC, then the driver's PTX compiler)."""
-    defines = f"#define NW {nw}\n#define MT {mt}\n#define TT {tt}\n#define OUT_KIND {out_kind}\n"
-    defines += f"#define HAS_BIAS {int(has_bias)}\n"
-    source = defines + _source("common.cuh") + _source("w16.cuh") + _source(name + ".cu")
+    source = kernel_source(name, nw, mt, tt, out_kind, has_bias)
     with torch.cuda.device(device_index):
         return torch.cuda._compile_kernel(source, name)
 

@@ -1,0 +1,76 @@
+"""The CUDA-C decode kernels (orcd/quant/kernels/cuda/, compiled on a GPU at run time by torch's NVRTC)
+compiled here on the CPU by NVRTC itself (the `nvidia-cuda-nvrtc-cu12` wheel of the test extras) for
+compute capability 9.0, at every configuration the routes take (rows 5..16 of bf16 / fp16 x, with and
+without a bias, the default warps for short and long rows) and the wider launches the bench and the GPU
+tests use: a typo in the C or in its inline PTX fails here, before any GPU time is spent. The PTX holds
+one tensor-core product per 16 inputs per 16-row tile per 8-token tile (8 sub-blocks x 2 words a
+super-block). What the kernels compute is tested on the GPU (tests/gpu/test_mmq_cuda.py)."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from orcd.quant.kernels.mmq_cuda import KERNELS, default_launch, kernel_source
+
+
+def _nvrtc():
+    spec = importlib.util.find_spec("nvidia.cuda_nvrtc") if importlib.util.find_spec("nvidia") else None
+    if spec is None or not spec.submodule_search_locations or not sys.platform.startswith("linux"):
+        return None
+    libs = sorted(Path(next(iter(spec.submodule_search_locations)), "lib").glob("libnvrtc.so.*"))
+    return ctypes.CDLL(str(libs[0])) if libs else None
+
+
+NVRTC = _nvrtc()
+needs_nvrtc = pytest.mark.skipif(NVRTC is None, reason="needs the nvidia-cuda-nvrtc-cu12 wheel (test extras)")
+
+
+def compile_ptx(source: str) -> str:
+    """PTX for compute_90, or AssertionError with NVRTC's log."""
+    prog = ctypes.c_void_p()
+    assert NVRTC.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"k.cu", 0, None, None) == 0
+    opts = [b"--gpu-architecture=compute_90", b"-default-device"]
+    rc = NVRTC.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    size = ctypes.c_size_t()
+    if rc != 0:
+        NVRTC.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        NVRTC.nvrtcGetProgramLog(prog, log)
+        raise AssertionError(log.value.decode())
+    NVRTC.nvrtcGetPTXSize(prog, ctypes.byref(size))
+    ptx = ctypes.create_string_buffer(size.value)
+    NVRTC.nvrtcGetPTX(prog, ptx)
+    NVRTC.nvrtcDestroyProgram(ctypes.byref(prog))
+    return ptx.value.decode()
+
+
+def configurations() -> list[tuple[int, int, int, int, bool]]:
+    """(NW, MT, TT, out kind, bias): the routed ones (5..16 rows, K of a short and a long row), then the
+    bench's and the GPU tests' wider launches."""
+    routed = {(*default_launch(k, m), -(-m // 8), kind, bias)
+              for k in (3584, 18944) for m in (5, 16) for kind in (0, 1) for bias in (False, True)}
+    return sorted(routed) + [(4, 2, 8, 0, True), (2, 4, 5, 1, False), (1, 1, 1, 0, False)]
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("name", sorted(KERNELS.values()))
+def test_cuda_kernels_compile_for_sm90(name):
+    for nw, mt, tt, kind, bias in configurations():
+        ptx = compile_ptx(kernel_source(name, nw, mt, tt, kind, bias))
+        assert f".entry {name}(" in ptx
+        assert ptx.count("mma.sync.aligned.m16n8k16") == 16 * mt * tt, (nw, mt, tt)
+        assert ".local" not in ptx, f"an array in local memory (indexed at run time) at {(nw, mt, tt)}"
+
+
+@needs_nvrtc
+def test_a_broken_source_fails_to_compile():
+    """The canary: NVRTC here refuses what the GPU's would (a misspelled PTX type in an asm string is
+    only caught by the PTX assembler, not here: the mma count above and the GPU tests cover those)."""
+    src = kernel_source(KERNELS[12], 8, 1, 1, 0, False).replace("uint4 xb[TT];", "uint4 xb[TT]")
+    with pytest.raises(AssertionError, match="error"):
+        compile_ptx(src)
