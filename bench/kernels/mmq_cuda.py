@@ -26,13 +26,6 @@ from gguf import GGMLQuantizationType as Q
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "bench/peers")]
 
-# (name, type, out, in) of the 7B's products the kernels take: Q4_K q/o, k, gate/up, down; Q6_K v, down,
-# the LM head
-P7B = [("q/o 3584x3584", Q.Q4_K, 3584, 3584), ("k 512x3584", Q.Q4_K, 512, 3584),
-       ("gate/up 18944x3584", Q.Q4_K, 18944, 3584), ("down 3584x18944", Q.Q4_K, 3584, 18944),
-       ("v 512x3584", Q.Q6_K, 512, 3584), ("down 3584x18944", Q.Q6_K, 3584, 18944),
-       ("lm_head 152064x3584", Q.Q6_K, 152064, 3584)]
-
 
 def _cuda(x, r, n, k, launch, qt):
     from orcd.quant.kernels.mmq_cuda import mmq_cuda_linear
@@ -51,14 +44,14 @@ def _today(x, r, n, k, qt):
 
 
 def kernel_rows(ms: list[int], launches: list[tuple[int, int]]) -> list[dict]:
-    from products import blocks, copies_for, copy_bandwidth, graph_time
+    from products import P7B, blocks, copies_for, copy_bandwidth, graph_time  # P7B: the 7B's products
 
     from orcd.quant.kernels.layout import row_bytes, split_q6_k
     from orcd.quant.kernels.mmq_cuda import check_launch, default_launch
 
     bw = copy_bandwidth()  # bytes read + written per second by a copy: a read-only kernel's ceiling
     rows = []
-    for name, qt, n, k in P7B:
+    for name, qt, n, k, _per_token in P7B:
         nbytes = n * row_bytes(qt, k)
         ws = [blocks(qt, n, k, seed=s) for s in range(copies_for(nbytes))]
         ws = [split_q6_k(w) for w in ws] if qt == Q.Q6_K else ws
