@@ -37,12 +37,9 @@ MAX_ROWS = 64  # 8 token tiles of 8
 ROUTE_ROWS = 16
 OUT_KIND = {torch.bfloat16: 0, torch.float16: 1}
 KERNELS = {Q.Q4_K: "mmq_q4k_w16", Q.Q6_K: "mmq_q6k_w16"}  # type -> kernel (cuda/NAME.cu, function NAME)
-# (type, split layout) that fused_linear / split_linear send here. The Q6_K kernel (split layout) passed
-# its GPU tests against the dequantize reference but was not yet timed on a GPU (session 19 ran out of
-# device time): split_linear keeps batched_linear until the engine is measured with (Q.Q6_K, True) added
-# here against without (bench/peers/orcd_side.py from both trees in one call; bench/kernels/mmq_cuda.py
-# times the kernels).
-ROUTED = ((Q.Q4_K, False),)
+# (type, split layout) that fused_linear / split_linear send here. Q6_K in the split layout since session
+# 20: 7B engine 1,578 -> 2,046 tok/s at 8 streams, 2,861 -> 3,384 at 16 (H100, bench/results/mmq_cuda_s20/).
+ROUTED = ((Q.Q4_K, False), (Q.Q6_K, True))
 SMEM_LIMIT = 48 * 1024  # static shared memory of the warps' partial sums: NW * MT * TT * 4 * 32 floats
 
 
