@@ -2,11 +2,14 @@
 decode batches, at the 7B's Q4_K and Q6_K shapes, on CUDA; optionally the engine with each routing.
 
 usage: python bench/kernels/mmq_cuda.py OUT.json [--ms 5,8,16,32,64] [--launches 8x1,16x1,...]
+                                      [--wide 4x2x264,4x1x264,...]
 
 Kernels: each product timed alone from a CUDA graph over >= 200 MB of weight copies (bench/peers/
 products.py's method: time = median replay / launches; floor = weight bytes / the measured copy rate),
 beside the route it replaces: Q4_K mmq.py's bf16-weight Triton kernel, Q6_K (split layout) batched_linear.
-Also the first call's seconds (NVRTC + the driver compiling a new configuration).
+--wide: WIDE launches (warps x 16-row tiles per warp x target blocks: mmq_cuda.wide_launch picks the K
+ranges) timed beside the variant whose warps split K. Also the first call's seconds (NVRTC + the driver
+compiling a new configuration).
 Writes OUT.json and prints a table: µs per product and TB/s. The engine with another routing
 (mmq_cuda.ROUTED) is measured from two trees, each committed, by bench/peers/orcd_side.py in one call.
 """
@@ -43,11 +46,12 @@ def _today(x, r, n, k, qt):
     return batched_linear(x, r, n, k, qt, split=True)
 
 
-def kernel_rows(ms: list[int], launches: list[tuple[int, int]]) -> list[dict]:
+def kernel_rows(ms: list[int], launches: list[tuple[int, int]],
+                wide: list[tuple[int, int, int]]) -> list[dict]:
     from products import P7B, blocks, copies_for, copy_bandwidth, graph_time  # P7B: the 7B's products
 
     from orcd.quant.kernels.layout import row_bytes, split_q6_k
-    from orcd.quant.kernels.mmq_cuda import check_launch, default_launch
+    from orcd.quant.kernels.mmq_cuda import check_launch, default_launch, wide_launch
 
     bw = copy_bandwidth()  # bytes read + written per second by a copy: a read-only kernel's ceiling
     rows = []
@@ -64,6 +68,9 @@ def kernel_rows(ms: list[int], launches: list[tuple[int, int]]) -> list[dict]:
                 except ValueError:
                     continue
                 cands[f"cuda {nw}x{mt}"] = partial(_cuda, x, n=n, k=k, launch=(nw, mt), qt=qt)
+            for nw, mt, target in wide:
+                launch = wide_launch(n, k, nw, mt, target)
+                cands[f"wide {nw}x{mt}x{launch[2]}"] = partial(_cuda, x, n=n, k=k, launch=launch, qt=qt)
             for cand, f in cands.items():
                 t0 = time.perf_counter()
                 f(ws[0])
@@ -97,9 +104,11 @@ def main() -> None:
     ap.add_argument("--ms", default="5,8,16", help="decode rows")
     ap.add_argument("--launches", default="8x1,16x1,8x2,4x2",
                     help="mmq_cuda (warps x 16-row tiles) launches to time beside its default")
+    ap.add_argument("--wide", default="", help="WIDE launches, warps x tiles x target blocks: 4x2x264,...")
     args = ap.parse_args()
     launches = [tuple(int(v) for v in s.split("x")) for s in args.launches.split(",") if s]
-    rows = kernel_rows([int(v) for v in args.ms.split(",")], launches)
+    wide = [tuple(int(v) for v in s.split("x")) for s in args.wide.split(",") if s]
+    rows = kernel_rows([int(v) for v in args.ms.split(",")], launches, wide)
     args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1))
     print("\n" + kernel_table(rows))
 

@@ -67,19 +67,19 @@ def test_mmq_under_interpreter():
 @pytest.mark.parametrize("qt", [T.Q4_K, T.Q6_K], ids=lambda v: v.name)
 @pytest.mark.parametrize("m", [5, 16, 64])
 def test_fused_linear_route(qt, m):
-    """fused_linear at 5..64 rows of bf16 x: Q4_K through mmq's bf16-w path, Q6_K (7B ffn_down, large
-    enough for batched_linear.routed) through batched_linear, bit for bit the same calls; fp32 x never
-    through mmq."""
+    """fused_linear at 5..64 rows of bf16 x: Q4_K through mmq_cuda (where it compiles) or mmq's bf16-w
+    path, Q6_K (7B ffn_down, large enough for batched_linear.routed) through batched_linear, bit for bit
+    the same calls; fp32 x never through mmq."""
     from orcd.quant.kernels.batched_linear import batched_linear, routed
     from orcd.quant.kernels.fused_linear import fused_linear
     from orcd.quant.kernels.mmq import mmq_linear, mmq_routed
-    from orcd.quant.kernels.mmq_cuda import ROUTE_ROWS, available, mmq_cuda_linear
+    from orcd.quant.kernels.mmq_cuda import WIDE_ROWS, available, mmq_cuda_linear
 
     n, k = (3584, 3584) if qt == T.Q4_K else (3584, 18944)
     raw = random_blocks(qt, n, k, seed=m).cuda()
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     y = fused_linear(x, raw, n, k, int(qt))
-    if qt == T.Q4_K and available("cuda") and m <= ROUTE_ROWS:  # the CUDA-C kernel (test_mmq_cuda.py)
+    if qt == T.Q4_K and available("cuda") and m <= WIDE_ROWS:  # the CUDA-C kernel (test_mmq_cuda.py)
         assert torch.equal(y, mmq_cuda_linear(x, raw, n, k))
     elif qt == T.Q4_K:
         assert torch.equal(y, mmq_linear(x, raw, n, k, qt, float_w=True))

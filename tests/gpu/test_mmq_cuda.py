@@ -33,7 +33,7 @@ def test_mmq_cuda_matches_reference(qt, n, k, m):
     w = split_q6_k(raw) if qt == T.Q6_K else raw
     g = torch.Generator(device="cuda").manual_seed(m + k)
     x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
-    bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16) if m == 3 else None
+    bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16) if m in (3, 17) else None
     ref = float_reference(x, raw, qt, n, k) + (bias.double() if bias is not None else 0)
     y = mmq_cuda_linear(x, w, n, k, bias=bias, qtype=qt)
     assert y.shape == (m, n) and y.dtype == torch.bfloat16 and rel_err(y, ref) < 1e-2
@@ -44,14 +44,16 @@ def test_mmq_cuda_matches_reference(qt, n, k, m):
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("launch", [(1, 1), (2, 4), (4, 2), (8, 1), (16, 1)], ids=str)
+@pytest.mark.parametrize("launch", [(1, 1), (2, 4), (4, 2), (8, 1), (16, 1), (4, 2, 1), (4, 1, 3), (8, 2, 9),
+                                    (2, 4, 2), (16, 1, 4)], ids=str)
 def test_mmq_cuda_launch_shapes(launch):
-    """Every (warps, tiles) gives the reference's value (fp16 x, 40 rows: five token tiles)."""
+    """Every (warps, tiles) and WIDE (warps, tiles, K ranges) gives the reference's value (fp16 x, 40
+    rows: five token tiles; 9 super-blocks: 9 ranges of one, 3 of three, 2 of five and four)."""
     from orcd.quant.kernels.layout import split_q6_k
     from orcd.quant.kernels.mmq_cuda import check_launch, mmq_cuda_linear
 
     n, k = 1000, 2304
-    check_launch(*launch, 5)
+    check_launch(*launch[:2], 5, wide=len(launch) == 3)
     x = torch.randn(40, k, device="cuda").half()
     for qt in (T.Q4_K, T.Q6_K):
         raw = random_blocks(qt, n, k, seed=7).cuda()
@@ -69,6 +71,10 @@ def test_mmq_cuda_refuses_bad_launches_and_input():
         check_launch(4, 3, 1)
     for k, m in [(3584, 8), (18944, 16), (18944, 64)]:
         check_launch(*default_launch(k, m), -(-m // 8))  # the defaults always fit
+    for n, k, m in [(512, 3584, 17), (18944, 3584, 64), (3584, 18944, 32), (77, 1280, 64)]:
+        nw, mt, ks = default_launch(k, m, n)  # WIDE: (NW, MT, KS), KS ranges of >= 2 super-blocks
+        check_launch(nw, mt, -(-m // 8), wide=True)
+        assert 1 <= ks <= max(1, k // 512)
     with pytest.raises(ValueError, match="in % 256"):
         mmq_cuda_linear(torch.zeros(65, 256), torch.zeros(1, 144, dtype=torch.uint8), 1, 256)
     with pytest.raises(ValueError, match="bf16 or fp16"):
@@ -124,18 +130,18 @@ def test_mmq_cuda_unavailable_where_nvrtc_fails(monkeypatch, caplog):
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("m", [5, 16, 64])
+@pytest.mark.parametrize("m", [5, 16, 17, 64])
 def test_fused_linear_routes_q4k_batches_here(m):
-    """fused_linear sends 5..ROUTE_ROWS rows of 16-bit x here, more to mmq.py's bf16-w path."""
+    """fused_linear sends 5..WIDE_ROWS rows of 16-bit x here (the WIDE variant past ROUTE_ROWS)."""
     from orcd.quant.kernels.fused_linear import fused_linear
     from orcd.quant.kernels.mmq import mmq_linear
-    from orcd.quant.kernels.mmq_cuda import ROUTE_ROWS, available, mmq_cuda_linear
+    from orcd.quant.kernels.mmq_cuda import WIDE_ROWS, available, mmq_cuda_linear
 
     assert available("cuda") == (torch.cuda.get_device_capability() >= (8, 0))
     raw = random_blocks(T.Q4_K, 3584, 3584, seed=m).cuda()
     x = torch.randn(m, 3584, device="cuda", dtype=torch.bfloat16)
     y = fused_linear(x, raw, 3584, 3584, int(T.Q4_K))
-    if available("cuda") and m <= ROUTE_ROWS:
+    if available("cuda") and m <= WIDE_ROWS:
         assert torch.equal(y, mmq_cuda_linear(x, raw, 3584, 3584))
     else:
         assert torch.equal(y, mmq_linear(x, raw, 3584, 3584, T.Q4_K, float_w=True))

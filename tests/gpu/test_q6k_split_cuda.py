@@ -1,6 +1,6 @@
 """The split Q6_K layout (issue 16) on CUDA at qwen2.5-7B's Q6_K shapes, bf16: split_linear (the split
 weight's product at every row count, fused_linear's routing: the float GEMV, batched_linear, dequantize
-+ cuBLAS; 5..16 rows go to mmq_cuda, which reads the split layout only: tests/gpu/test_mmq_cuda.py)
++ cuBLAS; 5..64 rows go to mmq_cuda, which reads the split layout only: tests/gpu/test_mmq_cuda.py)
 and batched_qkv with v split, each equal to the GGUF blocks' result bit for bit (the CPU interpreter
 checks the same at small shapes: tests/quant/test_q6k_split_mm.py); the batch-invariant GEMM."""
 

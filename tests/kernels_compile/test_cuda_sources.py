@@ -49,22 +49,27 @@ def compile_ptx(source: str) -> str:
     return ptx.value.decode()
 
 
-def configurations() -> list[tuple[int, int, int, int, bool]]:
-    """(NW, MT, TT, out kind, bias): the routed ones (5..16 rows, K of a short and a long row), then the
-    bench's and the GPU tests' wider launches."""
-    routed = {(*default_launch(k, m), -(-m // 8), kind, bias)
+def configurations() -> list[tuple[int, int, int, int, bool, bool]]:
+    """(NW, MT, TT, out kind, bias, WIDE): the routed ones (5..16 rows: warps split K, K of a short and a
+    long row; 17..64 rows: WIDE, N of a short and a long product), then the bench's and the GPU tests'
+    other launches."""
+    routed = {(*default_launch(k, m), -(-m // 8), kind, bias, False)
               for k in (3584, 18944) for m in (5, 16) for kind in (0, 1) for bias in (False, True)}
-    return sorted(routed) + [(4, 2, 8, 0, True), (2, 4, 5, 1, False), (1, 1, 1, 0, False)]
+    routed |= {(*default_launch(3584, m, n)[:2], -(-m // 8), kind, bias, True)
+               for n in (512, 18944) for m in (17, 64) for kind in (0, 1) for bias in (False, True)}
+    others = [(4, 2, 8, 0, True, False), (2, 4, 5, 1, False, False), (1, 1, 1, 0, False, False),
+              (8, 1, 8, 0, False, True), (4, 4, 4, 1, False, True), (4, 1, 2, 0, False, True)]
+    return sorted(routed) + others
 
 
 @needs_nvrtc
 @pytest.mark.parametrize("name", sorted(KERNELS.values()))
 def test_cuda_kernels_compile_for_sm90(name):
-    for nw, mt, tt, kind, bias in configurations():
-        ptx = compile_ptx(kernel_source(name, nw, mt, tt, kind, bias))
+    for nw, mt, tt, kind, bias, wide in configurations():
+        ptx = compile_ptx(kernel_source(name, nw, mt, tt, kind, bias, wide))
         assert f".entry {name}(" in ptx
-        assert ptx.count("mma.sync.aligned.m16n8k16") == 16 * mt * tt, (nw, mt, tt)
-        assert ".local" not in ptx, f"an array in local memory (indexed at run time) at {(nw, mt, tt)}"
+        assert ptx.count("mma.sync.aligned.m16n8k16") == 16 * mt * tt, (nw, mt, tt, wide)
+        assert ".local" not in ptx, f"an array in local memory (indexed at run time) at {(nw, mt, tt, wide)}"
 
 
 @needs_nvrtc

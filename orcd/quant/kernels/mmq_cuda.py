@@ -15,6 +15,11 @@ roundings of x's type per weight, no rounding of x); sums in a fixed order (dete
 batch-invariant: the invariant step keeps its own kernel). An int8 variant of the same kernel (x rounded
 to int8 per 32, mma.m16n8k32, the scales applied per sub-block) was measured slower at every 7B shape at
 8 and 16 rows (bench/results/mmq_cuda_s19/) and removed.
+
+Two variants of each kernel (WIDE in the source): at 5-16 rows a block owns 16 * MT weight rows and its
+warps split K (launch (NW, MT)); at 17-64 rows each warp owns rows of its own, the block shares x through
+shared memory and blocks split K into KS ranges whose fp32 partials split_k.py's reduce adds in order
+(launch (NW, MT, KS)).
 """
 
 from __future__ import annotations
@@ -27,14 +32,18 @@ import torch
 from gguf import GGMLQuantizationType as Q
 
 from orcd.quant.kernels.layout import q6k_tail, row_bytes
+from orcd.quant.kernels.split_k import partials, reduce_partials
 
 log = logging.getLogger("orcd.quant")
 
 MAX_ROWS = 64  # 8 token tiles of 8
-# fused_linear sends decode batches of GEMV_MAX_N < M <= ROUTE_ROWS rows here; larger ones keep mmq.py,
-# faster there (H100, 7B at M = 64: gate/up 55.7 us against 58.6, down 51.2 against 97.7: each 16-row
-# tile re-reads all of x)
+# fused_linear sends decode batches of GEMV_MAX_N < M <= ROUTE_ROWS rows to the variant whose warps split
+# K (at 32-64 rows it lost to mmq.py, H100, 7B at M = 64: gate/up 58.6 us against 55.7, down 97.7 against
+# 51.2: each 16-row tile re-reads all of x) ...
 ROUTE_ROWS = 16
+# ... and batches of ROUTE_ROWS < M <= WIDE_ROWS rows to the WIDE variant (x shared by a block's warps)
+WIDE_ROWS = 64
+WIDE_TARGET = 264  # the WIDE variant's blocks (16 * MT * NW rows by K range): split K to about this many
 OUT_KIND = {torch.bfloat16: 0, torch.float16: 1}
 KERNELS = {Q.Q4_K: "mmq_q4k_w16", Q.Q6_K: "mmq_q6k_w16"}  # type -> kernel (cuda/NAME.cu, function NAME)
 # (type, split layout) that fused_linear / split_linear send here. Q6_K in the split layout since session
@@ -66,15 +75,29 @@ def _available(name: str) -> bool:
     return True
 
 
-def default_launch(in_features: int, rows: int) -> tuple[int, int]:
+def default_launch(in_features: int, rows: int, out_features: int | None = None) -> tuple[int, ...]:
     """(NW warps per block, MT 16-row tiles per warp) for K inputs and M rows: one 16 * MT-row tile of
     N per block, its warps taking K's super-blocks in turn. H100, 7B shapes at M = 8 and 16 (bench/
     results/mmq_cuda_s19/): 8 x 1, and 16 x 1 for long rows (ffn_down, K = 18944: 25.6 us against 38.6 at
-    8 x 1 at M = 8); fewer warps where their partial sums would not fit in shared memory."""
+    8 x 1 at M = 8); fewer warps where their partial sums would not fit in shared memory. Past
+    ROUTE_ROWS rows (out_features given): the WIDE variant's (NW, MT, KS), wide_launch(4 warps, MT 2)."""
+    if rows > ROUTE_ROWS and out_features is not None:
+        return wide_launch(out_features, in_features, 4, 2)
     nw = 16 if in_features > 8192 else 8
     while nw > 1 and not _fits(nw, 1, -(-rows // 8)):
         nw //= 2
     return nw, 1
+
+
+def wide_launch(out_features: int, in_features: int, nw: int, mt: int,
+                target: int = WIDE_TARGET) -> tuple[int, int, int]:
+    """(NW, MT, KS) of the WIDE variant: KS K ranges of whole super-blocks, enough that the blocks of
+    16 * MT * NW rows times the ranges reach about `target` (ranges no shorter than 2 super-blocks)."""
+    nb = in_features // 256
+    tiles = -(-out_features // (16 * mt * nw))
+    ks = max(1, min(nb // 2, round(target / tiles)))
+    span = -(-nb // ks)
+    return nw, mt, -(-nb // span)
 
 
 def _fits(nw: int, mt: int, tt: int) -> bool:
@@ -85,9 +108,9 @@ def mmq_cuda_routed(qtype: Q | int, in_features: int, x: torch.Tensor, raw: torc
                     split: bool = False) -> bool:
     """Whether fused_linear (Q4_K) or q6k_split.split_linear (Q6_K, split: the split layout) sends a
     decode batch of this product here (the caller sends M <= GEMV_MAX_N rows to its GEMVs first): at most
-    ROUTE_ROWS rows, 16-bit x (fp32 x
-    keeps batched_linear's exact fp32 dots), 16-byte aligned blocks, a device where the kernel compiles."""
-    if x.shape[0] > ROUTE_ROWS or in_features % 256 or (int(qtype), split) not in ROUTED:
+    WIDE_ROWS rows, 16-bit x (fp32 x keeps batched_linear's exact fp32 dots), 16-byte aligned blocks, a
+    device where the kernel compiles."""
+    if x.shape[0] > WIDE_ROWS or in_features % 256 or (int(qtype), split) not in ROUTED:
         return False
     return x.dtype in OUT_KIND and raw.data_ptr() % 16 == 0 and available(x.device)
 
@@ -97,36 +120,38 @@ def _source(name: str) -> str:
     return resources.files("orcd.quant.kernels").joinpath(f"cuda/{name}").read_text()
 
 
-def kernel_source(name: str, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool) -> str:
+def kernel_source(name: str, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool,
+                  wide: bool = False) -> str:
     """The CUDA-C text NVRTC compiles for kernel `name` (a KERNELS value) at one configuration: the
     defines, common.cuh, w16.cuh, then cuda/NAME.cu (tests/kernels_compile compiles the same text)."""
     defines = f"#define NW {nw}\n#define MT {mt}\n#define TT {tt}\n#define OUT_KIND {out_kind}\n"
-    defines += f"#define HAS_BIAS {int(has_bias)}\n"
+    defines += f"#define HAS_BIAS {int(has_bias)}\n#define WIDE {int(wide)}\n"
     return defines + _source("common.cuh") + _source("w16.cuh") + _source(name + ".cu")
 
 
 @functools.cache
-def _kernel(name: str, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool, device_index: int):
+def _kernel(name: str, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool, device_index: int,
+            wide: bool = False):
     """The compiled kernel `name` of one configuration (NVRTC, then the driver's PTX compiler)."""
-    source = kernel_source(name, nw, mt, tt, out_kind, has_bias)
+    source = kernel_source(name, nw, mt, tt, out_kind, has_bias, wide)
     with torch.cuda.device(device_index):
         return torch.cuda._compile_kernel(source, name)
 
 
-def check_launch(nw: int, mt: int, tt: int) -> None:
+def check_launch(nw: int, mt: int, tt: int, wide: bool = False) -> None:
     """ValueError where a configuration cannot compile (shared memory) or is not one the kernel takes."""
     if nw not in (1, 2, 4, 8, 16) or mt not in (1, 2, 4) or not 1 <= tt <= MAX_ROWS // 8:
         raise ValueError(f"mmq_cuda launch (NW {nw}, MT {mt}, TT {tt}): NW 1..16, MT 1, 2 or 4, TT 1..8")
-    if not _fits(nw, mt, tt):
+    if not wide and not _fits(nw, mt, tt):  # WIDE's shared memory: x's 64 x 288 values at most (36 KiB)
         raise ValueError(f"mmq_cuda launch (NW {nw}, MT {mt}, TT {tt}): partial sums exceed 48 KiB")
 
 
 def mmq_cuda_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int,
-                    bias: torch.Tensor | None = None, launch: tuple[int, int] | None = None,
+                    bias: torch.Tensor | None = None, launch: tuple[int, ...] | None = None,
                     qtype: Q | int = Q.Q4_K) -> torch.Tensor:
     """x [M, in] (bf16/fp16 on CUDA, M <= MAX_ROWS), raw uint8 [out, row_bytes] of Q4_K (GGUF's blocks)
-    or Q6_K (the split layout) -> [M, out] in x.dtype (+ bias [out]). launch: (NW, MT) instead of
-    default_launch's."""
+    or Q6_K (the split layout) -> [M, out] in x.dtype (+ bias [out]). launch: (NW, MT) or the WIDE
+    variant's (NW, MT, KS) instead of default_launch's."""
     m, k = x.shape
     if int(qtype) not in KERNELS:
         raise ValueError(f"mmq_cuda_linear: Q4_K or Q6_K (split), got type {int(qtype)}")
@@ -141,15 +166,27 @@ def mmq_cuda_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_fe
     if raw.dtype != torch.uint8 or raw.numel() != out_features * w_row or raw.data_ptr() % 16:
         raise ValueError(f"raw must be uint8 [{out_features}, {w_row}], 16-byte aligned")
     tt = -(-m // 8)
-    nw, mt = launch or default_launch(in_features, m)
-    check_launch(nw, mt, tt)
+    launch = launch or default_launch(in_features, m, out_features)
+    nw, mt, ks = (*launch, 0) if len(launch) == 2 else launch  # ks 0: warps split K; >= 1: WIDE
+    check_launch(nw, mt, tt, wide=ks > 0)
     x = x.contiguous()
     if x.data_ptr() % 16:  # rows are 16-byte aligned when the tensor is (K % 256 == 0)
         x = x.clone()
     y = torch.empty((m, out_features), dtype=x.dtype, device=x.device)
     b = bias.float().contiguous() if bias is not None else y
-    kern = _kernel(KERNELS[qt], nw, mt, tt, OUT_KIND[x.dtype], bias is not None, x.device.index or 0)
-    grid = (-(-out_features // (16 * mt)), 1, 1)
+    kern = _kernel(KERNELS[qt], nw, mt, tt, OUT_KIND[x.dtype], bias is not None, x.device.index or 0,
+                   ks > 0)
     scales = [q6k_tail(raw)] if qt == Q.Q6_K else []  # Q6_K: the d's, apart from the 208-byte blocks
-    kern(grid=grid, block=(32 * nw, 1, 1), args=[raw, *scales, x, b, y, m, out_features, k // 256])
+    nb = k // 256
+    if ks == 0:
+        grid = (-(-out_features // (16 * mt)), 1, 1)
+        kern(grid=grid, block=(32 * nw, 1, 1), args=[raw, *scales, x, b, y, m, out_features, nb, nb])
+        return y
+    span = -(-nb // ks)
+    ks = -(-nb // span)
+    ws = partials(ks, y)  # fp32 [KS, M, N], None for one range (the kernel writes y, bias added)
+    grid = (-(-out_features // (16 * mt * nw)), ks, 1)
+    kern(grid=grid, block=(32 * nw, 1, 1),
+         args=[raw, *scales, x, b, y if ws is None else ws, m, out_features, nb, span])
+    reduce_partials(ws, bias, y)
     return y

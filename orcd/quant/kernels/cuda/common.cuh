@@ -4,6 +4,27 @@
 #define LANES 32
 #define SLOTS (MT * TT * 4)  // accumulators per lane: C elements i of (tile m, token tile tt) at (m * TT + tt) * 4 + i
 
+// WIDE 0: a block owns 16 * MT weight rows, its warps take the super-blocks in turn (each lane loads its
+// x from global memory). WIDE 1: each warp owns 16 * MT rows of its own (a block 16 * MT * NW), all warps
+// walk the super-blocks of K range blockIdx.y together and read x from a copy in shared memory that the
+// block stages once per super-block: x is read once per block instead of once per 16 * MT rows, the
+// difference at 32-64 rows. The loop's bounds and x's source, by variant:
+#if WIDE
+#define XS_STRIDE 288  // 16-bit values per staged token row: 256 + 32 (576 bytes: the 16-byte loads of a
+                       // quarter warp, tokens g and g + 1 at 64t-byte offsets, fall in 8 distinct bank groups)
+#define SB_FIRST (blockIdx.y * span)
+#define SB_END min(nb, (int)(blockIdx.y + 1) * span)
+#define SB_STEP 1
+#define ROW0 ((blockIdx.x * NW + warp) * 16 * MT)
+#define X_PIECE(tt, sb, j) (*(const uint4*)(xs + (8 * (tt) + g) * XS_STRIDE + 32 * (j) + 8 * t))
+#else
+#define SB_FIRST warp
+#define SB_END nb
+#define SB_STEP NW
+#define ROW0 (blockIdx.x * 16 * MT)
+#define X_PIECE(tt, sb, j) (*(const uint4*)(xrow[tt] + (sb) * 256 + 32 * (j)))
+#endif
+
 __device__ __forceinline__ float half_to_float(unsigned int bits) {
   float f;
   unsigned short h = (unsigned short)bits;
@@ -43,6 +64,39 @@ __device__ __forceinline__ void q4k_scale(uint4 h, int j, float& dsc, float& dmn
   dmn = half_to_float(h.x >> 16) * (float)mn;
 }
 
+#if WIDE
+// x[0 .. 8 * TT - 1][256 sb .. 256 sb + 255] into xs (rows past M: row M - 1, computed and never stored)
+__device__ __forceinline__ void stage_x(unsigned short* xs, const unsigned short* __restrict__ x, int M,
+                                        long long K, int sb) {
+  for (int v = threadIdx.x; v < 8 * TT * 32; v += NW * LANES) {
+    const int r = v / 32, c = v % 32;
+    *(uint4*)(xs + r * XS_STRIDE + 8 * c) = *(const uint4*)(x + min(r, M - 1) * K + sb * 256 + 8 * c);
+  }
+}
+
+// A warp's own tiles out: with one K range (gridDim.y 1) y[token, row] = acc + bias in the output type;
+// with several, range blockIdx.y's fp32 partial at y[(blockIdx.y * M + token) * N + row] (split_k.py's
+// reduce adds them in range order, then the bias).
+__device__ __forceinline__ void store_tiles(const float* acc, const float* bias, void* y, int M, int N,
+                                            int row0) {
+  const int lane = threadIdx.x % LANES, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int s = 0; s < SLOTS; ++s) {
+    const int m = s / (TT * 4), tt = (s / 4) % TT, i = s % 4;
+    const int row = row0 + 16 * m + g + 8 * (i / 2), n = 8 * tt + 2 * t + i % 2;
+    if (row >= N || n >= M) continue;
+    if (gridDim.y > 1) {
+      ((float*)y)[((long long)blockIdx.y * M + n) * N + row] = acc[s];
+    } else {
+#if HAS_BIAS
+      store_out(y, (long long)n * N + row, acc[s] + bias[row]);
+#else
+      store_out(y, (long long)n * N + row, acc[s]);
+#endif
+    }
+  }
+}
+#else
 // The block's output: each warp's accumulators (C fragments of m16n8 products: element i of lane (g, t)
 // at row g + 8 * (i / 2), token 2t + i % 2 of its tile) added in warp order through shared memory, plus
 // the bias, stored as y[token, row] where both exist. A result does not depend on timing.
@@ -68,3 +122,4 @@ __device__ __forceinline__ void reduce_and_store(const float* acc, const float* 
     }
   }
 }
+#endif  // WIDE

@@ -26,19 +26,23 @@ __device__ __forceinline__ unsigned int dequant_pair(unsigned int p, unsigned in
 
 extern "C" __global__ void __launch_bounds__(NW * LANES)
 mmq_q4k_w16(const unsigned char* __restrict__ w, const unsigned short* __restrict__ x,
-            const float* __restrict__ bias, void* __restrict__ y, int M, int N, int nb) {
+            const float* __restrict__ bias, void* __restrict__ y, int M, int N, int nb, int span) {
   const int lane = threadIdx.x % LANES, warp = threadIdx.x / LANES;
   const int g = lane / 4, t = lane % 4;
-  const int row0 = blockIdx.x * 16 * MT;
+  const int row0 = ROW0;
   const long long K = (long long)nb * 256, row_bytes = (long long)nb * 144;
   float acc[SLOTS];
 #pragma unroll
   for (int s = 0; s < SLOTS; ++s) acc[s] = 0.f;
+#if WIDE
+  __shared__ __align__(16) unsigned short xs[8 * TT * XS_STRIDE];  // x's tokens at the current super-block
+#else
   const unsigned short* xrow[TT];  // this lane's B token of each tile (a row past M reads row M - 1)
 #pragma unroll
   for (int tt = 0; tt < TT; ++tt) xrow[tt] = x + min(8 * tt + g, M - 1) * K + 8 * t;
+#endif
 
-  for (int sb = warp; sb < nb; sb += NW) {
+  for (int sb = SB_FIRST; sb < SB_END; sb += SB_STEP) {
     uint4 hd[MT][2];     // headers of rows g, g + 8 of each tile
     uint2 qs[MT][2][4];  // bytes 8t .. 8t + 7 of each chunk c, bytes reordered (0, 2, 1, 3) per word
 #pragma unroll
@@ -55,6 +59,10 @@ mmq_q4k_w16(const unsigned char* __restrict__ w, const unsigned short* __restric
         }
       }
     }
+#if WIDE
+    stage_x(xs, x, M, K, sb);  // the weights' loads above are in flight meanwhile
+    __syncthreads();
+#endif
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const int c = j / 2, sh = 4 * (j % 2);
@@ -71,7 +79,7 @@ mmq_q4k_w16(const unsigned char* __restrict__ w, const unsigned short* __restric
       }
       uint4 xb[TT];  // x at inputs 64c + 32h + 8t .. + 7 of each token tile
 #pragma unroll
-      for (int tt = 0; tt < TT; ++tt) xb[tt] = *(const uint4*)(xrow[tt] + sb * 256 + 32 * j);
+      for (int tt = 0; tt < TT; ++tt) xb[tt] = X_PIECE(tt, sb, j);
 #pragma unroll
       for (int wi = 0; wi < 2; ++wi) {
 #pragma unroll
@@ -90,6 +98,13 @@ mmq_q4k_w16(const unsigned char* __restrict__ w, const unsigned short* __restric
         }
       }
     }
+#if WIDE
+    __syncthreads();  // every warp is done with xs before it is staged again
+#endif
   }
+#if WIDE
+  store_tiles(acc, bias, y, M, N, row0);
+#else
   reduce_and_store(acc, bias, y, M, N, row0);
+#endif
 }
