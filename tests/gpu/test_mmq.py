@@ -73,13 +73,13 @@ def test_fused_linear_route(qt, m):
     from orcd.quant.kernels.batched_linear import batched_linear, routed
     from orcd.quant.kernels.fused_linear import fused_linear
     from orcd.quant.kernels.mmq import mmq_linear, mmq_routed
-    from orcd.quant.kernels.mmq_cuda import WIDE_ROWS, available, mmq_cuda_linear
+    from orcd.quant.kernels.mmq_cuda import ROUTED, available, mmq_cuda_linear
 
     n, k = (3584, 3584) if qt == T.Q4_K else (3584, 18944)
     raw = random_blocks(qt, n, k, seed=m).cuda()
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     y = fused_linear(x, raw, n, k, int(qt))
-    if qt == T.Q4_K and available("cuda") and m <= WIDE_ROWS:  # the CUDA-C kernel (test_mmq_cuda.py)
+    if qt == T.Q4_K and available("cuda") and m <= ROUTED[T.Q4_K, False]:  # CUDA C (test_mmq_cuda.py)
         assert torch.equal(y, mmq_cuda_linear(x, raw, n, k))
     elif qt == T.Q4_K:
         assert torch.equal(y, mmq_linear(x, raw, n, k, qt, float_w=True))

@@ -23,7 +23,7 @@ SHAPES = [(T.Q4_K, 3584, 3584), (T.Q4_K, 512, 3584), (T.Q4_K, 18944, 3584), (T.Q
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("qt,n,k", SHAPES, ids=lambda v: getattr(v, "name", str(v)))
-@pytest.mark.parametrize("m", [1, 3, 5, 8, 17, 64])
+@pytest.mark.parametrize("m", [1, 3, 5, 8, 12, 17, 64])
 def test_mmq_cuda_matches_reference(qt, n, k, m):
     """W rounded to x's type, x not rounded: < 1e-2 from float64 x @ W.T in bf16, < 5e-3 in fp16."""
     from orcd.quant.kernels.layout import split_q6_k
@@ -71,10 +71,11 @@ def test_mmq_cuda_refuses_bad_launches_and_input():
         check_launch(4, 3, 1)
     for k, m in [(3584, 8), (18944, 16), (18944, 64)]:
         check_launch(*default_launch(k, m), -(-m // 8))  # the defaults always fit
-    for n, k, m in [(512, 3584, 17), (18944, 3584, 64), (3584, 18944, 32), (77, 1280, 64)]:
-        nw, mt, ks = default_launch(k, m, n)  # WIDE: (NW, MT, KS), KS ranges of >= 2 super-blocks
-        check_launch(nw, mt, -(-m // 8), wide=True)
-        assert 1 <= ks <= max(1, k // 512)
+    for n, k, m in [(512, 3584, 17), (18944, 3584, 64), (3584, 18944, 32), (77, 1280, 64), (3584, 18944, 9)]:
+        launch = default_launch(k, m, n)  # WIDE: (NW, MT, KS), KS ranges of >= 2 super-blocks
+        check_launch(*launch[:2], -(-m // 8), wide=len(launch) == 3)
+        assert len(launch) == 2 or 1 <= launch[2] <= max(1, k // 512)
+    assert len(default_launch(3584, 64, 512)) == 2 and len(default_launch(18944, 64, 3584)) == 3
     with pytest.raises(ValueError, match="in % 256"):
         mmq_cuda_linear(torch.zeros(65, 256), torch.zeros(1, 144, dtype=torch.uint8), 1, 256)
     with pytest.raises(ValueError, match="bf16 or fp16"):
@@ -130,18 +131,18 @@ def test_mmq_cuda_unavailable_where_nvrtc_fails(monkeypatch, caplog):
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("m", [5, 16, 17, 64])
+@pytest.mark.parametrize("m", [5, 16, 17, 32, 33, 64])
 def test_fused_linear_routes_q4k_batches_here(m):
-    """fused_linear sends 5..WIDE_ROWS rows of 16-bit x here (the WIDE variant past ROUTE_ROWS)."""
+    """fused_linear sends 5..ROUTED rows of 16-bit x here, more to mmq.py's bf16-w path."""
     from orcd.quant.kernels.fused_linear import fused_linear
     from orcd.quant.kernels.mmq import mmq_linear
-    from orcd.quant.kernels.mmq_cuda import WIDE_ROWS, available, mmq_cuda_linear
+    from orcd.quant.kernels.mmq_cuda import ROUTED, available, mmq_cuda_linear
 
     assert available("cuda") == (torch.cuda.get_device_capability() >= (8, 0))
     raw = random_blocks(T.Q4_K, 3584, 3584, seed=m).cuda()
     x = torch.randn(m, 3584, device="cuda", dtype=torch.bfloat16)
     y = fused_linear(x, raw, 3584, 3584, int(T.Q4_K))
-    if available("cuda") and m <= WIDE_ROWS:
+    if available("cuda") and m <= ROUTED[T.Q4_K, False]:
         assert torch.equal(y, mmq_cuda_linear(x, raw, 3584, 3584))
     else:
         assert torch.equal(y, mmq_linear(x, raw, 3584, 3584, T.Q4_K, float_w=True))

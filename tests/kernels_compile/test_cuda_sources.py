@@ -50,13 +50,15 @@ def compile_ptx(source: str) -> str:
 
 
 def configurations() -> list[tuple[int, int, int, int, bool, bool]]:
-    """(NW, MT, TT, out kind, bias, WIDE): the routed ones (5..16 rows: warps split K, K of a short and a
-    long row; 17..64 rows: WIDE, N of a short and a long product), then the bench's and the GPU tests'
-    other launches."""
-    routed = {(*default_launch(k, m), -(-m // 8), kind, bias, False)
-              for k in (3584, 18944) for m in (5, 16) for kind in (0, 1) for bias in (False, True)}
-    routed |= {(*default_launch(3584, m, n)[:2], -(-m // 8), kind, bias, True)
-               for n in (512, 18944) for m in (17, 64) for kind in (0, 1) for bias in (False, True)}
+    """(NW, MT, TT, out kind, bias, WIDE): the routed ones (default_launch at the 7B's shapes, 5..64
+    rows), then the bench's and the GPU tests' other launches."""
+    routed = set()
+    for k, n in [(3584, 512), (3584, 3584), (3584, 18944), (18944, 3584), (3584, 152064)]:
+        for m in (5, 9, 16, 17, 32, 64):
+            launch = default_launch(k, m, n)
+            for kind in (0, 1):
+                for bias in (False, True):
+                    routed.add((*launch[:2], -(-m // 8), kind, bias, len(launch) == 3))
     others = [(4, 2, 8, 0, True, False), (2, 4, 5, 1, False, False), (1, 1, 1, 0, False, False),
               (8, 1, 8, 0, False, True), (4, 4, 4, 1, False, True), (4, 1, 2, 0, False, True)]
     return sorted(routed) + others

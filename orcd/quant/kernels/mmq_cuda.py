@@ -37,18 +37,18 @@ from orcd.quant.kernels.split_k import partials, reduce_partials
 log = logging.getLogger("orcd.quant")
 
 MAX_ROWS = 64  # 8 token tiles of 8
-# fused_linear sends decode batches of GEMV_MAX_N < M <= ROUTE_ROWS rows to the variant whose warps split
-# K (at 32-64 rows it lost to mmq.py, H100, 7B at M = 64: gate/up 58.6 us against 55.7, down 97.7 against
-# 51.2: each 16-row tile re-reads all of x) ...
+# Rows <= ROUTE_ROWS: the variant whose warps split K, except where uses_wide; past that each of its
+# 16-row tiles re-reads all of x (H100, 7B at M = 64: gate/up 58.6 us against mmq.py's 55.7, down 97.7
+# against 51.2), so only the short products keep it there.
 ROUTE_ROWS = 16
-# ... and batches of ROUTE_ROWS < M <= WIDE_ROWS rows to the WIDE variant (x shared by a block's warps)
-WIDE_ROWS = 64
-WIDE_TARGET = 264  # the WIDE variant's blocks (16 * MT * NW rows by K range): split K to about this many
+# (type, split layout) that fused_linear / split_linear send here -> the most rows. H100, 7B (bench/
+# results/mmq_cuda_s20/): Q6_K in the split layout at 5..16 rows took the engine from 1,578 to 2,046 tok/s
+# at 8 streams, 2,861 to 3,384 at 16; at 32 / 64 rows its down 92 / 124 us on batched_linear -> 45 / 64
+# here. Q4_K past 32 rows stays on mmq.py (64 rows: gate/up 55.5 us there against 62.4 here, down 50.9
+# against 57.3; at 32 here wins, 39.6 against 49.4 and 37.0 against 44.1).
+ROUTED = {(Q.Q4_K, False): 32, (Q.Q6_K, True): 64}
 OUT_KIND = {torch.bfloat16: 0, torch.float16: 1}
 KERNELS = {Q.Q4_K: "mmq_q4k_w16", Q.Q6_K: "mmq_q6k_w16"}  # type -> kernel (cuda/NAME.cu, function NAME)
-# (type, split layout) that fused_linear / split_linear send here. Q6_K in the split layout since session
-# 20: 7B engine 1,578 -> 2,046 tok/s at 8 streams, 2,861 -> 3,384 at 16 (H100, bench/results/mmq_cuda_s20/).
-ROUTED = ((Q.Q4_K, False), (Q.Q6_K, True))
 SMEM_LIMIT = 48 * 1024  # static shared memory of the warps' partial sums: NW * MT * TT * 4 * 32 floats
 
 
@@ -79,18 +79,33 @@ def default_launch(in_features: int, rows: int, out_features: int | None = None)
     """(NW warps per block, MT 16-row tiles per warp) for K inputs and M rows: one 16 * MT-row tile of
     N per block, its warps taking K's super-blocks in turn. H100, 7B shapes at M = 8 and 16 (bench/
     results/mmq_cuda_s19/): 8 x 1, and 16 x 1 for long rows (ffn_down, K = 18944: 25.6 us against 38.6 at
-    8 x 1 at M = 8); fewer warps where their partial sums would not fit in shared memory. Past
-    ROUTE_ROWS rows (out_features given): the WIDE variant's (NW, MT, KS), wide_launch(4 warps, MT 2)."""
-    if rows > ROUTE_ROWS and out_features is not None:
-        return wide_launch(out_features, in_features, 4, 2)
+    8 x 1 at M = 8); fewer warps where their partial sums would not fit in shared memory. Where
+    uses_wide (out_features given): the WIDE variant's (NW, MT, KS), 4 warps of 2 tiles (H100, 7B
+    gate/up and downs at 16-64 rows: the best or within the sweep's spread), K ranges for ~528 blocks
+    (gate/up: 4 ranges, best at 32 and 64 rows; down at 16 rows: 19), ~264 for long rows past 16 (down:
+    9, best at 32 and 64)."""
+    if out_features is not None and uses_wide(rows, out_features, in_features):
+        target = 264 if rows > ROUTE_ROWS and in_features > 8192 else 528
+        return wide_launch(out_features, in_features, 4, 2, target)
     nw = 16 if in_features > 8192 else 8
     while nw > 1 and not _fits(nw, 1, -(-rows // 8)):
         nw //= 2
     return nw, 1
 
 
+def uses_wide(rows: int, out_features: int, in_features: int) -> bool:
+    """Whether the WIDE variant takes this product. H100, 7B (bench/results/mmq_cuda_s20/): at 9..16 rows
+    it won on the long rows (down, K 18944: 32.1 us against 39.4) and the LM head (190.7 against 235),
+    not on gate/up (28.6 stays); past 16 on everything but the short products (q/o 3584 x 3584 at 32
+    rows: 9.9 us splitting K; k/v). At <= 8 rows: untimed, the K split stays."""
+    if rows <= 8:
+        return False
+    long = in_features > 8192 or out_features > 65536
+    return long if rows <= ROUTE_ROWS else long or out_features > 4096 or in_features > 4096
+
+
 def wide_launch(out_features: int, in_features: int, nw: int, mt: int,
-                target: int = WIDE_TARGET) -> tuple[int, int, int]:
+                target: int = 264) -> tuple[int, int, int]:
     """(NW, MT, KS) of the WIDE variant: KS K ranges of whole super-blocks, enough that the blocks of
     16 * MT * NW rows times the ranges reach about `target` (ranges no shorter than 2 super-blocks)."""
     nb = in_features // 256
@@ -108,9 +123,9 @@ def mmq_cuda_routed(qtype: Q | int, in_features: int, x: torch.Tensor, raw: torc
                     split: bool = False) -> bool:
     """Whether fused_linear (Q4_K) or q6k_split.split_linear (Q6_K, split: the split layout) sends a
     decode batch of this product here (the caller sends M <= GEMV_MAX_N rows to its GEMVs first): at most
-    WIDE_ROWS rows, 16-bit x (fp32 x keeps batched_linear's exact fp32 dots), 16-byte aligned blocks, a
-    device where the kernel compiles."""
-    if x.shape[0] > WIDE_ROWS or in_features % 256 or (int(qtype), split) not in ROUTED:
+    ROUTED's rows for the type, 16-bit x (fp32 x keeps batched_linear's exact fp32 dots), 16-byte
+    aligned blocks, a device where the kernel compiles."""
+    if x.shape[0] > ROUTED.get((int(qtype), split), 0) or in_features % 256:
         return False
     return x.dtype in OUT_KIND and raw.data_ptr() % 16 == 0 and available(x.device)
 

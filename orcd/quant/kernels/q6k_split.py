@@ -3,7 +3,7 @@ rows: fused_linear's routing for a Q6_K weight, each kernel reading the split la
 equals fused_linear's on the GGUF blocks bit for bit (tests/quant/test_q6k_split_mm.py) except where
 mmq_cuda takes it (reads the split layout only):
   N <= GEMV_MAX_N             the float GEMV (launch_gemv, gemv_plan's shape), split
-  mmq_cuda_routed()           mmq_cuda.py's CUDA-C kernel (N <= 16 of 16-bit x: mmq_cuda.ROUTED has Q6_K
+  mmq_cuda_routed()           mmq_cuda.py's CUDA-C kernel (N <= 64 of 16-bit x: mmq_cuda.ROUTED has Q6_K
                               since session 20; its own rounding)
   N <= MM_MAX_N and routed()  batched_linear (tensor cores), split (mmq.py takes no Q6_K: MMQ_ROUTE)
   otherwise                   the split dequantize to x.dtype, then one cuBLAS GEMM
