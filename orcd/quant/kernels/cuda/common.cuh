@@ -74,11 +74,11 @@ __device__ __forceinline__ void stage_x(unsigned short* xs, const unsigned short
   }
 }
 
-// A warp's own tiles out: with one K range (gridDim.y 1) y[token, row] = acc + bias in the output type;
+// The result out (WIDE): a warp's own tiles; with one K range (gridDim.y 1) y[token, row] = acc + bias in the output type;
 // with several, range blockIdx.y's fp32 partial at y[(blockIdx.y * M + token) * N + row] (split_k.py's
 // reduce adds them in range order, then the bias).
-__device__ __forceinline__ void store_tiles(const float* acc, const float* bias, void* y, int M, int N,
-                                            int row0) {
+__device__ __forceinline__ void store_result(const float* acc, const float* bias, void* y, int M, int N,
+                                             int row0) {
   const int lane = threadIdx.x % LANES, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int s = 0; s < SLOTS; ++s) {
@@ -97,11 +97,11 @@ __device__ __forceinline__ void store_tiles(const float* acc, const float* bias,
   }
 }
 #else
-// The block's output: each warp's accumulators (C fragments of m16n8 products: element i of lane (g, t)
+// The result out (WIDE 0): each warp's accumulators (C fragments of m16n8 products: element i of lane (g, t)
 // at row g + 8 * (i / 2), token 2t + i % 2 of its tile) added in warp order through shared memory, plus
 // the bias, stored as y[token, row] where both exist. A result does not depend on timing.
-__device__ __forceinline__ void reduce_and_store(const float* acc, const float* bias, void* y, int M, int N,
-                                                 int row0) {
+__device__ __forceinline__ void store_result(const float* acc, const float* bias, void* y, int M, int N,
+                                             int row0) {
   __shared__ float red[NW * SLOTS * LANES];
   const int lane = threadIdx.x % LANES, warp = threadIdx.x / LANES;
 #pragma unroll

@@ -102,9 +102,5 @@ mmq_q4k_w16(const unsigned char* __restrict__ w, const unsigned short* __restric
     __syncthreads();  // every warp is done with xs before it is staged again
 #endif
   }
-#if WIDE
-  store_tiles(acc, bias, y, M, N, row0);
-#else
-  reduce_and_store(acc, bias, y, M, N, row0);
-#endif
+  store_result(acc, bias, y, M, N, row0);
 }
