@@ -1,0 +1,45 @@
+"""mmq_cuda's route (ROUTED, uses_wide, default_launch) against the H100 measurement it was set from
+(bench/results/mmq_cuda_s20/call3_kernels_1baf979.json: each 7B product at 9, 32 and 64 rows on the route
+before, the variant whose warps split K, and WIDE launches): the kernel the route picks is the fastest
+measured, within 5 %. Runs on the CPU (only the routing's arithmetic and the committed JSON); a new
+measurement that moves a choice is committed beside a route that follows it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gguf import GGMLQuantizationType as Q
+
+from orcd.quant.kernels.mmq_cuda import ROUTED, default_launch
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench/results/mmq_cuda_s20/call3_kernels_1baf979.json"
+SHAPES = {"q/o": (3584, 3584), "k/v": (512, 3584), "v": (512, 3584), "gate/up": (18944, 3584),
+          "down": (3584, 18944), "lm_head": (152064, 3584)}  # product -> (N out, K in)
+# k/v at 64 rows: the route's mmq.py 10.2 us against 8.3 splitting K, left as is: the decode step runs
+# q/k/v in one batched_qkv launch, never through this route
+NOT_ON_THE_STEP = {("k/v 512x3584 Q4_K", 64)}
+
+
+def chosen_kernel(product: str, m: int) -> str:
+    """The bench's label of the kernel the route takes for `product` ("name NxK TYPE") at m rows."""
+    name, qt = product.split()[0], Q[product.split()[-1]]
+    n, k = SHAPES[name]
+    if m > ROUTED.get((qt, qt == Q.Q6_K), 0):  # Q6_K: the split layout (the engine's default on CUDA)
+        return "today"
+    launch = default_launch(k, m, n)
+    return "wide {}x{}x{}".format(*launch) if len(launch) == 3 else "cuda {}x{}".format(*launch)
+
+
+def test_the_route_takes_the_fastest_measured_kernel():
+    times: dict[tuple[str, int], dict[str, float]] = {}
+    for row in json.loads(RESULTS.read_text())["rows"]:
+        times.setdefault((row["product"], row["m"]), {})[row["kernel"]] = row["us"]
+    assert len(times) == 21
+    slower = {}
+    for (product, m), kernels in times.items():
+        pick = chosen_kernel(product, m)
+        assert pick in kernels, f"{product} at {m} rows: the route's {pick!r} was not measured"
+        if kernels[pick] > 1.05 * min(kernels.values()) and (product, m) not in NOT_ON_THE_STEP:
+            slower[(product, m)] = (pick, kernels)
+    assert not slower, slower
