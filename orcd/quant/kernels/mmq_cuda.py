@@ -16,10 +16,10 @@ batch-invariant: the invariant step keeps its own kernel). An int8 variant of th
 to int8 per 32, mma.m16n8k32, the scales applied per sub-block) was measured slower at every 7B shape at
 8 and 16 rows (bench/results/mmq_cuda_s19/) and removed.
 
-Two variants of each kernel (WIDE in the source): at 5-16 rows a block owns 16 * MT weight rows and its
-warps split K (launch (NW, MT)); at 17-64 rows each warp owns rows of its own, the block shares x through
-shared memory and blocks split K into KS ranges whose fp32 partials split_k.py's reduce adds in order
-(launch (NW, MT, KS)).
+Two variants of each kernel (WIDE in the source): in one a block owns 16 * MT weight rows and its warps
+split K (launch (NW, MT)); in the other (WIDE: long rows, the LM head and batches past 16 rows, see
+uses_wide) each warp owns rows of its own, the block shares x through shared memory and blocks split K
+into KS ranges whose fp32 partials split_k.py's reduce adds in order (launch (NW, MT, KS)).
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ MAX_ROWS = 64  # 8 token tiles of 8
 ROUTE_ROWS = 16
 # (type, split layout) that fused_linear / split_linear send here -> the most rows. H100, 7B (bench/
 # results/mmq_cuda_s20/): Q6_K in the split layout at 5..16 rows took the engine from 1,578 to 2,046 tok/s
-# at 8 streams, 2,861 to 3,384 at 16; at 32 / 64 rows its down 92 / 124 us on batched_linear -> 45 / 64
-# here. Q4_K past 32 rows stays on mmq.py (64 rows: gate/up 55.5 us there against 62.4 here, down 50.9
-# against 57.3; at 32 here wins, 39.6 against 49.4 and 37.0 against 44.1).
+# at 8 streams, 2,861 to 3,384 at 16; at 32 / 64 rows its down 90.2 / 122.0 us on batched_linear -> 48.2
+# / 63.6 here. Q4_K past 32 rows stays on mmq.py (64 rows: gate/up 55.7 us there against 62.7 here, down
+# 50.6 against 57.9; at 32 here wins, 39.8 against 49.2 and 42.1 against 44.7).
 ROUTED = {(Q.Q4_K, False): 32, (Q.Q6_K, True): 64}
 OUT_KIND = {torch.bfloat16: 0, torch.float16: 1}
 KERNELS = {Q.Q4_K: "mmq_q4k_w16", Q.Q6_K: "mmq_q6k_w16"}  # type -> kernel (cuda/NAME.cu, function NAME)
@@ -94,10 +94,11 @@ def default_launch(in_features: int, rows: int, out_features: int | None = None)
 
 
 def uses_wide(rows: int, out_features: int, in_features: int) -> bool:
-    """Whether the WIDE variant takes this product. H100, 7B (bench/results/mmq_cuda_s20/): at 9..16 rows
-    it won on the long rows (down, K 18944: 32.1 us against 39.4) and the LM head (190.7 against 235),
-    not on gate/up (28.6 stays); past 16 on everything but the short products (q/o 3584 x 3584 at 32
-    rows: 9.9 us splitting K; k/v). At <= 8 rows: untimed, the K split stays."""
+    """Whether the WIDE variant takes this product. H100, 7B (bench/results/mmq_cuda_s20/, 9 / 32 rows):
+    at 9..16 rows it won on the long rows (Q4_K down, K 18944: 31.6 us against 35.0 splitting K) and the
+    LM head (198.0 against 213.4), not on gate/up (27.3 splitting K against 29.7); past 16 on everything
+    but the short products (q/o 3584 x 3584 at 32 rows: 10.3 splitting K against 13.3; k/v). At <= 8
+    rows: untimed, the K split stays."""
     if rows <= 8:
         return False
     long = in_features > 8192 or out_features > 65536
