@@ -111,9 +111,13 @@ def wide_launch(out_features: int, in_features: int, nw: int, mt: int,
     16 * MT * NW rows times the ranges reach about `target` (ranges no shorter than 2 super-blocks)."""
     nb = in_features // 256
     tiles = -(-out_features // (16 * mt * nw))
-    ks = max(1, min(nb // 2, round(target / tiles)))
+    return nw, mt, _k_ranges(nb, max(1, min(nb // 2, round(target / tiles))))[1]
+
+
+def _k_ranges(nb: int, ks: int) -> tuple[int, int]:
+    """(super-blocks per range, ranges) for about ks ranges of nb super-blocks, none of them empty."""
     span = -(-nb // ks)
-    return nw, mt, -(-nb // span)
+    return span, -(-nb // span)
 
 
 def _fits(nw: int, mt: int, tt: int) -> bool:
@@ -198,8 +202,7 @@ def mmq_cuda_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_fe
         grid = (-(-out_features // (16 * mt)), 1, 1)
         kern(grid=grid, block=(32 * nw, 1, 1), args=[raw, *scales, x, b, y, m, out_features, nb, nb])
         return y
-    span = -(-nb // ks)
-    ks = -(-nb // span)
+    span, ks = _k_ranges(nb, ks)
     ws = partials(ks, y)  # fp32 [KS, M, N], None for one range (the kernel writes y, bias added)
     grid = (-(-out_features // (16 * mt * nw)), ks, 1)
     kern(grid=grid, block=(32 * nw, 1, 1),
