@@ -7,7 +7,7 @@ Parts (each edit replaces one line of cuda/*.cu or common.cuh; a missing line fa
   nomma    the mma.sync calls become one float add of the fragments' bits (the tensor cores idle)
   noscale  q4k_scale (sub-block scales: byte picks, int-to-float, two packs) becomes two cheap ops
   nodeq    dequant_pair (two FMA2) becomes one LOP3 (the nibbles go to the mma as they are)
-  nostage  the block's copy of x into shared memory is skipped (x read from stale shared memory)
+  wpre     not an ablation: the kernel with WPRE 1 (the next super-block's weights loaded a step ahead)
   l2w      every block reads the weights of the first 128 rows: from L2, not DRAM
 Each row: µs (median replay of a CUDA graph over >= 200 MB of weight copies) and its share of the whole.
 The products: the 7B's Q4_K gate/up (18944 x 3584) and down (3584 x 18944) at the given rows.
@@ -36,14 +36,15 @@ EDITS = {
     "nomma": [(MMA, NO_MMA)],
     "noscale": [(SCALE, NO_SCALE)],
     "nodeq": [(DEQ_END, NO_DEQ)],
-    "nostage": [("stage_x(xs, x, M, K, sb);", "")],
     "l2w": [("w + row * row_bytes + sb * 144;", "w + (row & 127) * row_bytes + sb * 144;")],
 }
 PRODUCTS = [("gate/up 18944x3584", 18944, 3584), ("down 3584x18944", 3584, 18944)]
 
 
 def edited(source: str, parts: list[str]) -> str:
-    for part in parts:
+    if "wpre" in parts:
+        source = "#define WPRE 1\n" + source
+    for part in (p for p in parts if p != "wpre"):
         for old, new in EDITS[part]:
             if old not in source:
                 raise ValueError(f"{part}: {old!r} is not in the source")
@@ -53,12 +54,14 @@ def edited(source: str, parts: list[str]) -> str:
 
 def launcher(n: int, k: int, m: int, launch: tuple[int, int, int], parts: list[str]):
     """f(raw) -> y: the WIDE Q4_K kernel with `parts` taken out, launched as mmq_cuda_linear does."""
-    from orcd.quant.kernels.mmq_cuda import _k_ranges, kernel_source
+    from orcd.quant.kernels.mmq_cuda import _allow_smem, _k_ranges, kernel_source, wide_smem
     from orcd.quant.kernels.split_k import partials, reduce_partials
 
     nw, mt, ks = launch
     src = edited(kernel_source("mmq_q4k_w16", nw, mt, -(-m // 8), 0, False, True), parts)
     kern = torch.cuda._compile_kernel(src, "mmq_q4k_w16")
+    smem = wide_smem(-(-m // 8))
+    _allow_smem(kern, smem)
     nb = k // 256
     span, ks = _k_ranges(nb, ks)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -67,7 +70,8 @@ def launcher(n: int, k: int, m: int, launch: tuple[int, int, int], parts: list[s
     grid = (-(-n // (16 * mt * nw)), ks, 1)
 
     def f(raw):
-        kern(grid=grid, block=(32 * nw, 1, 1), args=[raw, x, y, y if ws is None else ws, m, n, nb, span])
+        kern(grid=grid, block=(32 * nw, 1, 1), args=[raw, x, y, y if ws is None else ws, m, n, nb, span],
+             shared_mem=smem)
         reduce_partials(ws, None, y)
     return f
 
@@ -82,8 +86,8 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--ms", default="64")
     ap.add_argument("--launches", default="4x2x264,4x2x528,4x1x264,8x1x264,8x1x528,2x2x264,8x2x264")
-    ap.add_argument("--parts", default="nomma,noscale,nodeq,nostage,l2w,nomma+l2w,noscale+nodeq,"
-                                       "noscale+nodeq+l2w,nomma+noscale+nodeq")
+    ap.add_argument("--parts", default="nomma,noscale,nodeq,l2w,nomma+l2w,noscale+nodeq,"
+                                       "noscale+nodeq+l2w,nomma+noscale+nodeq,wpre")
     a = ap.parse_args()
     variants = [[]] + [v.split("+") for v in a.parts.split(",") if v]
     rows = []

@@ -50,6 +50,7 @@ ROUTED = {(Q.Q4_K, False): 32, (Q.Q6_K, True): 64}
 OUT_KIND = {torch.bfloat16: 0, torch.float16: 1}
 KERNELS = {Q.Q4_K: "mmq_q4k_w16", Q.Q6_K: "mmq_q6k_w16"}  # type -> kernel (cuda/NAME.cu, function NAME)
 SMEM_LIMIT = 48 * 1024  # static shared memory of the warps' partial sums: NW * MT * TT * 4 * 32 floats
+XS_STRIDE = 288  # cuda/common.cuh's: 16-bit values per token row of WIDE's staged x
 
 
 def available(device: torch.device | str) -> bool:
@@ -120,6 +121,24 @@ def _k_ranges(nb: int, ks: int) -> tuple[int, int]:
     return span, -(-nb // span)
 
 
+def wide_smem(tt: int) -> int:
+    """Bytes of dynamic shared memory a WIDE launch of TT token tiles takes: x's two stages of 8 * TT token
+    rows of XS_STRIDE 16-bit values (72 KiB at TT 8; an H100 block may take 227 KiB)."""
+    return 2 * 8 * tt * XS_STRIDE * 2
+
+
+def _allow_smem(kernel, nbytes: int) -> None:
+    """Let `kernel` launch with nbytes of dynamic shared memory (past 48 KiB the driver must be told)."""
+    if hasattr(kernel, "set_shared_memory_config"):
+        kernel.set_shared_memory_config(nbytes)
+        return
+    from torch.cuda._utils import _check_cuda, _get_gpu_runtime_library  # torch without the method
+
+    max_dynamic_shared_size_bytes = 8  # CUfunction_attribute
+    lib = _get_gpu_runtime_library()
+    _check_cuda(lib.cuFuncSetAttribute(kernel.func, max_dynamic_shared_size_bytes, nbytes))
+
+
 def _fits(nw: int, mt: int, tt: int) -> bool:
     return nw * mt * tt * 4 * 32 * 4 <= SMEM_LIMIT
 
@@ -155,14 +174,17 @@ def _kernel(name: str, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool,
     """The compiled kernel `name` of one configuration (NVRTC, then the driver's PTX compiler)."""
     source = kernel_source(name, nw, mt, tt, out_kind, has_bias, wide)
     with torch.cuda.device(device_index):
-        return torch.cuda._compile_kernel(source, name)
+        kernel = torch.cuda._compile_kernel(source, name)
+        if wide:
+            _allow_smem(kernel, wide_smem(tt))
+    return kernel
 
 
 def check_launch(nw: int, mt: int, tt: int, wide: bool = False) -> None:
     """ValueError where a configuration cannot compile (shared memory) or is not one the kernel takes."""
     if nw not in (1, 2, 4, 8, 16) or mt not in (1, 2, 4) or not 1 <= tt <= MAX_ROWS // 8:
         raise ValueError(f"mmq_cuda launch (NW {nw}, MT {mt}, TT {tt}): NW 1..16, MT 1, 2 or 4, TT 1..8")
-    if not wide and not _fits(nw, mt, tt):  # WIDE's shared memory: x's 64 x 288 values at most (36 KiB)
+    if not wide and not _fits(nw, mt, tt):  # WIDE's shared memory: wide_smem, 72 KiB at most
         raise ValueError(f"mmq_cuda launch (NW {nw}, MT {mt}, TT {tt}): partial sums exceed 48 KiB")
 
 
@@ -205,7 +227,7 @@ def mmq_cuda_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_fe
     span, ks = _k_ranges(nb, ks)
     ws = partials(ks, y)  # fp32 [KS, M, N], None for one range (the kernel writes y, bias added)
     grid = (-(-out_features // (16 * mt * nw)), ks, 1)
-    kern(grid=grid, block=(32 * nw, 1, 1),
-         args=[raw, *scales, x, b, y if ws is None else ws, m, out_features, nb, span])
+    args = [raw, *scales, x, b, y if ws is None else ws, m, out_features, nb, span]
+    kern(grid=grid, block=(32 * nw, 1, 1), args=args, shared_mem=wide_smem(tt))
     reduce_partials(ws, bias, y)
     return y

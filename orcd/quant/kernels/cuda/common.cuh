@@ -8,15 +8,18 @@
 // x from global memory). WIDE 1: each warp owns 16 * MT rows of its own (a block 16 * MT * NW), all warps
 // walk the super-blocks of K range blockIdx.y together and read x from a copy in shared memory that the
 // block stages once per super-block: x is read once per block instead of once per 16 * MT rows, the
-// difference at 32-64 rows. The loop's bounds and x's source, by variant:
+// difference at 32-64 rows. The copy has two stages (dynamic shared memory, XS_STAGE values each): while
+// the warps multiply super-block sb out of one, cp.async fills the other with sb + 1, so the copy's L2
+// round trip is off the loop's path. The loop's bounds and x's source, by variant:
 #if WIDE
 #define XS_STRIDE 288  // 16-bit values per staged token row: 256 + 32 (576 bytes: the 16-byte loads of a
                        // quarter warp, tokens g and g + 1 at 64t-byte offsets, fall in 8 distinct bank groups)
+#define XS_STAGE (8 * TT * XS_STRIDE)  // 16-bit values per stage (36 KiB at TT 8; the launch gives two)
 #define SB_FIRST (blockIdx.y * span)
 #define SB_END min(nb, (int)(blockIdx.y + 1) * span)
 #define SB_STEP 1
 #define ROW0 ((blockIdx.x * NW + warp) * 16 * MT)
-#define X_PIECE(tt, sb, j) (*(const uint4*)(xs + (8 * (tt) + g) * XS_STRIDE + 32 * (j) + 8 * t))
+#define X_PIECE(tt, sb, j) (*(const uint4*)(xcur + (8 * (tt) + g) * XS_STRIDE + 32 * (j) + 8 * t))
 #else
 #define SB_FIRST warp
 #define SB_END nb
@@ -65,13 +68,26 @@ __device__ __forceinline__ void q4k_scale(uint4 h, int j, float& dsc, float& dmn
 }
 
 #if WIDE
-// x[0 .. 8 * TT - 1][256 sb .. 256 sb + 255] into xs (rows past M: row M - 1, computed and never stored)
+// Start copying x[0 .. 8 * TT - 1][256 sb .. 256 sb + 255] into the stage xs (rows past M: row M - 1,
+// computed and never stored) with cp.async, and close the copy group (an empty group where sb >= end,
+// so that every iteration closes one and wait_x's count holds).
 __device__ __forceinline__ void stage_x(unsigned short* xs, const unsigned short* __restrict__ x, int M,
-                                        long long K, int sb) {
-  for (int v = threadIdx.x; v < 8 * TT * 32; v += NW * LANES) {
-    const int r = v / 32, c = v % 32;
-    *(uint4*)(xs + r * XS_STRIDE + 8 * c) = *(const uint4*)(x + min(r, M - 1) * K + sb * 256 + 8 * c);
+                                        long long K, int sb, int end) {
+  if (sb < end) {
+    for (int v = threadIdx.x; v < 8 * TT * 32; v += NW * LANES) {
+      const int r = v / 32, c = v % 32;
+      const unsigned int dst = (unsigned int)__cvta_generic_to_shared(xs + r * XS_STRIDE + 8 * c);
+      const unsigned short* src = x + min(r, M - 1) * K + sb * 256 + 8 * c;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+    }
   }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// Wait until every copy group but the newest (the next super-block's) has landed, for the whole block.
+__device__ __forceinline__ void wait_x() {
+  asm volatile("cp.async.wait_group 1;" ::: "memory");
+  __syncthreads();
 }
 
 // The result out (WIDE): a warp's own tiles; with one K range (gridDim.y 1) y[token, row] = acc + bias in the output type;

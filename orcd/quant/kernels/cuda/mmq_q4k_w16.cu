@@ -24,6 +24,32 @@ __device__ __forceinline__ unsigned int dequant_pair(unsigned int p, unsigned in
   return r;
 }
 
+#ifndef WPRE
+#define WPRE 0  // WIDE: load the next super-block's weights while this one's are multiplied
+#endif
+
+// This lane's part of super-block sb of rows row0 + 16m + g (+ 8 r): each row's 16-byte header, and bytes
+// 8t .. 8t + 7 of each 32-byte quant chunk c, bytes reordered (0, 2, 1, 3) per word. Rows past N: row N - 1
+// (loaded, never stored).
+__device__ __forceinline__ void load_q4k(const unsigned char* __restrict__ w, int row0, int N,
+                                         long long row_bytes, int sb, uint4 (&hd)[MT][2], uint2 (&qs)[MT][2][4]) {
+  const int lane = threadIdx.x % LANES, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = min(row0 + 16 * m + g + 8 * r, N - 1);
+      const unsigned char* blk = w + row * row_bytes + sb * 144;
+      hd[m][r] = *(const uint4*)blk;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        uint2 q = *(const uint2*)(blk + 16 + 32 * c + 8 * t);
+        qs[m][r][c] = make_uint2(__byte_perm(q.x, 0, 0x3120), __byte_perm(q.y, 0, 0x3120));
+      }
+    }
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(NW * LANES)
 mmq_q4k_w16(const unsigned char* __restrict__ w, const unsigned short* __restrict__ x,
             const float* __restrict__ bias, void* __restrict__ y, int M, int N, int nb, int span) {
@@ -35,33 +61,42 @@ mmq_q4k_w16(const unsigned char* __restrict__ w, const unsigned short* __restric
 #pragma unroll
   for (int s = 0; s < SLOTS; ++s) acc[s] = 0.f;
 #if WIDE
-  __shared__ __align__(16) unsigned short xs[8 * TT * XS_STRIDE];  // x's tokens at the current super-block
+  extern __shared__ __align__(16) unsigned short xs[];  // x's tokens: two stages of XS_STAGE values
+  stage_x(xs, x, M, K, SB_FIRST, SB_END);
 #else
   const unsigned short* xrow[TT];  // this lane's B token of each tile (a row past M reads row M - 1)
 #pragma unroll
   for (int tt = 0; tt < TT; ++tt) xrow[tt] = x + min(8 * tt + g, M - 1) * K + 8 * t;
 #endif
 
+#if WIDE && WPRE
+  uint4 next_hd[MT][2];     // the next super-block's weights, loaded one iteration ahead
+  uint2 next_qs[MT][2][4];
+  if (SB_FIRST < SB_END) load_q4k(w, row0, N, row_bytes, SB_FIRST, next_hd, next_qs);
+#endif
   for (int sb = SB_FIRST; sb < SB_END; sb += SB_STEP) {
+#if WIDE
+    const unsigned short* xcur = xs + (sb - SB_FIRST) % 2 * XS_STAGE;  // sb's stage; sb + 1 fills the other
+    stage_x(xs + (sb + 1 - SB_FIRST) % 2 * XS_STAGE, x, M, K, sb + 1, SB_END);
+#endif
     uint4 hd[MT][2];     // headers of rows g, g + 8 of each tile
     uint2 qs[MT][2][4];  // bytes 8t .. 8t + 7 of each chunk c, bytes reordered (0, 2, 1, 3) per word
+#if WIDE && WPRE
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int row = min(row0 + 16 * m + g + 8 * r, N - 1);  // rows past N: loaded, never stored
-        const unsigned char* blk = w + row * row_bytes + sb * 144;
-        hd[m][r] = *(const uint4*)blk;
+        hd[m][r] = next_hd[m][r];
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          uint2 q = *(const uint2*)(blk + 16 + 32 * c + 8 * t);
-          qs[m][r][c] = make_uint2(__byte_perm(q.x, 0, 0x3120), __byte_perm(q.y, 0, 0x3120));
-        }
+        for (int c = 0; c < 4; ++c) qs[m][r][c] = next_qs[m][r][c];
       }
     }
+    if (sb + 1 < SB_END) load_q4k(w, row0, N, row_bytes, sb + 1, next_hd, next_qs);
+#else
+    load_q4k(w, row0, N, row_bytes, sb, hd, qs);
+#endif
 #if WIDE
-    stage_x(xs, x, M, K, sb);  // the weights' loads above are in flight meanwhile
-    __syncthreads();
+    wait_x();  // sb's stage has landed (the weights' loads above are in flight meanwhile)
 #endif
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -99,7 +134,7 @@ mmq_q4k_w16(const unsigned char* __restrict__ w, const unsigned short* __restric
       }
     }
 #if WIDE
-    __syncthreads();  // every warp is done with xs before it is staged again
+    __syncthreads();  // every warp is done with this stage before the next iteration refills it
 #endif
   }
   store_result(acc, bias, y, M, N, row0);

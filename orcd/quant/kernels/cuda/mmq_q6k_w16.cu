@@ -33,7 +33,8 @@ mmq_q6k_w16(const unsigned char* __restrict__ w, const unsigned short* __restric
 #pragma unroll
   for (int s = 0; s < SLOTS; ++s) acc[s] = 0.f;
 #if WIDE
-  __shared__ __align__(16) unsigned short xs[8 * TT * XS_STRIDE];  // x's tokens at the current super-block
+  extern __shared__ __align__(16) unsigned short xs[];  // x's tokens: two stages of XS_STAGE values
+  stage_x(xs, x, M, K, SB_FIRST, SB_END);
 #else
   const unsigned short* xrow[TT];  // this lane's B token of each tile (a row past M reads row M - 1)
 #pragma unroll
@@ -41,6 +42,10 @@ mmq_q6k_w16(const unsigned char* __restrict__ w, const unsigned short* __restric
 #endif
 
   for (int sb = SB_FIRST; sb < SB_END; sb += SB_STEP) {
+#if WIDE
+    const unsigned short* xcur = xs + (sb - SB_FIRST) % 2 * XS_STAGE;  // sb's stage; sb + 1 fills the other
+    stage_x(xs + (sb + 1 - SB_FIRST) % 2 * XS_STAGE, x, M, K, sb + 1, SB_END);
+#endif
     uint2 ql[MT][2][4];  // [tile][row g, g + 8][2n + ql half]: bytes 8t .. 8t + 7, reordered per word
     uint2 qh[MT][2][2];  // [tile][row][n]
     uint4 sc[MT][2];     // the 16 int8 scales
@@ -67,8 +72,7 @@ mmq_q6k_w16(const unsigned char* __restrict__ w, const unsigned short* __restric
       }
     }
 #if WIDE
-    stage_x(xs, x, M, K, sb);  // the weights' loads above are in flight meanwhile
-    __syncthreads();
+    wait_x();  // sb's stage has landed (the weights' loads above are in flight meanwhile)
 #endif
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -111,7 +115,7 @@ mmq_q6k_w16(const unsigned char* __restrict__ w, const unsigned short* __restric
       }
     }
 #if WIDE
-    __syncthreads();  // every warp is done with xs before it is staged again
+    __syncthreads();  // every warp is done with this stage before the next iteration refills it
 #endif
   }
   store_result(acc, bias, y, M, N, row0);
