@@ -7,7 +7,6 @@ Parts (each edit replaces one line of cuda/*.cu or common.cuh; a missing line fa
   nomma    the mma.sync calls become one float add of the fragments' bits (the tensor cores idle)
   noscale  q4k_scale (sub-block scales: byte picks, int-to-float, two packs) becomes two cheap ops
   nodeq    dequant_pair (two FMA2) becomes one LOP3 (the nibbles go to the mma as they are)
-  wpre     not an ablation: the kernel with WPRE 1 (the next super-block's weights loaded a step ahead)
   l2w      every block reads the weights of the first 128 rows: from L2, not DRAM
 Each row: µs (median replay of a CUDA graph over >= 200 MB of weight copies) and its share of the whole.
 The products: the 7B's Q4_K gate/up (18944 x 3584) and down (3584 x 18944) at the given rows.
@@ -42,9 +41,7 @@ PRODUCTS = [("gate/up 18944x3584", 18944, 3584), ("down 3584x18944", 3584, 18944
 
 
 def edited(source: str, parts: list[str]) -> str:
-    if "wpre" in parts:
-        source = "#define WPRE 1\n" + source
-    for part in (p for p in parts if p != "wpre"):
+    for part in parts:
         for old, new in EDITS[part]:
             if old not in source:
                 raise ValueError(f"{part}: {old!r} is not in the source")
@@ -87,7 +84,7 @@ def main() -> None:
     ap.add_argument("--ms", default="64")
     ap.add_argument("--launches", default="4x2x264,4x2x528,4x1x264,8x1x264,8x1x528,2x2x264,8x2x264")
     ap.add_argument("--parts", default="nomma,noscale,nodeq,l2w,nomma+l2w,noscale+nodeq,"
-                                       "noscale+nodeq+l2w,nomma+noscale+nodeq,wpre")
+                                       "noscale+nodeq+l2w,nomma+noscale+nodeq")
     a = ap.parse_args()
     variants = [[]] + [v.split("+") for v in a.parts.split(",") if v]
     rows = []

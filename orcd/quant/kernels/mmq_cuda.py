@@ -43,10 +43,10 @@ MAX_ROWS = 64  # 8 token tiles of 8
 ROUTE_ROWS = 16
 # (type, split layout) that fused_linear / split_linear send here -> the most rows. H100, 7B (bench/
 # results/mmq_cuda_s20/): Q6_K in the split layout at 5..16 rows took the engine from 1,578 to 2,046 tok/s
-# at 8 streams, 2,861 to 3,384 at 16; at 32 / 64 rows its down 90.2 / 122.0 us on batched_linear -> 48.2
-# / 63.6 here. Q4_K past 32 rows stays on mmq.py (64 rows: gate/up 55.7 us there against 62.7 here, down
-# 50.6 against 57.9; at 32 here wins, 39.8 against 49.2 and 42.1 against 44.7).
-ROUTED = {(Q.Q4_K, False): 32, (Q.Q6_K, True): 64}
+# at 8 streams, 2,861 to 3,384 at 16. H200 (bench/results/mmq_cuda_s21/): with WIDE's x copy in two
+# stages Q4_K at 64 rows beats mmq.py too (gate/up 52.9 against 55.7 us, o 16.2 against 18.1; down 51.5
+# against 50.7), the engine at 64 streams 8,693 -> 8,864 tok/s.
+ROUTED = {(Q.Q4_K, False): 64, (Q.Q6_K, True): 64}
 OUT_KIND = {torch.bfloat16: 0, torch.float16: 1}
 KERNELS = {Q.Q4_K: "mmq_q4k_w16", Q.Q6_K: "mmq_q6k_w16"}  # type -> kernel (cuda/NAME.cu, function NAME)
 SMEM_LIMIT = 48 * 1024  # static shared memory of the warps' partial sums: NW * MT * TT * 4 * 32 floats
@@ -81,13 +81,15 @@ def default_launch(in_features: int, rows: int, out_features: int | None = None)
     N per block, its warps taking K's super-blocks in turn. H100, 7B shapes at M = 8 and 16 (bench/
     results/mmq_cuda_s19/): 8 x 1, and 16 x 1 for long rows (ffn_down, K = 18944: 25.6 us against 38.6 at
     8 x 1 at M = 8); fewer warps where their partial sums would not fit in shared memory. Where
-    uses_wide (out_features given): the WIDE variant's (NW, MT, KS), 4 warps of 2 tiles (H100, 7B
-    gate/up and downs at 16-64 rows: the best or within the sweep's spread), K ranges for ~528 blocks
-    (gate/up: 4 ranges, best at 32 and 64 rows; down at 16 rows: 19), ~264 for long rows past 16 (down:
-    9, best at 32 and 64)."""
+    uses_wide (out_features given): the WIDE variant's (NW, MT, KS), 4 warps of 2 tiles, K ranges for
+    ~528 blocks (H100, 7B gate/up at 16-64 rows: the best or within the sweep's spread; mmq_cuda_s20),
+    except long rows past 16 rows (down, K 18944; H200, mmq_cuda_s21): 1 tile per warp and ~528 blocks
+    up to 32 rows (4 x 1 x 9: 38.6 us against 44.7 at 4 x 2 x 9), 2 tiles and ~264 blocks past 32 (4 x 2
+    x 9: 51.5 against 79.9 at 4 x 1 x 9)."""
     if out_features is not None and uses_wide(rows, out_features, in_features):
-        target = 264 if rows > ROUTE_ROWS and in_features > 8192 else 528
-        return wide_launch(out_features, in_features, 4, 2, target)
+        if rows > ROUTE_ROWS and in_features > 8192:
+            return wide_launch(out_features, in_features, *((4, 1, 528) if rows <= 32 else (4, 2, 264)))
+        return wide_launch(out_features, in_features, 4, 2, 528)
     nw = 16 if in_features > 8192 else 8
     while nw > 1 and not _fits(nw, 1, -(-rows // 8)):
         nw //= 2
@@ -97,13 +99,18 @@ def default_launch(in_features: int, rows: int, out_features: int | None = None)
 def uses_wide(rows: int, out_features: int, in_features: int) -> bool:
     """Whether the WIDE variant takes this product. H100, 7B (bench/results/mmq_cuda_s20/, 9 / 32 rows):
     at 9..16 rows it won on the long rows (Q4_K down, K 18944: 31.6 us against 35.0 splitting K) and the
-    LM head (198.0 against 213.4), not on gate/up (27.3 splitting K against 29.7); past 16 on everything
-    but the short products (q/o 3584 x 3584 at 32 rows: 10.3 splitting K against 13.3; k/v). At <= 8
-    rows: untimed, the K split stays."""
+    LM head (198.0 against 213.4), not on gate/up (27.3 splitting K against 29.7); at 17..32 on everything
+    but the short products (q/o 3584 x 3584 at 32 rows: 10.3 splitting K against 13.3; k/v). Past 32 rows
+    (H200, mmq_cuda_s21) on everything but k/v (q/o at 64 rows: 16.2 against 21.3 splitting K; k/v 10.4
+    against 8.7). At <= 8 rows: untimed, the K split stays."""
     if rows <= 8:
         return False
     long = in_features > 8192 or out_features > 65536
-    return long if rows <= ROUTE_ROWS else long or out_features > 4096 or in_features > 4096
+    if rows <= ROUTE_ROWS:
+        return long
+    if rows <= 32:
+        return long or out_features > 4096 or in_features > 4096
+    return out_features > 1024
 
 
 def wide_launch(out_features: int, in_features: int, nw: int, mt: int,

@@ -24,10 +24,6 @@ __device__ __forceinline__ unsigned int dequant_pair(unsigned int p, unsigned in
   return r;
 }
 
-#ifndef WPRE
-#define WPRE 0  // WIDE: load the next super-block's weights while this one's are multiplied
-#endif
-
 // This lane's part of super-block sb of rows row0 + 16m + g (+ 8 r): each row's 16-byte header, and bytes
 // 8t .. 8t + 7 of each 32-byte quant chunk c, bytes reordered (0, 2, 1, 3) per word. Rows past N: row N - 1
 // (loaded, never stored).
@@ -69,11 +65,6 @@ mmq_q4k_w16(const unsigned char* __restrict__ w, const unsigned short* __restric
   for (int tt = 0; tt < TT; ++tt) xrow[tt] = x + min(8 * tt + g, M - 1) * K + 8 * t;
 #endif
 
-#if WIDE && WPRE
-  uint4 next_hd[MT][2];     // the next super-block's weights, loaded one iteration ahead
-  uint2 next_qs[MT][2][4];
-  if (SB_FIRST < SB_END) load_q4k(w, row0, N, row_bytes, SB_FIRST, next_hd, next_qs);
-#endif
   for (int sb = SB_FIRST; sb < SB_END; sb += SB_STEP) {
 #if WIDE
     const unsigned short* xcur = xs + (sb - SB_FIRST) % 2 * XS_STAGE;  // sb's stage; sb + 1 fills the other
@@ -81,20 +72,7 @@ mmq_q4k_w16(const unsigned char* __restrict__ w, const unsigned short* __restric
 #endif
     uint4 hd[MT][2];     // headers of rows g, g + 8 of each tile
     uint2 qs[MT][2][4];  // bytes 8t .. 8t + 7 of each chunk c, bytes reordered (0, 2, 1, 3) per word
-#if WIDE && WPRE
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        hd[m][r] = next_hd[m][r];
-#pragma unroll
-        for (int c = 0; c < 4; ++c) qs[m][r][c] = next_qs[m][r][c];
-      }
-    }
-    if (sb + 1 < SB_END) load_q4k(w, row0, N, row_bytes, sb + 1, next_hd, next_qs);
-#else
     load_q4k(w, row0, N, row_bytes, sb, hd, qs);
-#endif
 #if WIDE
     wait_x();  // sb's stage has landed (the weights' loads above are in flight meanwhile)
 #endif
