@@ -51,7 +51,7 @@ def edited(source: str, parts: list[str]) -> str:
 
 def launcher(n: int, k: int, m: int, launch: tuple[int, int, int], parts: list[str]):
     """f(raw) -> y: the WIDE Q4_K kernel with `parts` taken out, launched as mmq_cuda_linear does."""
-    from orcd.quant.kernels.mmq_cuda import _allow_smem, _k_ranges, _null, kernel_source, wide_smem
+    from orcd.quant.kernels.mmq_cuda import _allow_smem, _k_ranges, kernel_source, wide_smem
     from orcd.quant.kernels.split_k import partials, reduce_partials
 
     nw, mt, ks = launch
@@ -65,11 +65,10 @@ def launcher(n: int, k: int, m: int, launch: tuple[int, int, int], parts: list[s
     y = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
     ws = partials(ks, y)
     grid = (-(-n // (16 * mt * nw)), ks, 1)
-    nothing = _null(x.device)
 
     def f(raw):
-        args = [raw, x, y, y, nothing if ws is None else ws, nothing, m, n, nb, span]  # no counters
-        kern(grid=grid, block=(32 * nw, 1, 1), args=args, shared_mem=smem)
+        kern(grid=grid, block=(32 * nw, 1, 1), args=[raw, x, y, y if ws is None else ws, m, n, nb, span],
+             shared_mem=smem)
         reduce_partials(ws, None, y)
     return f
 

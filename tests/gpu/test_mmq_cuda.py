@@ -62,39 +62,6 @@ def test_mmq_cuda_launch_shapes(launch):
         assert rel_err(y, float_reference(x, raw, qt, n, k)) < 5e-3, qt.name
 
 
-@pytest.mark.gpu
-@needs_cuda
-@pytest.mark.parametrize("qt", [T.Q4_K, T.Q6_K], ids=lambda v: v.name)
-def test_wide_fused_reduce_equals_the_reduce_launch(qt, monkeypatch):
-    """WIDE over several K ranges: the last block of each row tile adds the partials (counters) bit for bit
-    as split_k's reduce launch does (counters withheld), with a bias, again and again (the counters are
-    reset), and replayed from a CUDA graph."""
-    from orcd.quant.kernels import mmq_cuda
-    from orcd.quant.kernels.layout import split_q6_k
-
-    n, k = 1000, 2304
-    raw = random_blocks(qt, n, k, seed=11).cuda()
-    w = split_q6_k(raw) if qt == T.Q6_K else raw
-    x = torch.randn(40, k, device="cuda").to(torch.bfloat16)
-    bias = torch.randn(n, device="cuda").to(torch.bfloat16)
-    launch = (2, 2, 3)  # 16 row tiles x 3 ranges of 3 super-blocks
-
-    def run():
-        return mmq_cuda.mmq_cuda_linear(x, w, n, k, bias=bias, launch=launch, qtype=qt)
-    fused = [run() for _ in range(3)]
-    assert mmq_cuda._COUNTERS[x.device].abs().sum().item() == 0
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = run()
-    g.replay()
-    g.replay()
-    with monkeypatch.context() as mp:
-        mp.setattr(mmq_cuda, "_counters", lambda device, tiles: None)
-        reduced = run()
-    for y in (*fused, out):
-        assert torch.equal(y, reduced)
-
-
 def test_mmq_cuda_refuses_bad_launches_and_input():
     from orcd.quant.kernels.mmq_cuda import check_launch, default_launch, mmq_cuda_linear
 

@@ -146,33 +146,6 @@ def _allow_smem(kernel, nbytes: int) -> None:
     _check_cuda(lib.cuFuncSetAttribute(kernel.func, max_dynamic_shared_size_bytes, nbytes))
 
 
-COUNTERS = 1 << 16  # arrival counters per device: the most row tiles a fused reduce takes
-
-
-@functools.cache
-def _null(device: torch.device) -> torch.Tensor:
-    """An empty tensor: its data pointer is null (the kernels' "no ws / no counters")."""
-    t = torch.empty(0, dtype=torch.int32, device=device)
-    assert t.data_ptr() == 0, "an empty CUDA tensor's pointer is expected to be null"
-    return t
-
-
-_COUNTERS: dict[torch.device, torch.Tensor] = {}
-
-
-def _counters(device: torch.device, tiles: int) -> torch.Tensor | None:
-    """The device's int32 arrival counters for WIDE's fused reduce (zero between launches: the last block
-    of each row tile resets its own), made once outside any CUDA-graph capture and never replaced (a
-    graph keeps their address); None while capturing before they exist or past COUNTERS row tiles (the
-    caller reduces in a launch). Launches on one device must not run concurrently on two streams."""
-    buf = _COUNTERS.get(device)
-    if buf is None:
-        if torch.cuda.is_current_stream_capturing():
-            return None
-        buf = _COUNTERS[device] = torch.zeros(COUNTERS, dtype=torch.int32, device=device)
-    return buf if tiles <= COUNTERS else None
-
-
 def _fits(nw: int, mt: int, tt: int) -> bool:
     return nw * mt * tt * 4 * 32 * 4 <= SMEM_LIMIT
 
@@ -256,18 +229,12 @@ def mmq_cuda_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_fe
     nb = k // 256
     if ks == 0:
         grid = (-(-out_features // (16 * mt)), 1, 1)
-        nothing = _null(x.device)
-        args = [raw, *scales, x, b, y, nothing, nothing, m, out_features, nb, nb]
-        kern(grid=grid, block=(32 * nw, 1, 1), args=args)
+        kern(grid=grid, block=(32 * nw, 1, 1), args=[raw, *scales, x, b, y, m, out_features, nb, nb])
         return y
     span, ks = _k_ranges(nb, ks)
     ws = partials(ks, y)  # fp32 [KS, M, N], None for one range (the kernel writes y, bias added)
     grid = (-(-out_features // (16 * mt * nw)), ks, 1)
-    counters = _counters(x.device, grid[0]) if ws is not None else None
-    nothing = _null(x.device)  # for the pointers a launch does not use
-    args = [raw, *scales, x, b, y, nothing if ws is None else ws, nothing if counters is None else counters,
-            m, out_features, nb, span]
+    args = [raw, *scales, x, b, y if ws is None else ws, m, out_features, nb, span]
     kern(grid=grid, block=(32 * nw, 1, 1), args=args, shared_mem=wide_smem(tt))
-    if ws is not None and counters is None:  # no counters: the partials are added by a reduce launch
-        reduce_partials(ws, bias, y)
+    reduce_partials(ws, bias, y)
     return y

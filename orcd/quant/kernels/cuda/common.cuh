@@ -90,13 +90,11 @@ __device__ __forceinline__ void wait_x() {
   __syncthreads();
 }
 
-// The result out (WIDE): a warp's own tiles; with one K range (gridDim.y 1) y[token, row] = acc + bias in
-// the output type. With several, range blockIdx.y's fp32 partial goes to ws[(blockIdx.y * M + token) * N
-// + row], and the last block of the row tile to arrive (counters[blockIdx.x], int32, zero before and
-// after) adds the ranges' partials in range order, then the bias, as split_k.py's reduce does (the same
-// result), and stores y: no reduce launch. counters null: the partials only (the host reduces).
-__device__ __forceinline__ void store_result(const float* acc, const float* bias, void* y, float* ws,
-                                             int* counters, int M, int N, int row0) {
+// The result out (WIDE): a warp's own tiles; with one K range (gridDim.y 1) y[token, row] = acc + bias in the output type;
+// with several, range blockIdx.y's fp32 partial at y[(blockIdx.y * M + token) * N + row] (split_k.py's
+// reduce adds them in range order, then the bias).
+__device__ __forceinline__ void store_result(const float* acc, const float* bias, void* y, int M, int N,
+                                             int row0) {
   const int lane = threadIdx.x % LANES, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int s = 0; s < SLOTS; ++s) {
@@ -104,7 +102,7 @@ __device__ __forceinline__ void store_result(const float* acc, const float* bias
     const int row = row0 + 16 * m + g + 8 * (i / 2), n = 8 * tt + 2 * t + i % 2;
     if (row >= N || n >= M) continue;
     if (gridDim.y > 1) {
-      ws[((long long)blockIdx.y * M + n) * N + row] = acc[s];
+      ((float*)y)[((long long)blockIdx.y * M + n) * N + row] = acc[s];
     } else {
 #if HAS_BIAS
       store_out(y, (long long)n * N + row, acc[s] + bias[row]);
@@ -113,33 +111,13 @@ __device__ __forceinline__ void store_result(const float* acc, const float* bias
 #endif
     }
   }
-  if (gridDim.y == 1 || counters == nullptr) return;  // no counters: a reduce launch adds the partials
-  __shared__ int last;
-  __threadfence();  // this block's partials are visible before its arrival is counted
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counters + blockIdx.x, 1) == (int)gridDim.y - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const int rows = 16 * MT * NW, base = blockIdx.x * rows;
-  for (int v = threadIdx.x; v < M * rows; v += NW * LANES) {
-    const int n = v / rows, row = base + v % rows;
-    if (row >= N) continue;
-    float sum = __ldcg(ws + (long long)n * N + row);  // from L2: other blocks wrote them
-    for (int k = 1; k < (int)gridDim.y; ++k) sum += __ldcg(ws + ((long long)k * M + n) * N + row);
-#if HAS_BIAS
-    sum += bias[row];
-#endif
-    store_out(y, (long long)n * N + row, sum);
-  }
-  if (threadIdx.x == 0) counters[blockIdx.x] = 0;  // ready for the next launch
 }
 #else
 // The result out (WIDE 0): each warp's accumulators (C fragments of m16n8 products: element i of lane (g, t)
 // at row g + 8 * (i / 2), token 2t + i % 2 of its tile) added in warp order through shared memory, plus
 // the bias, stored as y[token, row] where both exist. A result does not depend on timing.
-__device__ __forceinline__ void store_result(const float* acc, const float* bias, void* y, float* ws,
-                                             int* counters, int M, int N, int row0) {
+__device__ __forceinline__ void store_result(const float* acc, const float* bias, void* y, int M, int N,
+                                             int row0) {
   __shared__ float red[NW * SLOTS * LANES];
   const int lane = threadIdx.x % LANES, warp = threadIdx.x / LANES;
 #pragma unroll

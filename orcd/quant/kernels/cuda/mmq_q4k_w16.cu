@@ -48,8 +48,7 @@ __device__ __forceinline__ void load_q4k(const unsigned char* __restrict__ w, in
 
 extern "C" __global__ void __launch_bounds__(NW * LANES)
 mmq_q4k_w16(const unsigned char* __restrict__ w, const unsigned short* __restrict__ x,
-            const float* __restrict__ bias, void* __restrict__ y, float* __restrict__ ws,
-            int* __restrict__ counters, int M, int N, int nb, int span) {
+            const float* __restrict__ bias, void* __restrict__ y, int M, int N, int nb, int span) {
   const int lane = threadIdx.x % LANES, warp = threadIdx.x / LANES;
   const int g = lane / 4, t = lane % 4;
   const int row0 = ROW0;
@@ -116,5 +115,5 @@ mmq_q4k_w16(const unsigned char* __restrict__ w, const unsigned short* __restric
     __syncthreads();  // every warp is done with this stage before the next iteration refills it
 #endif
   }
-  store_result(acc, bias, y, ws, counters, M, N, row0);
+  store_result(acc, bias, y, M, N, row0);
 }

@@ -23,8 +23,8 @@ __device__ __forceinline__ unsigned int six_bits(unsigned int ql, unsigned int q
 
 extern "C" __global__ void __launch_bounds__(NW * LANES)
 mmq_q6k_w16(const unsigned char* __restrict__ w, const unsigned short* __restrict__ dt,
-            const unsigned short* __restrict__ x, const float* __restrict__ bias, void* __restrict__ y,
-            float* __restrict__ ws, int* __restrict__ counters, int M, int N, int nb, int span) {
+            const unsigned short* __restrict__ x, const float* __restrict__ bias, void* __restrict__ y, int M,
+            int N, int nb, int span) {
   const int lane = threadIdx.x % LANES, warp = threadIdx.x / LANES;
   const int g = lane / 4, t = lane % 4;
   const int row0 = ROW0;
@@ -118,5 +118,5 @@ mmq_q6k_w16(const unsigned char* __restrict__ w, const unsigned short* __restric
     __syncthreads();  // every warp is done with this stage before the next iteration refills it
 #endif
   }
-  store_result(acc, bias, y, ws, counters, M, N, row0);
+  store_result(acc, bias, y, M, N, row0);
 }
