@@ -8,8 +8,9 @@ rank 0, measures through the leader engine (the same path as `orcd generate --te
 - prefill tok/s: one request of --prompt-len tokens, max_tokens=1 (one step, K/V of every token);
 - decode tok/s, for each count B in --streams: B requests decoding --decode-tokens tokens each
   (ignore_eos), generated tokens per second after every stream has its first token.
-Writes OUT/tp.json and OUT/tp.md (one row per rank count and stream count). On the CPU (gloo;
-tests/test_bench_scripts.py runs it at 2 ranks):
+Writes OUT/tp.json and OUT/tp.md (one row per rank count and stream count). --q6k-layout gguf: the
+ranks keep the file's Q6_K blocks (default auto: the slices the fused step reads go split, issue 21).
+On the CPU (gloo; tests/test_bench_scripts.py runs it at 2 ranks):
     python bench/tp/tp_scaling.py --device cpu --file TINY.gguf --prompt-len 16 --decode-tokens 4
 """
 
@@ -51,7 +52,7 @@ def bench_rank(ctx, path: str, args: dict, out_json: str) -> int:
     if args["mode"] == "tp-symm":  # tp-graphs with the one-shot symmetric-memory all-reduce
         ctx.all_reduce = "symm"
     t0 = time.perf_counter()
-    loaded = load_sharded(path, ctx)
+    loaded = load_sharded(path, ctx, q6k_layout=args["q6k_layout"])
     load_s = time.perf_counter() - t0
 
     def lead(make_engine) -> list[dict]:
@@ -69,7 +70,8 @@ def bench_rank(ctx, path: str, args: dict, out_json: str) -> int:
         _requests(engine, [prompt[:64]], 8)  # warm-up: kernels compiled / autotuned
         _requests(engine, [prompt[j : j + 16] for j in range(max(streams))], 4)  # ... at the widest batch
         prefill = [_requests(engine, [prompt[:p]], 1)[0] for _ in range(3)]
-        common = {"ranks": ctx.world, "mode": mode, "device": str(ctx.device), "load_s": load_s,
+        common = {"ranks": ctx.world, "mode": mode, "q6k_layout": args["q6k_layout"],
+                  "device": str(ctx.device), "load_s": load_s,
                   "weights_MiB_rank0": loaded.weights_bytes / 2**20,
                   "prefill_tokens": p, "prefill_tok_s": p / sorted(prefill)[1], "decode_tokens": d}
         if ctx.device.type == "cuda":
@@ -105,6 +107,8 @@ def main() -> int:
                          "inside; at 1 rank the engine's fused step), tp-symm (tp-graphs with the "
                          "symmetric-memory one-shot all-reduce), tp-eager, engine (1 GPU only: the "
                          "plain engine, fused decode graphs and prefill graphs)")
+    ap.add_argument("--q6k-layout", default="auto", choices=["auto", "gguf"],
+                    help="load_sharded's: auto splits the Q6_K slices the fused step reads (issue 21)")
     ap.add_argument("--out", default="bench/results")
     a = ap.parse_args()
 
@@ -122,7 +126,7 @@ def main() -> int:
             if m != "engine" or n == 1]
     for n, mode in runs:
         knobs = {"prompt_len": a.prompt_len, "decode_tokens": a.decode_tokens, "streams": streams,
-                 "mode": mode}
+                 "mode": mode, "q6k_layout": a.q6k_layout}
         device = resolve_tp_device(a.device, n)
         tmp = Path(a.out) / f".tp_{n}.json"
         tmp.parent.mkdir(parents=True, exist_ok=True)
@@ -141,11 +145,11 @@ def main() -> int:
 def _write(out: Path, rows: list[dict], title: str) -> None:
     """OUT/tp.json and OUT/tp.md, rewritten after every run (a run cut short keeps the earlier ones)."""
     (out / "tp.json").write_text(json.dumps(rows, indent=1))
-    lines = ["| ranks | device | streams | decode tok/s | prefill tok/s | load s | MiB (rank 0) | mode |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| ranks | device | streams | decode tok/s | prefill tok/s | load s | MiB (rank 0) | mode "
+             "| Q6_K |", "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['ranks']} | {r.get('gpu', r['device'])} | {r['decode_streams']} | "
               f"{r['decode_tok_s']:.1f} | {r['prefill_tok_s']:.0f} | {r['load_s']:.1f} | "
-              f"{r['weights_MiB_rank0']:.0f} | {r['mode']} |" for r in rows]
+              f"{r['weights_MiB_rank0']:.0f} | {r['mode']} | {r['q6k_layout']} |" for r in rows]
     text = title + "\n\n" + "\n".join(lines) + "\n"
     (out / "tp.md").write_text(text)
     print(text, flush=True)

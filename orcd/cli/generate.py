@@ -10,7 +10,7 @@ import argparse
 import sys
 import time
 
-from orcd.cli.options import add_engine_options
+from orcd.cli.options import TP_SPLIT_REFUSED, add_engine_options
 from orcd.distributed.partition import TensorParallelError
 from orcd.distributed.runtime import launch, rank_args_for
 from orcd.engine.io import EngineRequest
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace, load_model=None, engine_cls=None) -> int:
         if args.dense_batch_rows not in (None, "auto"):
             raise OrcdError("--dense-batch-rows is for one GPU: not with --tensor-parallel")
         if args.q6k_layout == "split":
-            raise OrcdError("--q6k-layout split is for one GPU: tensor parallelism slices the file's blocks")
+            raise OrcdError(TP_SPLIT_REFUSED)
         return run_tensor_parallel(args)
     from orcd.engine.llm_engine import LLMEngine
     from orcd.loading.loader import load_model as default_load
@@ -144,7 +144,7 @@ def generate_rank(ctx, args: argparse.Namespace) -> int:
     from orcd.distributed.driver import load_sharded, run_rank
 
     dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
-    loaded = load_sharded(args.model, ctx, dtype)
+    loaded = load_sharded(args.model, ctx, dtype, q6k_layout=args.q6k_layout)
 
     def lead(make_engine) -> int:
         return run(args, load_model=lambda *a, **kw: loaded, engine_cls=make_engine)

@@ -30,6 +30,12 @@ def prefix_tokens_arg(text: str) -> int:
     return tokens
 
 
+# --q6k-layout split with --tensor-parallel N > 1 (orcd.distributed.driver.check_tp_q6k_layout)
+TP_SPLIT_REFUSED = ("--q6k-layout split is for one GPU: with --tensor-parallel, auto (the default) splits "
+                    "the Q6_K weights each rank's decode step reads, after slicing; gguf keeps the file's "
+                    "blocks")
+
+
 def add_engine_options(p: argparse.ArgumentParser) -> None:
     """--enforce-eager, --batch-invariant, --tensor-parallel, --dense-batch-rows, --q6k-layout,
     --no-overlap."""
@@ -50,7 +56,8 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--q6k-layout", choices=["auto", "gguf", "split"], default="auto",
                    help="how Q6_K weights sit on the GPU: auto (default) rearranges those the int8 decode "
                         "kernels read into 16-byte-aligned blocks (same bytes, faster at 7B); gguf keeps "
-                        "the file's blocks; split rearranges every Q6_K weight (CUDA only)")
+                        "the file's blocks; split rearranges every Q6_K weight (CUDA only, one GPU: "
+                        "with --tensor-parallel each rank applies auto after slicing)")
     p.add_argument("--no-overlap", dest="overlap", action="store_false",
                    help="run decode steps one at a time: by default the engine launches each decode step "
                         "before it reads the tokens of the one before, so the GPU does not wait for the "

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from orcd import env
-from orcd.cli.options import add_engine_options, prefix_tokens_arg
+from orcd.cli.options import TP_SPLIT_REFUSED, add_engine_options, prefix_tokens_arg
 from orcd.cli.serve_http import HttpOptions, serve_app
 from orcd.distributed.runtime import launch, rank_args_for
 from orcd.errors import OrcdError
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace, build=None) -> int:
         if args.min_prefix_hit is not None:
             raise OrcdError("--min-prefix-hit is for one GPU: not with --tensor-parallel")
         if args.q6k_layout == "split":
-            raise OrcdError("--q6k-layout split is for one GPU: tensor parallelism slices the file's blocks")
+            raise OrcdError(TP_SPLIT_REFUSED)
         return run_tensor_parallel(args)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -222,7 +222,7 @@ def serve_rank(ctx, args: argparse.Namespace) -> int:
     if ctx.rank != 0:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
-    loaded = load_sharded(args.model, ctx, dtype)
+    loaded = load_sharded(args.model, ctx, dtype, q6k_layout=args.q6k_layout)
 
     def lead(make_engine) -> int:
         from orcd.engine.async_engine import AsyncEngine

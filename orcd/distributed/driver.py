@@ -22,6 +22,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from orcd.distributed.fused_tp import split_readers
 from orcd.distributed.mapped import load_mapped
 from orcd.distributed.runtime import TPContext
 from orcd.distributed.shard import shard_model
@@ -30,34 +31,54 @@ from orcd.engine.io import ModelRunnerOutput, ScheduledSeq, SchedulerOutput
 from orcd.engine.llm_engine import LLMEngine
 from orcd.engine.sampling_params import SamplingParams
 from orcd.engine.sizing import auto_num_blocks
+from orcd.errors import LoadOptionError
 from orcd.loading.loader import LoadedModel, load_model, weights_nbytes
+from orcd.loading.q6k_layout import check_q6k_layout, split_q6k
 from orcd.numerics import invariant_policy
 
 log = logging.getLogger(__name__)
 
 
 def load_sharded(path, ctx: TPContext, dtype: torch.dtype | None = None,
-                 keep_quantized: bool | None = None, tokenizer: bool = True) -> LoadedModel:
+                 keep_quantized: bool | None = None, tokenizer: bool = True,
+                 q6k_layout: str = "auto") -> LoadedModel:
     """Map the file on the host (raw blocks, not dequantized, not copied: mapped.py), keep this rank's
     shard, copy it to ctx.device. The returned cfg is the rank-local one (its heads), so KV caches hold
     only those.
-    tokenizer: rank 0 builds the file's tokenizer (the others never do)."""
+    tokenizer: rank 0 builds the file's tokenizer (the others never do).
+    q6k_layout: "auto" (on CUDA with raw weights, the shard's Q6_K weights that its fused decode step
+    reads split are rearranged after slicing: fused_tp.split_readers) or "gguf" (the file's blocks);
+    "split" (every Q6_K weight) only at world 1, where this is load_model (orcd/loading/q6k_layout.py)."""
     t0 = time.perf_counter()
     on_cuda = ctx.device.type == "cuda"
     dtype = dtype or (torch.bfloat16 if on_cuda else torch.float32)
     keep = on_cuda if keep_quantized is None else keep_quantized
     if ctx.world == 1:  # nothing to split: the ordinary load, straight onto the device
         return load_model(path, device=ctx.device, dtype=dtype, keep_quantized=keep_quantized,
-                          tokenizer=tokenizer)
+                          tokenizer=tokenizer, q6k_layout=q6k_layout)
+    layout = check_tp_q6k_layout(q6k_layout, ctx.device, keep)  # before the load
     full = load_mapped(path, dtype, tokenizer=tokenizer and ctx.rank == 0)  # raw blocks: mmap views
     local_cfg = shard_model(full.model, full.cfg, ctx.rank, ctx.world, ctx.group, ctx.device)
     if not keep:  # dense weights wanted: dequantize after sharding (each rank only its slices)
         _densify(full.model)
+    if layout == "auto":  # after slicing: the split layout's rows are not W's rows
+        with torch.no_grad():
+            split_q6k(full.model, split_readers(full.model))
     if on_cuda:
         torch.cuda.synchronize(ctx.device)
     nbytes, secs = weights_nbytes(full.model), time.perf_counter() - t0
     return dataclasses.replace(full, cfg=local_cfg, device=ctx.device, weights_bytes=nbytes,
                                load_seconds=secs)
+
+
+def check_tp_q6k_layout(layout: str, device: torch.device, keep_quantized: bool) -> str:
+    """The layout a rank of a world > 1 applies after slicing: "auto" or "gguf" (check_q6k_layout's answer
+    for this device and weights). LoadOptionError for "split": the TP step hands the Q6_K weights its
+    int8 kernels do not read to the float GEMVs, which read GGUF blocks only."""
+    if layout == "split":
+        raise LoadOptionError("q6k_layout='split' is for one GPU: under tensor parallelism 'auto' (the "
+                              "default) splits the Q6_K weights each rank's decode step reads, 'gguf' none")
+    return check_q6k_layout(layout, device, keep_quantized)
 
 
 def _densify(model: torch.nn.Module) -> None:

@@ -19,6 +19,10 @@ cuts are on 256-column block boundaries, so the 32-groups are the unsharded mode
 keep the add+RMSNorm kernels and all-reduce the product (FusedDecoder's unfused path).
 Not batch-invariant (NCCL's reduction order depends on the message size): the runner captures
 model.forward under the invariant kernels for those steps (tp_runner.py).
+Q6_K weights (issue 21): the ones this step reads split wherever it hands them (split_readers: v/o
+after int8 q/k/v, down after the int8 SwiGLU, the head's rows) are in the split layout by default,
+converted after slicing (driver.load_sharded, q6k_layout="auto"); the rest, and the embedding's table,
+keep GGUF's blocks.
 """
 
 from __future__ import annotations
@@ -32,13 +36,13 @@ from orcd.models.layers.attention import AttnMetadata
 from orcd.quant.kernels.decode_ops import add_rmsnorm
 from orcd.runner.decode_products import (
     BlockLinears,
-    DecodeProducts,
     attend,
     check_block_kind,
     check_fusable,
     glu,
     linear,
     norm_fusable,
+    step_products,
 )
 
 
@@ -57,6 +61,24 @@ def check_sharded(model) -> None:
             raise ValueError("not a tensor-parallel shard (orcd.distributed.shard.shard_model)")
 
 
+def split_readers(model) -> list:
+    """The raw Q6_K QuantLinears of this rank's shard that TPFusedDecoder(model) reads in the split
+    layout wherever it hands them (DecodeProducts.split_readers over the rank's slices and the head's
+    rows; q6k_layout="auto" under TP), [] for a shard the step does not run. Called after slicing (the
+    split layout's rows are not W's rows). The same choice on every rank: it reads the types, q/k/v's
+    biases (every rank has them or none), gate's rows (a multiple of the down's block on every rank),
+    never o/down's bias (rank 0's alone). The embedding's table is no reader (a tied head shares it:
+    the caller keeps tables GGUF)."""
+    try:
+        check_sharded(model)
+        check_block_kind(model)  # before block_linears: other blocks have no gate/up
+        linears = [block_linears(blk) for blk in model.blocks]
+        check_fusable(model, linears)
+    except ValueError:
+        return []
+    return step_products(model).split_readers(linears, model.lm_head.inner)
+
+
 class TPFusedDecoder:
     def __init__(self, model: torch.nn.Module, rank: int, group=None, int8_x: bool = True,
                  all_reduce: str = "nccl", batched_qkv: bool = True):
@@ -71,8 +93,7 @@ class TPFusedDecoder:
         check_fusable(model, self.linears)
         self.model, self.rank, self.group = model, rank, group
         self.inv_freq = model.rotary.inv_freq.float().contiguous()
-        int8 = int8_x and model.blocks[0].attn_norm.weight.dtype != torch.float32
-        self.products = DecodeProducts(int8_x=int8, int8_attn=int8, batched_qkv=batched_qkv)
+        self.products = step_products(model, int8_x, batched_qkv)
         self.fuse_norm = self._agree(norm_fusable(self.linears, model.lm_head.inner))
         w = model.blocks[0].attn_norm.weight  # the residual's dtype; hidden = its length
         ar = make_all_reduce(all_reduce, self.fused_rows() * w.shape[0], w.dtype, w.device,

@@ -9,9 +9,12 @@ batched_fused) and the Triton dequantize (QuantLinear.forward: kernels/q6k_split
 fused_linear's routing), each with the GGUF blocks' results bit for bit; anything else that reads raw
 Q6_K (the float norm-fused q/k/v GEMV) refuses a split weight by name. It is refused here where no path
 reads it: off CUDA, weights not kept quantized, blocks the fused decode step does not run (gemma3,
-qwen3, gpt-oss, gpt2). The tied embedding's table stays "gguf" (an embedding gathers rows). Tensor
-parallelism slices rows after the load: orcd.distributed refuses split weights (its ranks load mapped
-files, not through here).
+qwen3, gpt-oss, gpt2). The tied embedding's table stays "gguf" (an embedding gathers rows).
+Tensor parallelism (issue 21) slices GGUF rows and blocks, so its ranks split after slicing:
+orcd.distributed.driver.load_sharded(q6k_layout="auto") converts, with split_q6k below, the rank's Q6_K
+weights that its TPFusedDecoder reads split (orcd.distributed.fused_tp.split_readers); "split" is
+refused there (the float GEMVs of the TP step read GGUF blocks only), and slicing a split weight is
+refused (orcd.distributed.layers).
 The two layouts' kernels sum in different register orders (Triton lays the tiles out by how they are
 loaded), so a product can differ by float32 rounding, and greedy tokens of a random-weight model can part
 after some steps (bench/results/q6k_split_step_h100.md): both sum the same float32 terms.
@@ -51,13 +54,19 @@ def apply_q6k_layout(model: torch.nn.Module, layout: str) -> int:
         return 0
     if layout == "split" and not getattr(model, "fused_decode", True):
         raise LoadOptionError(f"q6k_layout='split': {model.cfg.arch} blocks run no decode step that reads it")
+    return split_q6k(model, None if layout == "split" else split_readers(model))
+
+
+def split_q6k(model: torch.nn.Module, chosen: list | None) -> int:
+    """Convert to the split layout, in place, the model's raw GGUF-layout Q6_K QuantLinears that are in
+    `chosen` (None: all of them), never an embedding's table (a tied head is that table: it stays GGUF
+    too); returns how many were converted."""
     tables = {id(m.table) for m in model.modules() if isinstance(m, QuantEmbedding)}
-    if layout == "auto":
-        chosen = {id(m) for m in split_readers(model)}
+    ids = None if chosen is None else {id(m) for m in chosen}
     n = 0
     for m in model.modules():
         if (isinstance(m, QuantLinear) and m.raw is not None and m.qtype == GGMLQuantizationType.Q6_K
-                and id(m) not in tables and (layout == "split" or id(m) in chosen)):
+                and m.layout == "gguf" and id(m) not in tables and (ids is None or id(m) in ids)):
             m.to_split()
             n += 1
     return n

@@ -153,6 +153,13 @@ def norm_fusable(blocks: list[BlockLinears], head) -> bool:
         and lin.o.bias is None and lin.down.bias is None for lin in blocks)
 
 
+def step_products(model, int8_x: bool = True, batched_qkv: bool = True) -> DecodeProducts:
+    """The launch choices of FusedDecoder / TPFusedDecoder(model, int8_x=, batched_qkv=): x quantized to
+    int8 unless the model is float32 (run for exactness)."""
+    int8 = int8_x and model.blocks[0].attn_norm.weight.dtype != torch.float32
+    return DecodeProducts(int8_x=int8, int8_attn=int8, batched_qkv=batched_qkv)
+
+
 class DecodeProducts:
     """The norm-fused step's launches for one model's (or shard's) linears.
 

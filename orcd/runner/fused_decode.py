@@ -25,13 +25,13 @@ from orcd.quant.kernels.decode_ops import add_rmsnorm
 from orcd.runner.decode_products import I8_MAX_ROWS as I8_MAX_ROWS  # re-exported: tests and benches
 from orcd.runner.decode_products import (
     BlockLinears,
-    DecodeProducts,
     QuantRows,
     attend,
     check_block_kind,
     check_fusable,
     linear,
     norm_fusable,
+    step_products,
 )
 from orcd.runner.dense_weights import (
     DenseCopiesError,
@@ -58,13 +58,6 @@ def split_readers(model: torch.nn.Module) -> list:
     except ValueError:
         return []
     return step_products(model).split_readers(linears, model.lm_head)
-
-
-def step_products(model: torch.nn.Module, int8_x: bool = True, batched_qkv: bool = True) -> DecodeProducts:
-    """The launch choices of FusedDecoder(model, int8_x=, batched_qkv=): x quantized to int8 unless the
-    model is float32 (run for exactness)."""
-    int8 = int8_x and model.blocks[0].attn_norm.weight.dtype != torch.float32
-    return DecodeProducts(int8_x=int8, int8_attn=int8, batched_qkv=batched_qkv)
 
 
 def _dense_plan(model: torch.nn.Module) -> tuple[list[BlockLinears], int]:

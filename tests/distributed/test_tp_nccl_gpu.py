@@ -60,11 +60,20 @@ def test_nccl_server_streams_cancels_and_stops_on_sigterm(tmp_path):
         print((tmp_path / "serve.log").read_text()[-4000:])  # the ranks' stderr, for a failing run
 
 
-@pytest.mark.parametrize(("all_reduce", "batch"), [("nccl", 3), ("symm", 3), ("nccl", 8)])
-def test_tp_fused_int8_step_matches_one_gpu(tmp_path, all_reduce, batch):
+# Q6_K weights the TP=2 int8 step reads split on every rank (load_sharded's q6k_layout="auto", issue 21)
+TP_SPLIT = ["blocks.0.attn.v_proj", "blocks.0.mlp.down.inner", "blocks.1.attn.v_proj",
+            "blocks.1.mlp.down.inner", "lm_head.inner"]
+
+
+@pytest.mark.parametrize(("all_reduce", "batch", "layout"),
+                         [("nccl", 3, "auto"), ("symm", 3, "auto"), ("nccl", 8, "auto"), ("nccl", 3, "gguf"),
+                          ("nccl", 8, "gguf")])
+def test_tp_fused_int8_step_matches_one_gpu(tmp_path, all_reduce, batch, layout):
     """The TP fused step on the int8-activation GEMVs (bf16, Q4_K_M mix) == one GPU's FusedDecoder,
     with NCCL's all-reduce and with the symmetric-memory one-shot one (symm_allreduce.py); 8 rows: the
-    unfused step (add+RMSNorm kernels, the rank's q/k/v slices in one batched_qkv launch)."""
+    unfused step (add+RMSNorm kernels, the rank's q/k/v slices in one batched_qkv launch). layout: the
+    q6k_layout of both sides; "auto" (the default) splits each rank's Q6_K v, downs and head rows after
+    slicing, "gguf" none."""
     from gguf import GGMLQuantizationType as Q
     from tp_workers import fused_int8_rank, fused_steps
 
@@ -76,11 +85,12 @@ def test_tp_fused_int8_step_matches_one_gpu(tmp_path, all_reduce, batch):
                             n_heads=4, n_kv_heads=2, head_dim=128, context_length=256, qtypes=types,
                             tied=False, seed=5, tokenizer_metadata={})
     out = tmp_path / "tp.pt"
-    assert launch(2, "cuda", fused_int8_rank, (str(path), str(out), all_reduce, batch)) == 0
+    assert launch(2, "cuda", fused_int8_rank, (str(path), str(out), all_reduce, batch, layout)) == 0
     got = torch.load(out)
     assert got["int8"] == [True, True, True]
     assert got["all_reduce"] == all_reduce  # symm: no silent fallback to NCCL
-    loaded = load_model(path, "cuda:0", dtype=torch.bfloat16, tokenizer=False)
+    assert got["split"] == {r: TP_SPLIT if layout == "auto" else [] for r in (0, 1)}
+    loaded = load_model(path, "cuda:0", dtype=torch.bfloat16, tokenizer=False, q6k_layout=layout)
     with torch.inference_mode():
         want = fused_steps(FusedDecoder(loaded.model), loaded.cfg, "cuda:0", torch.bfloat16, batch=batch)
     # bf16 partial sums rounded per rank before the all-reduce; a missing or doubled partial gives O(1)

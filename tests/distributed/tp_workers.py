@@ -124,20 +124,29 @@ def fused_steps(dec, cfg, device, dtype, batch: int = 3, steps: int = 4):
     return torch.stack(out)
 
 
-def fused_int8_rank(ctx, path: str, out_path: str, all_reduce: str = "nccl", batch: int = 3) -> int:
+def fused_int8_rank(ctx, path: str, out_path: str, all_reduce: str = "nccl", batch: int = 3,
+                    q6k_layout: str = "auto") -> int:
     """Every rank: the bf16 shard's TPFusedDecoder (int8 products; all_reduce: its residual
     all-reduce) for fused_steps of `batch` rows; rank 0 saves {"logits": [steps, batch, V], "int8": flags,
-    "all_reduce": the kind in use} to out_path."""
+    "all_reduce": the kind in use, "split": {rank: names of its QuantLinears in the split Q6_K layout}}
+    to out_path."""
     import torch
+    import torch.distributed as dist
 
     from orcd.distributed.fused_tp import TPFusedDecoder
+    from orcd.quant.linear import QuantLinear
     from orcd.runner.decode_products import I8_MAX_ROWS
 
-    loaded = load_sharded(path, ctx, torch.bfloat16, tokenizer=False)  # the file has no tokenizer
+    loaded = load_sharded(path, ctx, torch.bfloat16, tokenizer=False, q6k_layout=q6k_layout)  # no tokenizer
+    split = sorted(n for n, m in loaded.model.named_modules()
+                   if isinstance(m, QuantLinear) and m.layout == "split")
+    every = [None] * ctx.world
+    dist.all_gather_object(every, split, group=ctx.control)
     dec = TPFusedDecoder(loaded.model, ctx.rank, ctx.group, all_reduce=all_reduce)
     flags = [dec.fuse_norm, dec.products.int8_x, dec.fused_rows() == I8_MAX_ROWS]
     with torch.inference_mode():
         logits = fused_steps(dec, loaded.cfg, ctx.device, torch.bfloat16, batch=batch)
     if ctx.rank == 0:
-        torch.save({"logits": logits, "int8": flags, "all_reduce": dec.all_reduce_kind}, out_path)
+        torch.save({"logits": logits, "int8": flags, "all_reduce": dec.all_reduce_kind,
+                    "split": dict(enumerate(every))}, out_path)
     return 0
