@@ -2,8 +2,8 @@
 product on the route before, the variant whose warps split K, and WIDE launches): at 9 rows the H100's of
 session 20 (bench/results/mmq_cuda_s20/call3_kernels_1baf979.json; on the H200 of session 21 the LM head's
 K split won there, 192.8 against 209.7 us, the H100 had WIDE ahead, 198.0 against 213.4), at 16, 32 and 64
-rows the H200's after WIDE's x copy went to two stages (bench/results/mmq_cuda_s21/: 16 rows from call 3,
-32 and 64 from call 2, both of commit 87c4515's kernels). The kernel the route picks is the fastest
+rows the H200's after WIDE's x copy went to two stages (bench/results/mmq_cuda_s21/: 16 and 32 rows from
+call 3, 64 from call 2, both of commit 87c4515's kernels). The kernel the route picks is the fastest
 measured, within 5 %. Runs on the CPU (only the routing's arithmetic and the committed
 JSON); a new measurement that moves a choice is committed beside a route that follows it."""
 
@@ -18,8 +18,8 @@ from orcd.quant.kernels.mmq_cuda import ROUTED, default_launch
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench/results"
 MEASURED = {"mmq_cuda_s20/call3_kernels_1baf979.json": (9,),  # file -> the rows taken from it
-            "mmq_cuda_s21/call3_kernels_87c4515.json": (16,),
-            "mmq_cuda_s21/call2_kernels_87c4515.json": (32, 64)}
+            "mmq_cuda_s21/call3_kernels_87c4515.json": (16, 32),
+            "mmq_cuda_s21/call2_kernels_87c4515.json": (64,)}
 SHAPES = {"q/o": (3584, 3584), "k/v": (512, 3584), "v": (512, 3584), "gate/up": (18944, 3584),
           "down": (3584, 18944), "lm_head": (152064, 3584)}  # product -> (N out, K in)
 # v (Q6_K) at 64 rows: splitting K 8.8 us against WIDE's 8.0, left as is: the decode step runs q/k/v in

@@ -45,7 +45,7 @@ ROUTE_ROWS = 16
 # results/mmq_cuda_s20/): Q6_K in the split layout at 5..16 rows took the engine from 1,578 to 2,046 tok/s
 # at 8 streams, 2,861 to 3,384 at 16. H200 (bench/results/mmq_cuda_s21/): with WIDE's x copy in two
 # stages Q4_K at 64 rows beats mmq.py too (gate/up 52.9 against 55.7 us, o 16.2 against 18.1; down 51.5
-# against 50.7), the engine at 64 streams 8,693 -> 8,864 tok/s.
+# against 50.7); the engine at 64 streams, session 20's route and kernels -> these: 8,537 -> 8,909 tok/s.
 ROUTED = {(Q.Q4_K, False): 64, (Q.Q6_K, True): 64}
 OUT_KIND = {torch.bfloat16: 0, torch.float16: 1}
 KERNELS = {Q.Q4_K: "mmq_q4k_w16", Q.Q6_K: "mmq_q6k_w16"}  # type -> kernel (cuda/NAME.cu, function NAME)
@@ -83,12 +83,15 @@ def default_launch(in_features: int, rows: int, out_features: int | None = None)
     8 x 1 at M = 8); fewer warps where their partial sums would not fit in shared memory. Where
     uses_wide (out_features given): the WIDE variant's (NW, MT, KS), 4 warps of 2 tiles, K ranges for
     ~528 blocks (H100, 7B gate/up at 16-64 rows: the best or within the sweep's spread; mmq_cuda_s20),
-    except long rows past 16 rows (down, K 18944; H200, mmq_cuda_s21): 1 tile per warp and ~528 blocks
-    up to 32 rows (4 x 1 x 9: 38.6 us against 44.7 at 4 x 2 x 9), 2 tiles and ~264 blocks past 32 (4 x 2
-    x 9: 51.5 against 79.9 at 4 x 1 x 9)."""
+    except at 17..32 rows (H200, mmq_cuda_s21): 1 tile per warp, long rows (down, K 18944) ~528 blocks
+    (4 x 1 x 9: 38.6 us against 44.7 at 4 x 2 x 9), the others but the LM head ~1056 (gate/up 4 x 1 x
+    4: 37.4 against 41.8 at 4 x 2 x 4; engine at 32 streams 5,872 -> 6,180 tok/s); and long rows past 32
+    rows: 2 tiles, ~264 blocks (4 x 2 x 9: 51.5 against 79.9 at 4 x 1 x 9)."""
     if out_features is not None and uses_wide(rows, out_features, in_features):
         if rows > ROUTE_ROWS and in_features > 8192:
             return wide_launch(out_features, in_features, *((4, 1, 528) if rows <= 32 else (4, 2, 264)))
+        if ROUTE_ROWS < rows <= 32 and out_features <= 65536:
+            return wide_launch(out_features, in_features, 4, 1, 1056)
         return wide_launch(out_features, in_features, 4, 2, 528)
     nw = 16 if in_features > 8192 else 8
     while nw > 1 and not _fits(nw, 1, -(-rows // 8)):
