@@ -18,8 +18,9 @@ to int8 per 32, mma.m16n8k32, the scales applied per sub-block) was measured slo
 
 Two variants of each kernel (WIDE in the source): in one a block owns 16 * MT weight rows and its warps
 split K (launch (NW, MT)); in the other (WIDE: long rows, the LM head and batches past 16 rows, see
-uses_wide) each warp owns rows of its own, the block shares x through shared memory and blocks split K
-into KS ranges whose fp32 partials split_k.py's reduce adds in order (launch (NW, MT, KS)).
+uses_wide) each warp owns rows of its own, the block shares x through shared memory (two stages: cp.async
+copies the next super-block's x while the warps multiply this one's) and blocks split K into KS ranges
+whose fp32 partials split_k.py's reduce adds in order (launch (NW, MT, KS)).
 """
 
 from __future__ import annotations
