@@ -2,7 +2,8 @@
 // bits to float, the output store by OUT_KIND, Q4_K's 6-bit scales and mins, the warps' reduction.
 
 #define LANES 32
-#define SLOTS (MT * TT * 4)  // accumulators per lane: C elements i of (tile m, token tile tt) at (m * TT + tt) * 4 + i
+// accumulators per lane: C element i of (tile m, token tile tt) at (m * TT + tt) * 4 + i
+#define SLOTS (MT * TT * 4)
 
 // WIDE 0: a block owns 16 * MT weight rows, its warps take the super-blocks in turn (each lane loads its
 // x from global memory). WIDE 1: each warp owns 16 * MT rows of its own (a block 16 * MT * NW), all warps
@@ -12,8 +13,9 @@
 // the warps multiply super-block sb out of one, cp.async fills the other with sb + 1, so the copy's L2
 // round trip is off the loop's path. The loop's bounds and x's source, by variant:
 #if WIDE
-#define XS_STRIDE 288  // 16-bit values per staged token row: 256 + 32 (576 bytes: the 16-byte loads of a
-                       // quarter warp, tokens g and g + 1 at 64t-byte offsets, fall in 8 distinct bank groups)
+// 16-bit values per staged token row: 256 + 32 (576 bytes: the 16-byte loads of a quarter warp, tokens g
+// and g + 1 at 64t-byte offsets, fall in 8 distinct bank groups)
+#define XS_STRIDE 288
 #define XS_STAGE (8 * TT * XS_STRIDE)  // 16-bit values per stage (36 KiB at TT 8; the launch gives two)
 #define SB_FIRST (blockIdx.y * span)
 #define SB_END min(nb, (int)(blockIdx.y + 1) * span)
@@ -90,9 +92,9 @@ __device__ __forceinline__ void wait_x() {
   __syncthreads();
 }
 
-// The result out (WIDE): a warp's own tiles; with one K range (gridDim.y 1) y[token, row] = acc + bias in the output type;
-// with several, range blockIdx.y's fp32 partial at y[(blockIdx.y * M + token) * N + row] (split_k.py's
-// reduce adds them in range order, then the bias).
+// The result out (WIDE): a warp's own tiles; with one K range (gridDim.y 1) y[token, row] = acc + bias in
+// the output type; with several, range blockIdx.y's fp32 partial at y[(blockIdx.y * M + token) * N + row]
+// (split_k.py's reduce adds them in range order, then the bias).
 __device__ __forceinline__ void store_result(const float* acc, const float* bias, void* y, int M, int N,
                                              int row0) {
   const int lane = threadIdx.x % LANES, g = lane / 4, t = lane % 4;

@@ -28,7 +28,8 @@ __device__ __forceinline__ unsigned int dequant_pair(unsigned int p, unsigned in
 // 8t .. 8t + 7 of each 32-byte quant chunk c, bytes reordered (0, 2, 1, 3) per word. Rows past N: row N - 1
 // (loaded, never stored).
 __device__ __forceinline__ void load_q4k(const unsigned char* __restrict__ w, int row0, int N,
-                                         long long row_bytes, int sb, uint4 (&hd)[MT][2], uint2 (&qs)[MT][2][4]) {
+                                         long long row_bytes, int sb, uint4 (&hd)[MT][2],
+                                         uint2 (&qs)[MT][2][4]) {
   const int lane = threadIdx.x % LANES, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
