@@ -51,14 +51,14 @@ def edited(source: str, parts: list[str]) -> str:
 
 def launcher(n: int, k: int, m: int, launch: tuple[int, int, int], parts: list[str]):
     """f(raw) -> y: the WIDE Q4_K kernel with `parts` taken out, launched as mmq_cuda_linear does."""
-    from orcd.quant.kernels.mmq_cuda import _allow_smem, _k_ranges, kernel_source, wide_smem
+    from orcd.quant.kernels.mmq_cuda import _k_ranges, kernel_source, wide_smem
     from orcd.quant.kernels.split_k import partials, reduce_partials
 
     nw, mt, ks = launch
     src = edited(kernel_source("mmq_q4k_w16", nw, mt, -(-m // 8), 0, False, True), parts)
     kern = torch.cuda._compile_kernel(src, "mmq_q4k_w16")
     smem = wide_smem(-(-m // 8))
-    _allow_smem(kern, smem)
+    kern.set_shared_memory_config(smem)
     nb = k // 256
     span, ks = _k_ranges(nb, ks)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

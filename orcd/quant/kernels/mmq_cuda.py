@@ -56,8 +56,9 @@ XS_STRIDE = 288  # cuda/common.cuh's: 16-bit values per token row of WIDE's stag
 
 def available(device: torch.device | str) -> bool:
     """Whether this process can compile and run the kernels on `device`: CUDA, compute capability >= 8.0
-    (mma.m16n8k16 on bf16), and torch's NVRTC compiling one of them (once per process and device; where
-    it fails, a warning and False: fused_linear and split_linear keep their Triton kernels)."""
+    (mma.m16n8k16 on bf16), a torch whose NVRTC kernels take more than 48 KiB of shared memory, and that
+    NVRTC compiling one of them (once per process and device; where it fails, a warning and False:
+    fused_linear and split_linear keep their Triton kernels)."""
     return _available(str(torch.device(device)))
 
 
@@ -65,6 +66,8 @@ def available(device: torch.device | str) -> bool:
 def _available(name: str) -> bool:
     device = torch.device(name)
     if device.type != "cuda" or not torch.cuda.is_available() or not hasattr(torch.cuda, "_compile_kernel"):
+        return False
+    if not hasattr(torch.cuda._utils._CudaKernel, "set_shared_memory_config"):  # WIDE's > 48 KiB launches
         return False
     if torch.cuda.get_device_capability(device) < (8, 0):
         return False
@@ -138,18 +141,6 @@ def wide_smem(tt: int) -> int:
     return 2 * 8 * tt * XS_STRIDE * 2
 
 
-def _allow_smem(kernel, nbytes: int) -> None:
-    """Let `kernel` launch with nbytes of dynamic shared memory (past 48 KiB the driver must be told)."""
-    if hasattr(kernel, "set_shared_memory_config"):
-        kernel.set_shared_memory_config(nbytes)
-        return
-    from torch.cuda._utils import _check_cuda, _get_gpu_runtime_library  # torch without the method
-
-    max_dynamic_shared_size_bytes = 8  # CUfunction_attribute
-    lib = _get_gpu_runtime_library()
-    _check_cuda(lib.cuFuncSetAttribute(kernel.func, max_dynamic_shared_size_bytes, nbytes))
-
-
 def _fits(nw: int, mt: int, tt: int) -> bool:
     return nw * mt * tt * 4 * 32 * 4 <= SMEM_LIMIT
 
@@ -187,7 +178,7 @@ def _kernel(name: str, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool,
     with torch.cuda.device(device_index):
         kernel = torch.cuda._compile_kernel(source, name)
         if wide:
-            _allow_smem(kernel, wide_smem(tt))
+            kernel.set_shared_memory_config(wide_smem(tt))  # past 48 KiB the driver must be told
     return kernel
 
 
