@@ -5,8 +5,10 @@ the replay); this times the replay alone (inputs copied in, graph replayed, sync
 difference is the host's share of a step. Every rank builds the same TPModelRunner and replays the same
 buckets in the same order (the collectives inside pair up), with each sequence at position --pos.
 
-    python bench/tp/replay_time.py --file q7b.gguf --ranks 1,2 --buckets 1,8,64 --out OUT
-Writes OUT/replay.json: rows {ranks, bucket, pos, replay_ms, gpu}.
+    python bench/tp/replay_time.py --file q7b.gguf --ranks 1,2 --buckets 1,8,64 --out OUT [--profile 10]
+Writes OUT/replay.json: rows {ranks, bucket, pos, replay_ms, gpu}. --profile N: rank 0 also replays each
+bucket N more times under torch.profiler; its kernels grouped by name, µs per step (kernel_table.py),
+go into the row ("kernels", "kernel_us_per_step") and are printed.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ import json
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers"))
+from kernel_table import print_rows  # noqa: E402
 
 BLOCK = 16
 
@@ -31,7 +36,21 @@ def _inputs(b: int, pos: int, device):
             slots, torch.full((b,), pos + 1, dtype=torch.int32, device=device), tables)
 
 
-def rank_fn(ctx, path: str, buckets: list[int], pos: int, out: str) -> int:
+def _profile(runner, args, steps: int) -> tuple[float, list[dict]]:
+    """(kernel µs per step, kernel rows) of `steps` replays under torch.profiler (this rank's GPU)."""
+    import torch
+    from kernel_table import kernel_rows
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            runner.graph.replay(*args)
+        torch.cuda.synchronize()
+    return kernel_rows(prof, steps, "step", 90)
+
+
+def rank_fn(ctx, path: str, buckets: list[int], pos: int, out: str, prof_steps: int = 0,
+            all_reduce: str = "nccl") -> int:
     import torch
     import torch.distributed as dist
 
@@ -41,7 +60,8 @@ def rank_fn(ctx, path: str, buckets: list[int], pos: int, out: str) -> int:
     loaded = load_sharded(path, ctx, tokenizer=False)
     blocks = max(buckets) * (pos // BLOCK + 1)
     runner = TPModelRunner(loaded, blocks, BLOCK, decode_graphs=True, max_num_seqs=max(buckets),
-                           batch_invariant="off", rank=ctx.rank, group=ctx.group)
+                           batch_invariant="off", rank=ctx.rank, group=ctx.group,
+                           all_reduce=all_reduce)
     rows = []
     for b in buckets:
         args = _inputs(b, pos, ctx.device)
@@ -54,8 +74,11 @@ def rank_fn(ctx, path: str, buckets: list[int], pos: int, out: str) -> int:
             runner.graph.replay(*args)
             torch.cuda.synchronize()  # as a step does: the sampled tokens are read back
         ms = (time.perf_counter() - t0) / 20 * 1e3
-        rows.append({"ranks": ctx.world, "bucket": b, "pos": pos, "replay_ms": ms,
-                     "fused": runner.graph.fused, "gpu": torch.cuda.get_device_name(ctx.device)})
+        row = {"ranks": ctx.world, "all_reduce": all_reduce, "bucket": b, "pos": pos, "replay_ms": ms,
+               "fused": runner.graph.fused, "gpu": torch.cuda.get_device_name(ctx.device)}
+        if prof_steps:  # every rank replays (the collectives pair up); rank 0's table is kept
+            row["kernel_us_per_step"], row["kernels"] = _profile(runner, args, prof_steps)
+        rows.append(row)
     if ctx.rank == 0:
         Path(out).write_text(json.dumps(rows))
     return 0
@@ -68,6 +91,8 @@ def main() -> int:
     ap.add_argument("--buckets", default="1,8,64")
     ap.add_argument("--pos", type=int, default=543, help="position of each sequence's new token")
     ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--all-reduce", default="nccl", choices=["nccl", "symm"], help="TPFusedDecoder's")
+    ap.add_argument("--profile", type=int, default=0, help="replays per bucket under torch.profiler")
     a = ap.parse_args()
     from orcd.distributed.runtime import launch
 
@@ -76,12 +101,16 @@ def main() -> int:
     buckets = [int(x) for x in a.buckets.split(",")]
     for n in (int(x) for x in a.ranks.split(",")):
         tmp = out / ".replay.json"
-        if launch(n, "cuda", rank_fn, (a.file, buckets, a.pos, str(tmp))) == 0:
+        if launch(n, "cuda", rank_fn, (a.file, buckets, a.pos, str(tmp), a.profile, a.all_reduce)) == 0:
             rows += json.loads(tmp.read_text())
             tmp.unlink()
             (out / "replay.json").write_text(json.dumps(rows, indent=1))
     for r in rows:
-        print(f"TP={r['ranks']} bucket {r['bucket']}: {r['replay_ms']:.3f} ms a replay (fused {r['fused']})")
+        print(f"TP={r['ranks']} ({r['all_reduce']}) bucket {r['bucket']}: {r['replay_ms']:.3f} ms a replay "
+              f"(fused {r['fused']})")
+        if "kernels" in r:
+            print(f"  kernels {r['kernel_us_per_step']:,.0f} us/step on rank 0")
+            print_rows(r["kernels"], "step", 16, 90)
     return 0
 
 
