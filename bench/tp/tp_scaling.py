@@ -83,6 +83,7 @@ def bench_rank(ctx, path: str, args: dict, out_json: str) -> int:
             _, decode_s = _requests(engine, [prompt[j : j + 16] for j in range(b)], d)
             rows.append({**common, "decode_streams": b, "decode_tok_s": b * (d - 1) / decode_s})
         rows[-1]["executors"] = dict(engine.runner.steps_by_executor)
+        rows[-1]["overlapped_steps"] = engine.overlapped_steps  # launched before the step before was read
         if ctx.device.type == "cuda":
             rows[-1]["peak_MiB_rank0"] = torch.cuda.max_memory_allocated(ctx.device) / 2**20
         return rows

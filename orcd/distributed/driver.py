@@ -6,8 +6,10 @@ Control messages go from rank 0 to all ranks with broadcast_object_list on the c
   (orcd.numerics), so every rank switches the same steps to the invariant kernels (the row-parallel sums
   then add in rank order: layers.ordered_all_reduce); decode_graphs / max_num_seqs: every rank captures
   the same decode graphs, collectives inside (tp_runner.py);
-- ("step", rows, num_tokens): run this step (the SchedulerOutput in plain tuples, _slim: the same
-  flattened batch, the same executor on every rank);
+- ("step", rows, num_tokens, prev): run this step (the SchedulerOutput in plain tuples, _slim: the
+  same flattened batch, the same executor on every rank). prev True: an overlapped step (TPRunner.launch,
+  LLMEngine(overlap=True)); its input ids, the step before's tokens still on rank 0's device, come next
+  by a broadcast on the tensor group (NCCL on CUDA), and the rows' token_ids are placeholders;
 - None: stop following.
 Only rank 0 samples: the others' logits (all-gathered, hence equal) are dropped, and the sampled ids
 reach them as token_ids in the next step's SchedulerOutput.
@@ -26,7 +28,7 @@ from orcd.distributed.fused_tp import split_readers
 from orcd.distributed.mapped import load_mapped
 from orcd.distributed.runtime import TPContext
 from orcd.distributed.shard import shard_model
-from orcd.distributed.tp_runner import TPModelRunner, follower_step
+from orcd.distributed.tp_runner import StepFence, TPModelRunner, follower_step
 from orcd.engine.io import ModelRunnerOutput, ScheduledSeq, SchedulerOutput
 from orcd.engine.llm_engine import LLMEngine
 from orcd.engine.sampling_params import SamplingParams
@@ -140,16 +142,16 @@ def _build_runner(ctx: TPContext, loaded, spec: RunnerSpec) -> TPModelRunner:
 _PLAIN, _SEEDED = SamplingParams(), SamplingParams(seed=0)
 
 
-def _slim(sched: SchedulerOutput) -> tuple:
+def _slim(sched: SchedulerOutput, prev: bool = False) -> tuple:
     """A step as followers need it, in plain tuples and lists (pickled ~7x faster than the dataclasses,
     on rank 0's path before every step): ("step", [(seq_id, token_ids, num_computed, block_table,
-    sample, seeded)], num_tokens)."""
+    sample, seeded)], num_tokens, prev)."""
     return ("step", [(s.seq_id, s.token_ids, s.num_computed, s.block_table, s.sample,
-                      s.sampling.seed is not None) for s in sched.seqs], sched.num_tokens)
+                      s.sampling.seed is not None) for s in sched.seqs], sched.num_tokens, prev)
 
 
 def _unslim(msg: tuple) -> SchedulerOutput:
-    _, rows, num_tokens = msg
+    _, rows, num_tokens, _prev = msg
     return SchedulerOutput([ScheduledSeq(i, ids, c, table, sample, _SEEDED if seeded else _PLAIN)
                             for i, ids, c, table, sample, seeded in rows], num_tokens)
 
@@ -185,6 +187,19 @@ class TPRunner:
         _send(self.ctx, _slim(sched))
         return self.inner.execute(sched)
 
+    def launch(self, sched: SchedulerOutput, prev: torch.Tensor | None = None):
+        """ModelRunner.launch on every rank (the engine's overlap, orcd/engine/overlap.py): the step goes
+        to the followers, then prev (int64 [rows] on the device: the step before's tokens, not yet on
+        the host) by a broadcast on the tensor group, in stream order after the step that computes them.
+        None, with nothing sent, for a step launch() would not start."""
+        if self.inner.launcher(sched) is None:
+            return None
+        _send(self.ctx, _slim(sched, prev is not None))
+        if prev is not None:
+            prev = prev.contiguous()
+            dist.broadcast(prev, src=0, group=self.ctx.group)
+        return self.inner.launch(sched, prev)
+
 
 def leader_engine(ctx: TPContext, loaded, num_kv_blocks: int | None = None, kv_fraction: float = 0.7,
                   block_size: int = 16, batch_invariant: str | bool = "seeded", enforce_eager: bool = False,
@@ -201,6 +216,7 @@ def leader_engine(ctx: TPContext, loaded, num_kv_blocks: int | None = None, kv_f
 def follow(ctx: TPContext, loaded) -> int:
     """Ranks > 0: run every step rank 0 sends until it sends None; returns the number of steps run."""
     runner, steps = None, 0
+    fence = StepFence(ctx.device)
     while True:
         msg = _recv(ctx)
         if msg is None:
@@ -211,11 +227,22 @@ def follow(ctx: TPContext, loaded) -> int:
                 torch.cuda.empty_cache()
             runner = _build_runner(ctx, loaded, msg[1])
             continue
+        fence.before_step()
         try:
-            follower_step(runner, _unslim(msg))  # logits dropped: rank 0 samples
+            follower_step(runner, _unslim(msg), _recv_prev(ctx, msg))  # logits dropped: rank 0 samples
         except Exception:  # rank 0 fails the same step on its side; keep following
             log.exception("rank %d: step failed", ctx.rank)
+        fence.after_step()
         steps += 1
+
+
+def _recv_prev(ctx: TPContext, msg: tuple) -> torch.Tensor | None:
+    """An overlapped step's input ids, broadcast by rank 0 (TPRunner.launch); None for other steps."""
+    if not msg[3]:
+        return None
+    prev = torch.empty(len(msg[1]), dtype=torch.int64, device=ctx.device)
+    dist.broadcast(prev, src=0, group=ctx.group)
+    return prev
 
 
 def run_rank(ctx: TPContext, loaded, leader_fn):

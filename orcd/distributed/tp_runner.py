@@ -16,6 +16,7 @@ every rank to take the same decision at the same step; prompts run eagerly (two 
 from __future__ import annotations
 
 import logging
+from collections import deque
 
 import torch
 
@@ -73,18 +74,37 @@ class TPModelRunner(ModelRunner):
 
 
 @torch.inference_mode()
-def follower_step(runner: TPModelRunner, sched: SchedulerOutput) -> str:
+def follower_step(runner: TPModelRunner, sched: SchedulerOutput, prev: torch.Tensor | None = None) -> str:
     """A follower's part of one step: the executor rank 0's runner picks for it (decode graph when
-    eligible, else eager), logits dropped (rank 0 samples). Returns the executor's name."""
+    eligible, else eager), logits dropped (rank 0 samples). prev: the input ids on the device (rank 0's
+    launch() of an overlapped step broadcasts them); sched's token_ids are then placeholders. Returns
+    the executor's name. Nothing waits for the device here (StepFence, in driver.follow, does)."""
     invariant = runner.step_is_invariant(sched)
     graph = runner.graph_invariant if invariant else runner.graph
     runner.set_invariant(invariant)
     if graph is not None and graph.eligible(sched.seqs):
-        graph.run(sched.seqs)
-        name = "decode_graph"
-    else:
-        runner.forward_seqs(sched.seqs)
-        name = "eager"
-    if runner.device.type == "cuda":  # host staging buffers are rewritten by the next step
-        torch.cuda.current_stream(runner.device).synchronize()
-    return name
+        graph.run(sched.seqs, prev)
+        return "decode_graph"
+    runner.forward_seqs(sched.seqs, prev)
+    return "eager"
+
+
+class StepFence:
+    """Keeps a follower's host at most one step ahead of its device. DecodeGraphs.run stages a step's
+    inputs in one of two pinned host buffers, taking turns, so step j's may be written once step j - 2
+    is done with them; rank 0's engine keeps the same bound by reading step j - 1's tokens before it
+    launches step j + 1. Off CUDA a step is done when it returns."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.done: deque = deque()  # one CUDA event per step still in flight, oldest first
+
+    def before_step(self) -> None:
+        while len(self.done) > 1:
+            self.done.popleft().synchronize()
+
+    def after_step(self) -> None:
+        if self.cuda:
+            event = torch.cuda.Event()
+            event.record()
+            self.done.append(event)

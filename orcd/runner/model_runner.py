@@ -197,16 +197,20 @@ class ModelRunner:
         InFlight.wait() after launching the next step), or None for a step that cannot run so
         (executors.launchable). prev: the input ids on the device (the step before's InFlight.tokens, in
         sched's row order); sched's token_ids are then placeholders."""
-        if sched.empty or not launchable(sched.seqs):
+        executor = self.launcher(sched)
+        if executor is None:
             return None
-        invariant = self.step_is_invariant(sched)
-        executor = next(e for e in self.executors(invariant) if e.accepts(sched.seqs))
-        if not hasattr(executor, "launch"):
-            return None
-        self.set_invariant(invariant)
+        self.set_invariant(self.step_is_invariant(sched))
         inflight = executor.launch(sched.seqs, prev)
         self.steps_by_executor[executor.name] = self.steps_by_executor.get(executor.name, 0) + 1
         return inflight
+
+    def launcher(self, sched: SchedulerOutput):
+        """The executor that launch() would start sched on, or None where launch() returns None."""
+        if sched.empty or not launchable(sched.seqs):
+            return None
+        executor = next(e for e in self.executors(self.step_is_invariant(sched)) if e.accepts(sched.seqs))
+        return executor if hasattr(executor, "launch") else None
 
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         if sched.empty:

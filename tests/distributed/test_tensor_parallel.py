@@ -45,6 +45,8 @@ def test_two_gloo_ranks_match_one_rank(model_paths, tmp_path):
     out = tmp_path / "tp.json"
     assert launch(2, "cpu", greedy_rank, (model_paths, PROMPTS, N_TOKENS, str(out)), threads=1) == 0
     got = json.loads(out.read_text())
+    # the steps overlapped (TPRunner.launch: input ids broadcast from rank 0's device)
+    assert all(n > N_TOKENS // 2 for n in got["overlapped"].values()), got["overlapped"]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

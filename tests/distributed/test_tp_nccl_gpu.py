@@ -33,6 +33,8 @@ def test_two_nccl_ranks_match_one_gpu(model_paths, tmp_path):  # noqa: F811
     got = json.loads(out.read_text())
     # decode steps replayed graphs of model.forward, NCCL collectives inside (orcd.distributed.tp_runner)
     assert all(steps.get("decode_graph", 0) > 0 for steps in got["executors"].values()), got["executors"]
+    # decode steps overlapped: input ids broadcast from rank 0's device (TPRunner.launch)
+    assert all(n > 0 for n in got["overlapped"].values()), got["overlapped"]
     mismatched = []
     for name, path in model_paths.items():
         engine = LLMEngine(load_model(path, "cuda:0", dtype=torch.float32), enforce_eager=True, **ENGINE_KW)

@@ -18,7 +18,7 @@ class FakeGraph:
     def eligible(self, seqs) -> bool:
         return self.ok
 
-    def run(self, seqs):
+    def run(self, seqs, prev=None):
         self.ran += 1
 
 
@@ -26,7 +26,7 @@ def fake_runner(policy: str, graph, graph_invariant):
     calls = []
     runner = SimpleNamespace(graph=graph, graph_invariant=graph_invariant, set_invariant=lambda on: None,
                              device=torch.device("cpu"), eager=calls,
-                             forward_seqs=lambda seqs: calls.append(len(seqs)))
+                             forward_seqs=lambda seqs, prev=None: calls.append(len(seqs)))
     runner.step_is_invariant = lambda sched: policy == "all" or (
         policy == "seeded" and any(s.sampling.seed is not None for s in sched.seqs))
     return runner

@@ -27,20 +27,22 @@ def greedy_tokens(engine, prompts: list[list[int]], n_tokens: int) -> list[list[
 
 def greedy_rank(ctx, paths: dict[str, str], prompts, n_tokens: int, out_path: str, dtype=None) -> int:
     """Every rank loads each model's shard; rank 0 generates and writes {name: tokens} to out_path, and
-    {"executors": {name: steps by executor}} (which ran: eager, decode_graph)."""
-    results, executors = {}, {}
+    {"executors": {name: steps by executor}} (which ran: eager, decode_graph) and {"overlapped": {name:
+    steps launched before the step before's tokens were read}} (TPRunner.launch)."""
+    results, executors, overlapped = {}, {}, {}
     for name, path in paths.items():
         loaded = load_sharded(path, ctx, dtype)
 
         def lead(make_engine, loaded=loaded):
             engine = make_engine(loaded, **ENGINE_KW)
-            return greedy_tokens(engine, prompts, n_tokens), dict(engine.runner.steps_by_executor)
+            tokens = greedy_tokens(engine, prompts, n_tokens)
+            return tokens, dict(engine.runner.steps_by_executor), engine.overlapped_steps
 
         if ctx.rank == 0:
-            results[name], executors[name] = run_rank(ctx, loaded, lead)
+            results[name], executors[name], overlapped[name] = run_rank(ctx, loaded, lead)
         else:
             run_rank(ctx, loaded, lead)
-    results["executors"] = executors
+    results["executors"], results["overlapped"] = executors, overlapped
     if ctx.rank == 0:
         with open(out_path, "w") as f:
             json.dump(results, f)
