@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers"))
 from kernel_table import print_rows  # noqa: E402
+from worlds import rows_by_world  # noqa: E402
 
 BLOCK = 16
 
@@ -71,7 +72,7 @@ def rank_fn(ctx, path: str, tokens: int, reps: int, out: str) -> int:
     if ctx.rank == 0:
         row = {"ranks": ctx.world, "tokens": tokens, "step_ms": sorted(times)[reps // 2],
                "kernel_us_per_step": us, "kernels": rows, "device": str(ctx.device)}
-        Path(out).write_text(json.dumps(row))
+        Path(out).write_text(json.dumps([row]))
     return 0
 
 
@@ -84,16 +85,8 @@ def main() -> int:
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--out", default="bench/results")
     a = ap.parse_args()
-    from orcd.distributed.runtime import launch
-
-    out, rows = Path(a.out), []
-    out.mkdir(parents=True, exist_ok=True)
-    for n in (int(x) for x in a.ranks.split(",")):
-        tmp = out / ".prefill.json"
-        if launch(n, a.device, rank_fn, (a.file, a.tokens, a.reps, str(tmp))) == 0:
-            rows.append(json.loads(tmp.read_text()))
-            tmp.unlink()
-            (out / "prefill.json").write_text(json.dumps(rows, indent=1))
+    worlds = [int(x) for x in a.ranks.split(",")]
+    rows = rows_by_world(worlds, a.device, rank_fn, (a.file, a.tokens, a.reps), Path(a.out), "prefill.json")
     for r in rows:
         rate = r["tokens"] / r["step_ms"] * 1e3
         print(f"TP={r['ranks']}: {r['tokens']} tokens in {r['step_ms']:.2f} ms ({rate:,.0f} tok/s); "

@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers"))
 from kernel_table import print_rows  # noqa: E402
+from worlds import rows_by_world  # noqa: E402
 
 BLOCK = 16
 
@@ -49,8 +50,8 @@ def _profile(runner, args, steps: int) -> tuple[float, list[dict]]:
     return kernel_rows(prof, steps, "step", 90)
 
 
-def rank_fn(ctx, path: str, buckets: list[int], pos: int, out: str, prof_steps: int = 0,
-            all_reduce: str = "nccl") -> int:
+def rank_fn(ctx, path: str, buckets: list[int], pos: int, prof_steps: int, all_reduce: str,
+            out: str) -> int:
     import torch
     import torch.distributed as dist
 
@@ -94,17 +95,10 @@ def main() -> int:
     ap.add_argument("--all-reduce", default="nccl", choices=["nccl", "symm"], help="TPFusedDecoder's")
     ap.add_argument("--profile", type=int, default=0, help="replays per bucket under torch.profiler")
     a = ap.parse_args()
-    from orcd.distributed.runtime import launch
-
-    out, rows = Path(a.out), []
-    out.mkdir(parents=True, exist_ok=True)
     buckets = [int(x) for x in a.buckets.split(",")]
-    for n in (int(x) for x in a.ranks.split(",")):
-        tmp = out / ".replay.json"
-        if launch(n, "cuda", rank_fn, (a.file, buckets, a.pos, str(tmp), a.profile, a.all_reduce)) == 0:
-            rows += json.loads(tmp.read_text())
-            tmp.unlink()
-            (out / "replay.json").write_text(json.dumps(rows, indent=1))
+    worlds = [int(x) for x in a.ranks.split(",")]
+    rows = rows_by_world(worlds, "cuda", rank_fn, (a.file, buckets, a.pos, a.profile, a.all_reduce),
+                         Path(a.out), "replay.json")
     for r in rows:
         print(f"TP={r['ranks']} ({r['all_reduce']}) bucket {r['bucket']}: {r['replay_ms']:.3f} ms a replay "
               f"(fused {r['fused']})")
