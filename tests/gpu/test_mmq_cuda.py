@@ -14,8 +14,10 @@ from gpu_blocks import random_blocks, rel_err
 from mmq_cases import float_reference
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-# (type, out, in): the 7B's Q4_K q/o, k, gate/up, down and Q6_K v, down, a slice of the LM head; odd
+# (type, out, in): the 7B's Q4_K q/o, k, gate/up, down and Q6_K v, down, a slice of the LM head; a TP=2
+# rank's o and gate/up (7 super-blocks; 74 WIDE tiles at 64 rows); odd
 SHAPES = [(T.Q4_K, 3584, 3584), (T.Q4_K, 512, 3584), (T.Q4_K, 18944, 3584), (T.Q4_K, 3584, 18944),
+          (T.Q4_K, 3584, 1792), (T.Q4_K, 9472, 3584),
           (T.Q4_K, 1000, 768), (T.Q4_K, 77, 1280), (T.Q6_K, 512, 3584), (T.Q6_K, 3584, 18944),
           (T.Q6_K, 16384, 3584), (T.Q6_K, 77, 1280)]
 

@@ -90,13 +90,14 @@ def default_launch(in_features: int, rows: int, out_features: int | None = None)
     except at 17..32 rows (H200, mmq_cuda_s21): 1 tile per warp, long rows (down, K 18944) ~528 blocks
     (4 x 1 x 9: 38.6 us against 44.7 at 4 x 2 x 9), the others but the LM head ~1056 (gate/up 4 x 1 x
     4: 37.4 against 41.8 at 4 x 2 x 4; engine at 32 streams 5,872 -> 6,180 tok/s); and long rows past 32
-    rows: 2 tiles, ~264 blocks (4 x 2 x 9: 51.5 against 79.9 at 4 x 1 x 9)."""
+    rows: 2 tiles, ~264 blocks (4 x 2 x 9: 51.5 against 79.9 at 4 x 1 x 9). Rows that are not long take at
+    most 4 K ranges once their tiles number 64 or more (_wide_capped)."""
     if out_features is not None and uses_wide(rows, out_features, in_features):
         if rows > ROUTE_ROWS and in_features > 8192:
             return wide_launch(out_features, in_features, *((4, 1, 528) if rows <= 32 else (4, 2, 264)))
         if ROUTE_ROWS < rows <= 32 and out_features <= 65536:
-            return wide_launch(out_features, in_features, 4, 1, 1056)
-        return wide_launch(out_features, in_features, 4, 2, 528)
+            return _wide_capped(out_features, in_features, 4, 1, 1056)
+        return _wide_capped(out_features, in_features, 4, 2, 528)
     nw = 16 if in_features > 8192 else 8
     while nw > 1 and not _fits(nw, 1, -(-rows // 8)):
         nw //= 2
@@ -109,7 +110,8 @@ def uses_wide(rows: int, out_features: int, in_features: int) -> bool:
     LM head (198.0 against 213.4), not on gate/up (27.3 splitting K against 29.7); at 17..32 on everything
     but the short products (q/o 3584 x 3584 at 32 rows: 10.3 splitting K against 13.3; k/v). Past 32 rows
     (H200, mmq_cuda_s21) on everything but k/v (q/o at 64 rows: 16.2 against 21.3 splitting K; k/v 10.4
-    against 8.7). At <= 8 rows: untimed, the K split stays."""
+    against 8.7) and, H200 mmq_cuda_s22, a TP=2 rank's halves of q and o (q 1792 x 3584: 10.8 splitting K
+    against 12.5; o 3584 x 1792: 11.9 against 15.0). At <= 8 rows: untimed, the K split stays."""
     if rows <= 8:
         return False
     long = in_features > 8192 or out_features > 65536
@@ -117,7 +119,7 @@ def uses_wide(rows: int, out_features: int, in_features: int) -> bool:
         return long
     if rows <= 32:
         return long or out_features > 4096 or in_features > 4096
-    return out_features > 1024
+    return out_features > 2048 and in_features > 2048
 
 
 def wide_launch(out_features: int, in_features: int, nw: int, mt: int,
@@ -127,6 +129,18 @@ def wide_launch(out_features: int, in_features: int, nw: int, mt: int,
     nb = in_features // 256
     tiles = -(-out_features // (16 * mt * nw))
     return nw, mt, _k_ranges(nb, max(1, min(nb // 2, round(target / tiles))))[1]
+
+
+def _wide_capped(out_features: int, in_features: int, nw: int, mt: int, target: int) -> tuple[int, int, int]:
+    """wide_launch's (NW, MT, KS), with at most 4 K ranges where the row tiles alone number 64 or more
+    (half an H100's or H200's SMs). H200, a TP=2 rank's gate/up 9472 x 3584 (bench/results/mmq_cuda_s22/):
+    at 32 rows 4 x 1 x 4 20.8 us against 21.8 at 4 x 1 x 7 (148 tiles), at 64 rows 4 x 2 x 4 27.2 against
+    30.9 at 4 x 2 x 7 (74 tiles); the 7B's own gate/up (296 and 148 tiles) took 4 already."""
+    launch = wide_launch(out_features, in_features, nw, mt, target)
+    tiles = -(-out_features // (16 * mt * nw))
+    if tiles >= 64 and launch[2] > 4:
+        return wide_launch(out_features, in_features, nw, mt, 4 * tiles)
+    return launch
 
 
 def _k_ranges(nb: int, ks: int) -> tuple[int, int]:
