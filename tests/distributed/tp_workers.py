@@ -152,3 +152,34 @@ def fused_int8_rank(ctx, path: str, out_path: str, all_reduce: str = "nccl", bat
         torch.save({"logits": logits, "int8": flags, "all_reduce": dec.all_reduce_kind,
                     "split": dict(enumerate(every))}, out_path)
     return 0
+
+
+def guided_rank(ctx, path: str, out_path: str) -> int:
+    """Rank 0 runs tests/structured/test_guided_overlap.py's requests (grammar rows greedy, seeded, top-p,
+    with penalties and logprobs; free rows; a stop token) through two leader engines, one step at a time
+    and overlapped, then the overlapped one again with aborts, arrivals and preemption; writes {"serial",
+    "overlap", "churn": [per request [token, logprob], finish reasons], "overlapped": steps}."""
+    from tests.structured.test_guided_overlap import requests, run
+
+    loaded = load_sharded(path, ctx)
+
+    def lead(make_engine):
+        prompt = loaded.tokenizer.encode("give me json")
+        res, overlapped = {}, {}
+        for key, overlap in (("serial", False), ("overlap", True)):
+            engine = make_engine(loaded, num_kv_blocks=256, max_num_seqs=16, overlap=overlap)
+            res[key] = run(engine, requests(prompt))
+            overlapped[key] = engine.overlapped_steps
+        engine = make_engine(loaded, num_kv_blocks=12, block_size=4, max_num_seqs=16)
+        later = [EngineRequest(f"late-{r.request_id}", r.prompt_token_ids, r.sampling)
+                 for r in requests(prompt, free=0)[:3]]
+        res["churn"] = run(engine, requests(prompt), aborts={4: "json-greedy", 7: "free1"}, later=later)
+        overlapped["churn"] = engine.overlapped_steps
+        res["preemptions"] = engine.stats()["num_preemptions"]
+        return {**res, "overlapped": overlapped}
+
+    res = run_rank(ctx, loaded, lead)
+    if ctx.rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(res, f)
+    return 0
