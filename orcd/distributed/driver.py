@@ -12,7 +12,7 @@ Control messages go from rank 0 to all ranks with broadcast_object_list on the c
   by a broadcast on the tensor group (NCCL on CUDA), and the rows' token_ids are placeholders;
 - None: stop following.
 Only rank 0 samples: the others' logits (all-gathered, hence equal) are dropped, and the sampled ids
-reach them as token_ids in the next step's SchedulerOutput.
+reach them as token_ids in the next step's SchedulerOutput, or by that broadcast for an overlapped step.
 """
 
 from __future__ import annotations
