@@ -9,8 +9,9 @@ the invariant kernels. Every rank captures the same buckets in the same order (s
 KV size, agreed through the leader's "init" message) and picks the same executor for each step
 (follower_step mirrors ModelRunner.executors), so the collectives always pair up.
 
-Prefill graphs stay off: they are captured lazily, on a step's first use of a bucket, which would need
-every rank to take the same decision at the same step; prompts run eagerly (two all-reduces per block).
+Prefill graphs stay off under TP: prompts run eagerly (two all-reduces per block). Turning them on
+would need every rank to capture the same buckets at engine start (LLMEngine.warm_up_graphs does it for
+one GPU) and follower_step to mirror PrefillGraphExecutor's choice; not built yet.
 """
 
 from __future__ import annotations

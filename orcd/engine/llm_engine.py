@@ -63,7 +63,7 @@ class LLMEngine(OverlapSteps):
         this many tokens is recomputed, so the step can replay a prefill graph (BlockManager.take_prefix).
         overlap: while the device computes a decode step, the host reads the step before's tokens (turns
         them into events) and prepares the next (grammar rows: orcd/engine/overlap.py); prefill steps and
-        runners without ModelRunner.launch (tensor parallel) run one at a time."""
+        runners without a launch method run one at a time (tensor parallel has one: TPRunner.launch)."""
         self.loaded = loaded
         self.cfg = loaded.cfg
         self.tokenizer = loaded.tokenizer

@@ -8,8 +8,9 @@ abort), advances those that k's token does not end by length with a placeholder 
 the device, and only then waits for k's tokens, which replace the placeholders (Sequence.resolve) and
 become events. A sequence that k's token ends (a stop token or string, EOS) has a row in k + 1 that is
 computed and dropped: it writes one K/V slot of a block it no longer owns, before any later step can
-reuse that block (one stream, in order). Prefill steps and runners without `launch` (tensor parallel) run
-one at a time.
+reuse that block (one stream, in order). Prefill steps, and runners without `launch`, run one at a time;
+tensor-parallel runners launch too (orcd/distributed/driver.py, TPRunner.launch: rank 0 broadcasts the
+input ids from its device to the other ranks).
 
 Steps with grammar rows overlap too, one phase later: launching k + 1 queues only its forward pass
 (executors.GuidedInFlight); k's tokens then advance the grammars (Sequence.resolve) while it runs, and
