@@ -192,13 +192,14 @@ class TPRunner:
         to the followers, then prev (int64 [rows] on the device: the step before's tokens, not yet on
         the host) by a broadcast on the tensor group, in stream order after the step that computes them.
         None, with nothing sent, for a step launch() would not start."""
-        if self.inner.launcher(sched) is None:
+        executor = self.inner.launcher(sched)
+        if executor is None:
             return None
         _send(self.ctx, _slim(sched, prev is not None))
         if prev is not None:
             prev = prev.contiguous()
             dist.broadcast(prev, src=0, group=self.ctx.group)
-        return self.inner.launch(sched, prev)
+        return self.inner.start(executor, sched, prev)
 
 
 def leader_engine(ctx: TPContext, loaded, num_kv_blocks: int | None = None, kv_fraction: float = 0.7,

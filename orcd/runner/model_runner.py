@@ -198,8 +198,10 @@ class ModelRunner:
         (executors.launchable). prev: the input ids on the device (the step before's InFlight.tokens, in
         sched's row order); sched's token_ids are then placeholders."""
         executor = self.launcher(sched)
-        if executor is None:
-            return None
+        return None if executor is None else self.start(executor, sched, prev)
+
+    def start(self, executor, sched: SchedulerOutput, prev: torch.Tensor | None) -> InFlight:
+        """launch() on the executor launcher(sched) gave (the TP leader picks it before telling the ranks)."""
         self.set_invariant(self.step_is_invariant(sched))
         inflight = executor.launch(sched.seqs, prev)
         self.steps_by_executor[executor.name] = self.steps_by_executor.get(executor.name, 0) + 1
