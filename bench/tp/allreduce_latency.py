@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-SHAPES = ((1, 3584), (64, 3584), (1, 8192), (32, 8192))  # (batch, hidden): 7B and 72B residuals
+SHAPES = "1x3584,64x3584,1x8192,32x8192"  # batch x hidden: 7B and 72B decode residuals
 
 
 def _eager_us(x, reps: int, sync) -> float:
@@ -103,13 +103,13 @@ def _symm_check(ctx) -> bool | None:
     return bool((x == want).all().item())
 
 
-def rank_fn(ctx, reps: int, env: str, out: str) -> int:
+def rank_fn(ctx, reps: int, env: str, out: str, shapes: str = SHAPES) -> int:
     import torch
 
     cuda = ctx.device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     rows = []
-    for b, h in SHAPES:
+    for b, h in (map(int, s.split("x")) for s in shapes.split(",")):
         x = torch.zeros(b, h, dtype=torch.bfloat16, device=ctx.device)  # zeros: sums stay finite
         row = {"world": ctx.world, "env": env, "hidden": h, "batch": b, "eager_us": _eager_us(x, reps, sync)}
         row["graph_us"] = _graph_us(x, reps) if cuda else None
@@ -128,6 +128,7 @@ def main() -> int:
     ap.add_argument("--env", action="append", default=None,
                     help='NAME=VAL[,NAME=VAL] set for one variant (repeatable; "" = as is)')
     ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--shapes", default=SHAPES, help="BATCHxHIDDEN,... (a 512-token 7B prefill: 512x3584)")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--out", default="bench/results")
     a = ap.parse_args()
@@ -142,7 +143,7 @@ def main() -> int:
         try:
             for world in (int(w) for w in a.worlds.split(",")):
                 tmp = out / ".allreduce.json"
-                if launch(world, a.device, rank_fn, (a.reps, env, str(tmp))) == 0:
+                if launch(world, a.device, rank_fn, (a.reps, env, str(tmp), a.shapes)) == 0:
                     rows += json.loads(tmp.read_text())
                     tmp.unlink()
                     (out / "allreduce.json").write_text(json.dumps(rows, indent=1))

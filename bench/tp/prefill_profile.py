@@ -7,7 +7,7 @@ than at TP=1 (bench/tp/README.md). Every rank builds the same TPModelRunner (no 
 steps in the same order, so the row-parallel all-reduces pair up.
 
     python bench/tp/prefill_profile.py --file q7b.gguf --ranks 1,2 --tokens 512 --out OUT
-Writes OUT/prefill.json: rows {ranks, tokens, step_ms, kernel_us_per_step, kernels, device}.
+Writes OUT/prefill.json: rows {ranks, tokens, step_ms, kernel_us_per_step, kernels, host_ops, device}.
 """
 
 from __future__ import annotations
@@ -33,6 +33,14 @@ def _step(tokens: int):
     ids = [(7 + 31 * i) % 1000 for i in range(tokens)]
     table = list(range((tokens + BLOCK - 1) // BLOCK))
     return SchedulerOutput([ScheduledSeq(0, ids, 0, table, True, SamplingParams())], tokens)
+
+
+def host_rows(prof, steps: int, top: int = 12) -> list[dict]:
+    """The host's slowest operators (self time: a cudaFree or a synchronize that waits shows here), per
+    step: rows {"op", "calls_per_step", "self_ms_per_step"}."""
+    avg = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:top]
+    return [{"op": e.key[:60], "calls_per_step": e.count / steps,
+             "self_ms_per_step": e.self_cpu_time_total / steps / 1e3} for e in avg]
 
 
 def rank_fn(ctx, path: str, tokens: int, reps: int, out: str) -> int:
@@ -62,16 +70,17 @@ def rank_fn(ctx, path: str, tokens: int, reps: int, out: str) -> int:
         runner.forward(sched)
         sync()
         times.append((time.perf_counter() - t0) * 1e3)
-    us, rows = 0.0, []  # no kernel table off CUDA
+    us, rows, host = 0.0, [], []  # no kernel table off CUDA
     if ctx.device.type == "cuda":
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
             for _ in range(3):
                 runner.forward(sched)
             sync()
         us, rows = kernel_rows(prof, 3, "step", 90)
+        host = host_rows(prof, 3)
     if ctx.rank == 0:
         row = {"ranks": ctx.world, "tokens": tokens, "step_ms": sorted(times)[reps // 2],
-               "kernel_us_per_step": us, "kernels": rows, "device": str(ctx.device)}
+               "kernel_us_per_step": us, "kernels": rows, "host_ops": host, "device": str(ctx.device)}
         Path(out).write_text(json.dumps([row]))
     return 0
 
@@ -92,6 +101,8 @@ def main() -> int:
         print(f"TP={r['ranks']}: {r['tokens']} tokens in {r['step_ms']:.2f} ms ({rate:,.0f} tok/s); "
               f"kernels {r['kernel_us_per_step']:,.0f} us/step")
         print_rows(r["kernels"], "step", 14, 90)
+        for h in r.get("host_ops", []):
+            print(f"  host {h['self_ms_per_step']:8.2f} ms {h['calls_per_step']:7.1f}x  {h['op']}")
     return 0
 
 

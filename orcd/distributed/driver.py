@@ -6,8 +6,9 @@ Control messages go from rank 0 to all ranks with broadcast_object_list on the c
   (orcd.numerics), so every rank switches the same steps to the invariant kernels (the row-parallel sums
   then add in rank order: layers.ordered_all_reduce); decode_graphs / max_num_seqs: every rank captures
   the same decode graphs, collectives inside (tp_runner.py);
-- ("step", rows, num_tokens, prev): run this step (the SchedulerOutput in plain tuples, _slim: the
-  same flattened batch, the same executor on every rank). prev True: an overlapped step (TPRunner.launch,
+- ("step", rows, num_tokens, prev, executor): run this step (the SchedulerOutput in plain tuples, _slim)
+  on the executor rank 0 picked (its name: decode or prefill graph, split step, eager), so every rank
+  replays the same graphs. prev True: an overlapped step (TPRunner.launch,
   LLMEngine(overlap=True)); its input ids, the step before's tokens still on rank 0's device, come next
   by a broadcast on the tensor group (NCCL on CUDA), and the rows' token_ids are placeholders;
 - None: stop following.
@@ -126,6 +127,7 @@ class RunnerSpec:
     batch_invariant: str  # a policy of orcd.numerics
     decode_graphs: bool  # CUDA graphs of model.forward for decode steps (ignored off CUDA)
     max_num_seqs: int  # the engine's: the largest decode graph bucket
+    prefill_tokens: int = 0  # the engine's max_num_batched_tokens, for the prefill graphs (0: none)
 
 
 def _build_runner(ctx: TPContext, loaded, spec: RunnerSpec) -> TPModelRunner:
@@ -134,7 +136,8 @@ def _build_runner(ctx: TPContext, loaded, spec: RunnerSpec) -> TPModelRunner:
     n = _agree_blocks(ctx, loaded, spec.num_kv_blocks, spec.kv_fraction, spec.block_size)
     return TPModelRunner(loaded, n, spec.block_size, decode_graphs=spec.decode_graphs,
                          max_num_seqs=spec.max_num_seqs, batch_invariant=spec.batch_invariant,
-                         rank=ctx.rank, group=ctx.group, all_reduce=ctx.all_reduce)
+                         rank=ctx.rank, group=ctx.group, all_reduce=ctx.all_reduce,
+                         prefill_tokens=spec.prefill_tokens)
 
 
 # What a follower needs of a sequence's sampling: only whether it has a seed (orcd.numerics' "seeded"
@@ -142,16 +145,16 @@ def _build_runner(ctx: TPContext, loaded, spec: RunnerSpec) -> TPModelRunner:
 _PLAIN, _SEEDED = SamplingParams(), SamplingParams(seed=0)
 
 
-def _slim(sched: SchedulerOutput, prev: bool = False) -> tuple:
+def _slim(sched: SchedulerOutput, executor: str, prev: bool = False) -> tuple:
     """A step as followers need it, in plain tuples and lists (pickled ~7x faster than the dataclasses,
     on rank 0's path before every step): ("step", [(seq_id, token_ids, num_computed, block_table,
-    sample, seeded)], num_tokens, prev)."""
+    sample, seeded)], num_tokens, prev, executor)."""
     return ("step", [(s.seq_id, s.token_ids, s.num_computed, s.block_table, s.sample,
-                      s.sampling.seed is not None) for s in sched.seqs], sched.num_tokens, prev)
+                      s.sampling.seed is not None) for s in sched.seqs], sched.num_tokens, prev, executor)
 
 
 def _unslim(msg: tuple) -> SchedulerOutput:
-    _, rows, num_tokens, _prev = msg
+    _, rows, num_tokens, _prev, _executor = msg
     return SchedulerOutput([ScheduledSeq(i, ids, c, table, sample, _SEEDED if seeded else _PLAIN)
                             for i, ids, c, table, sample, seeded in rows], num_tokens)
 
@@ -174,6 +177,12 @@ class TPRunner:
         return self.inner.graph
 
     @property
+    def prefill_graphs(self):
+        """The prefill graphs, captured and sealed on every rank already (LLMEngine.warm_up_graphs
+        finds nothing left to capture)."""
+        return self.inner.prefill_graphs
+
+    @property
     def steps_by_executor(self) -> dict[str, int]:
         return self.inner.steps_by_executor
 
@@ -184,8 +193,9 @@ class TPRunner:
     def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
         if sched.empty:
             return ModelRunnerOutput(sampled={})
-        _send(self.ctx, _slim(sched))
-        return self.inner.execute(sched)
+        executor = self.inner.pick(sched)
+        _send(self.ctx, _slim(sched, executor.name))
+        return self.inner.execute(sched, executor)
 
     def launch(self, sched: SchedulerOutput, prev: torch.Tensor | None = None):
         """ModelRunner.launch on every rank (the engine's overlap, orcd/engine/overlap.py): the step goes
@@ -195,7 +205,7 @@ class TPRunner:
         executor = self.inner.launcher(sched)
         if executor is None:
             return None
-        _send(self.ctx, _slim(sched, prev is not None))
+        _send(self.ctx, _slim(sched, executor.name, prev is not None))
         if prev is not None:
             prev = prev.contiguous()
             dist.broadcast(prev, src=0, group=self.ctx.group)
@@ -206,9 +216,14 @@ def leader_engine(ctx: TPContext, loaded, num_kv_blocks: int | None = None, kv_f
                   block_size: int = 16, batch_invariant: str | bool = "seeded", enforce_eager: bool = False,
                   max_num_seqs: int = 64, **engine_kw) -> LLMEngine:
     """Rank 0: an LLMEngine whose steps run on every rank (the followers must be in `follow`).
-    Options as LLMEngine's; enforce_eager: no decode graphs; prefill always runs eagerly."""
+    Options as LLMEngine's; enforce_eager: no CUDA graphs. Prefill graphs (engine_kw prefill_graphs,
+    default on) are captured by every rank here, for steps of up to max_num_batched_tokens."""
     policy = invariant_policy(batch_invariant)  # a bad value fails here, before the followers hear of it
-    spec = RunnerSpec(num_kv_blocks, kv_fraction, block_size, policy, not enforce_eager, max_num_seqs)
+    prefill_tokens = 0  # no prefill graphs
+    if engine_kw.get("prefill_graphs", True):
+        prefill_tokens = engine_kw.get("max_num_batched_tokens", 2048)
+    spec = RunnerSpec(num_kv_blocks, kv_fraction, block_size, policy, not enforce_eager, max_num_seqs,
+                      prefill_tokens)
     runner = TPRunner(ctx, loaded, spec)
     return LLMEngine(loaded, num_kv_blocks=runner.num_kv_blocks, block_size=block_size, runner=runner,
                      max_num_seqs=max_num_seqs, **engine_kw)
@@ -230,7 +245,8 @@ def follow(ctx: TPContext, loaded) -> int:
             continue
         fence.before_step()
         try:
-            follower_step(runner, _unslim(msg), _recv_prev(ctx, msg))  # logits dropped: rank 0 samples
+            # logits dropped: rank 0 samples
+            follower_step(runner, _unslim(msg), _recv_prev(ctx, msg), executor=msg[4])
         except Exception:  # rank 0 fails the same step on its side; keep following
             log.exception("rank %d: step failed", ctx.rank)
         fence.after_step()

@@ -7,11 +7,13 @@ per layer. Models it cannot run (and the batch-invariant graphs: NCCL's sum orde
 message size) capture model.forward instead, whose RowParallelLinear all-reduces in rank order under
 the invariant kernels. Every rank captures the same buckets in the same order (same max_num_seqs and
 KV size, agreed through the leader's "init" message) and picks the same executor for each step
-(follower_step mirrors ModelRunner.executors), so the collectives always pair up.
+(rank 0 names it in the step message: follower_step), so the collectives always pair up.
 
-Prefill graphs stay off under TP: prompts run eagerly (two all-reduces per block). Turning them on
-would need every rank to capture the same buckets at engine start (LLMEngine.warm_up_graphs does it for
-one GPU) and follower_step to mirror PrefillGraphExecutor's choice; not built yet.
+Prefill graphs (orcd/runner/prefill_graphs.py) capture model.forward, its row-parallel all-reduces
+inside. Every rank captures every bucket at start, in the same order (capture_all with the engine's
+max_num_batched_tokens, from RunnerSpec), then seals them: no capture inside a step, and a failed capture
+ends the rank, as the decode graphs' does. Rank 0 names each step's executor in the step message, and
+follower_step runs the same one, so the graphs replay, and the collectives pair up, on every rank.
 """
 
 from __future__ import annotations
@@ -30,16 +32,26 @@ log = logging.getLogger(__name__)
 
 
 class TPModelRunner(ModelRunner):
-    """ModelRunner whose decode graphs replay the TP fused step (collectives inside); no prefill graphs."""
+    """ModelRunner whose decode graphs replay the TP fused step (collectives inside) and whose prefill
+    graphs are all captured at start."""
 
     def __init__(self, loaded, num_kv_blocks: int, block_size: int, *, decode_graphs: bool,
                  max_num_seqs: int, batch_invariant: str | bool, rank: int = 0, group=None,
-                 all_reduce: str = "nccl"):
+                 all_reduce: str = "nccl", prefill_tokens: int = 0):
+        """prefill_tokens: the engine's max_num_batched_tokens, the largest step the prefill graphs must
+        hold (0: no prefill graphs; they also need decode graphs, as on one GPU)."""
         self.num_kv_blocks = num_kv_blocks  # the block manager's; with graphs the cache holds one more
         self.all_reduce = all_reduce  # TPFusedDecoder's residual all-reduce: "nccl" or "symm"
         self.rank, self.group = rank, group  # read by _capture, which the base __init__ calls
-        super().__init__(loaded, num_kv_blocks, block_size, decode_graphs=decode_graphs, prefill_graphs=False,
-                         max_num_seqs=max_num_seqs, batch_invariant=batch_invariant)
+        super().__init__(loaded, num_kv_blocks, block_size, decode_graphs=decode_graphs,
+                         prefill_graphs=prefill_tokens > 0, max_num_seqs=max_num_seqs,
+                         batch_invariant=batch_invariant)
+        if self.prefill_graphs is not None:
+            self.prefill_graphs.strict = True
+            done = self.prefill_graphs.capture_all(prefill_tokens)
+            self.prefill_graphs.seal()
+            log.info("rank %d: captured %d prefill graphs in %.2f s", rank, len(done),
+                     self.prefill_graphs.warm_seconds)
 
     def step_fn(self, invariant: bool):
         """The captured decode step: TPFusedDecoder, or None (model.forward) for the invariant graphs
@@ -75,19 +87,31 @@ class TPModelRunner(ModelRunner):
 
 
 @torch.inference_mode()
-def follower_step(runner: TPModelRunner, sched: SchedulerOutput, prev: torch.Tensor | None = None) -> str:
-    """A follower's part of one step: the executor rank 0's runner picks for it (decode graph when
-    eligible, else eager), logits dropped (rank 0 samples). prev: the input ids on the device (rank 0's
-    launch() of an overlapped step broadcasts them); sched's token_ids are then placeholders. Returns
-    the executor's name. Nothing waits for the device here (StepFence, in driver.follow, does)."""
+def follower_step(runner: TPModelRunner, sched: SchedulerOutput, prev: torch.Tensor | None = None,
+                  executor: str = "eager") -> str:
+    """A follower's part of one step: the executor rank 0's runner picked (its name: executors.py),
+    logits dropped (rank 0 samples). prev: the input ids on the device (rank 0's launch() of an overlapped
+    step broadcasts them); sched's token_ids are then placeholders. Returns the executor's name. Nothing
+    waits for the device here (StepFence, in driver.follow, does)."""
     invariant = runner.step_is_invariant(sched)
     graph = runner.graph_invariant if invariant else runner.graph
     runner.set_invariant(invariant)
-    if graph is not None and graph.eligible(sched.seqs):
-        graph.run(sched.seqs, prev)
-        return "decode_graph"
-    runner.forward_seqs(sched.seqs, prev)
-    return "eager"
+    seqs = sched.seqs
+    if executor == "decode_graph":
+        graph.run(seqs, prev)
+    elif executor == "prefill_graph":
+        _prefill(runner, seqs)
+    elif executor == "split_step":  # as SplitStepExecutor: the fresh prompts' graph, then the decodes'
+        _prefill(runner, [s for s in seqs if s.num_computed == 0])
+        graph.run([s for s in seqs if s.num_computed > 0])
+    else:
+        runner.forward_seqs(seqs, prev)
+    return executor
+
+
+def _prefill(runner: TPModelRunner, seqs: list) -> None:
+    graphs = runner.prefill_graphs
+    graphs.forward(seqs, graphs.bucket(seqs))
 
 
 class StepFence:

@@ -211,15 +211,20 @@ class ModelRunner:
         """The executor that launch() would start sched on, or None where launch() returns None."""
         if sched.empty or not launchable(sched.seqs):
             return None
-        executor = next(e for e in self.executors(self.step_is_invariant(sched)) if e.accepts(sched.seqs))
+        executor = self.pick(sched)
         return executor if hasattr(executor, "launch") else None
 
-    def execute(self, sched: SchedulerOutput) -> ModelRunnerOutput:
+    def pick(self, sched: SchedulerOutput):
+        """The executor execute() runs a non-empty sched on: the first of executors() that accepts it."""
+        return next(e for e in self.executors(self.step_is_invariant(sched)) if e.accepts(sched.seqs))
+
+    def execute(self, sched: SchedulerOutput, executor=None) -> ModelRunnerOutput:
+        """Run one step and sample. executor: pick(sched)'s answer when the caller has it already (the TP
+        leader names it to the other ranks first)."""
         if sched.empty:
             return ModelRunnerOutput(sampled={})
-        invariant = self.step_is_invariant(sched)
-        executor = next(e for e in self.executors(invariant) if e.accepts(sched.seqs))
-        self.set_invariant(invariant)
+        executor = executor or self.pick(sched)
+        self.set_invariant(self.step_is_invariant(sched))
         try:
             tokens, to_sample = executor.run(sched.seqs)
         except (RuntimeError, torch.cuda.OutOfMemoryError) as err:  # a failed step fails its sequences

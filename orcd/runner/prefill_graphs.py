@@ -120,9 +120,11 @@ def padded_block_tables(seqs: list[ScheduledSeq], sb: int, pad_rows: int, block_
 class PrefillGraphs:
     def __init__(self, model: torch.nn.Module, kv, block_size: int, scratch_block: int,
                  max_num_seqs: int = 16, token_buckets: tuple[int, ...] = TOKEN_BUCKETS,
-                 seq_buckets: tuple[int, ...] = SEQ_BUCKETS, capture: bool = True):
+                 seq_buckets: tuple[int, ...] = SEQ_BUCKETS, capture: bool = True, strict: bool = False):
         """kv: the runner's KVCache with scratch_block < kv.num_blocks owned by no sequence.
-        capture=False: run the padded step eagerly (CPU tests)."""
+        capture=False: run the padded step eagerly (CPU tests). strict: a failed capture raises instead of
+        turning the graphs off (tensor parallel: a rank that went eager alone would leave the others'
+        collectives unpaired; tp_runner.py)."""
         self.model, self.kv, self.block_size, self.scratch_block = model, kv, block_size, scratch_block
         self.layers = invariant_layers(model)  # set to the fast kernels for every step run here (_step)
         self.token_buckets = tuple(sorted(token_buckets))
@@ -142,6 +144,8 @@ class PrefillGraphs:
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.outputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}  # static logits, greedy
         self.failed = False  # a capture failed: every later step runs eagerly
+        self.strict = strict
+        self.sealed = False  # seal(): no capture after it; a bucket not captured then runs eagerly
         self.pool = None
         self.capture_seconds = 0.0
         self.replays = 0
@@ -151,13 +155,21 @@ class PrefillGraphs:
     def bucket(self, seqs: list[ScheduledSeq]) -> tuple[int, int] | None:
         if self.failed:
             return None
-        return pick_bucket(seqs, self.token_buckets, self.seq_buckets)
+        key = pick_bucket(seqs, self.token_buckets, self.seq_buckets)
+        return None if self.sealed and key not in self.graphs else key
+
+    def seal(self) -> None:
+        """Capture nothing from now on (tensor parallel: every rank captured the same buckets together at
+        start, and a capture inside a step on one rank only would leave collectives unpaired)."""
+        self.sealed = True
 
     def capture_all(self, max_tokens: int) -> list[tuple[int, int]]:
         """Capture every bucket of capture_plan not captured yet (engine start, so no request pays for
         one); returns the buckets run. Each runs an all-padding step (no sequence: every row writes the
         scratch block). Without capture (CPU tests) the same steps run eagerly. Stops at a failure
-        (prefill graphs are then off: `failed`)."""
+        (prefill graphs are then off: `failed`). Sealed: nothing is run; returns the buckets captured."""
+        if self.sealed:
+            return list(self.graphs)
         t0, done = time.perf_counter(), []
         for key in capture_plan(self.token_buckets, self.seq_buckets, max_tokens):
             if key in self.graphs:
@@ -240,13 +252,15 @@ class PrefillGraphs:
             self.pool = g.pool()
             self.graphs[key] = g
         except Exception as err:  # noqa: BLE001 - any capture failure: eager from now on
+            if self.strict:
+                raise
             log.warning("prefill CUDA graph capture failed, prefilling eagerly: %s", str(err).splitlines()[0])
             self.failed = True
             self.outputs.pop(key, None)
             try:
                 torch.cuda.synchronize()
                 torch.cuda.empty_cache()
-            except RuntimeError:
+            except (RuntimeError, AssertionError):  # AssertionError: torch built without CUDA
                 pass
             return None
         dt = time.perf_counter() - t0

@@ -17,9 +17,10 @@ def test_followers_rebuild_the_step_and_its_seed_flag():
         ScheduledSeq(3, [5, 6, 7], 16, [0, 4], True, greedy, penalty_token_ids=list(range(40))),
         ScheduledSeq(9, [8], 20, [2, 7], False, seeded, num_generated=4),
     ], 4)
-    msg = pickle.loads(pickle.dumps(_slim(sched)))  # as broadcast_object_list carries it
+    msg = pickle.loads(pickle.dumps(_slim(sched, "eager")))  # as broadcast_object_list carries it
     assert msg[0] == "step" and msg[3] is False  # input ids in the message, none broadcast
-    assert _slim(sched, prev=True)[3] is True
+    assert msg[4] == "eager"  # the executor rank 0 picked: every rank runs it
+    assert _slim(sched, "decode_graph", prev=True)[3:] == (True, "decode_graph")
     got = _unslim(msg)
     assert got.num_tokens == 4
     for g, s in zip(got.seqs, sched.seqs, strict=True):

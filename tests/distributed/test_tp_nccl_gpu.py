@@ -3,6 +3,8 @@
 - greedy tokens at 2 ranks (float32 compute; decode steps from CUDA graphs holding the collectives) equal
   those of 1 GPU (eager), for every reference model;
 - a seeded request gives the same tokens alone and batched at 2 ranks (bfloat16, batch-invariant kernels);
+- prefill graphs at 2 ranks (bfloat16, captured by both at start, NCCL inside): fresh prompts replay
+  them, alone and beside decode rows (split steps), with the tokens of eager prefill;
 - `orcd serve --tensor-parallel 2 --device cuda` streams the 1-GPU text, cancels, survives a disconnect
   storm and leaves no process behind on SIGTERM.
 NVLink multicast stays off in every rank (orcd.distributed.runtime.RANK_ENV)."""
@@ -17,7 +19,7 @@ from serve_check import check_server, start_server
 from test_tensor_parallel import N_TOKENS, PROMPTS, model_paths  # noqa: F401 (fixture)
 from test_tp_invariant import PROMPTS as SEEDED_PROMPTS
 from test_tp_serve import MAX_TOKENS, PROMPT, one_rank_text, serve_model
-from tp_workers import ENGINE_KW, greedy_rank, greedy_tokens, seeded_rank
+from tp_workers import ENGINE_KW, greedy_rank, greedy_tokens, prefill_graph_rank, seeded_rank
 
 from orcd.distributed.runtime import launch
 from orcd.engine.llm_engine import LLMEngine
@@ -41,6 +43,19 @@ def test_two_nccl_ranks_match_one_gpu(model_paths, tmp_path):  # noqa: F811
         if got[name] != greedy_tokens(engine, PROMPTS, N_TOKENS):
             mismatched.append(name)
     assert mismatched == []
+
+
+def test_prefill_graphs_on_two_nccl_ranks(model_paths, tmp_path):  # noqa: F811
+    out = tmp_path / "prefill.json"
+    prompts = [[(7 + 13 * i + j) % 320 + 1 for j in range(n)] for i, n in enumerate((3, 40, 65, 130, 200))]
+    assert launch(2, "cuda", prefill_graph_rank, (model_paths["qwen2-kv2-q8_0"], prompts, str(out))) == 0
+    got = json.loads(out.read_text())
+    ran = got["graphs_executors"]
+    assert ran.get("prefill_graph", 0) > 0 and ran.get("split_step", 0) > 0, ran
+    assert "prefill_graph" not in got["eager_executors"] and "split_step" not in got["eager_executors"]
+    assert [len(t) for t in got["graphs"]] == [6] * len(prompts)
+    agree = sum(a[0] == b[0] for a, b in zip(got["graphs"], got["eager"], strict=True))
+    assert agree >= len(prompts) - 1, got  # bf16 near-ties aside (padded GEMM shapes), the same tokens
 
 
 def test_seeded_request_is_batch_invariant_on_two_nccl_ranks(model_paths, tmp_path):  # noqa: F811

@@ -1,5 +1,6 @@
-"""follower_step takes the executor rank 0's ModelRunner takes for the same step (decode graph when one
-is eligible, of the step's invariance; else eager), or the ranks' collectives would not pair up."""
+"""follower_step runs the executor rank 0's ModelRunner picked for the same step (its name comes in the
+step message): the decode graph of the step's invariance, the prefill graph, both (split step) or eager,
+or the ranks' collectives would not pair up."""
 
 from __future__ import annotations
 
@@ -11,6 +12,17 @@ import torch
 from orcd.distributed.tp_runner import follower_step
 
 
+class FakePrefill:
+    def __init__(self):
+        self.ran = []
+
+    def bucket(self, seqs):
+        return (64, 1)
+
+    def forward(self, seqs, key):
+        self.ran.append((len(seqs), key))
+
+
 class FakeGraph:
     def __init__(self, ok: bool):
         self.ok, self.ran = ok, 0
@@ -20,11 +32,13 @@ class FakeGraph:
 
     def run(self, seqs, prev=None):
         self.ran += 1
+        self.rows = len(seqs)
 
 
 def fake_runner(policy: str, graph, graph_invariant):
     calls = []
     runner = SimpleNamespace(graph=graph, graph_invariant=graph_invariant, set_invariant=lambda on: None,
+                             prefill_graphs=FakePrefill(),
                              device=torch.device("cpu"), eager=calls,
                              forward_seqs=lambda seqs, prev=None: calls.append(len(seqs)))
     runner.step_is_invariant = lambda sched: policy == "all" or (
@@ -32,25 +46,30 @@ def fake_runner(policy: str, graph, graph_invariant):
     return runner
 
 
-def sched(seed=None):
-    seq = SimpleNamespace(sampling=SimpleNamespace(seed=seed), token_ids=[5])
-    return SimpleNamespace(seqs=[seq])
+def sched(seed=None, computed=(3,)):
+    """One sequence per entry of computed (its num_computed: 0 = a fresh prompt)."""
+    seqs = [SimpleNamespace(sampling=SimpleNamespace(seed=seed), token_ids=[5], num_computed=c)
+            for c in computed]
+    return SimpleNamespace(seqs=seqs)
 
 
 @pytest.mark.parametrize("seed,want", [(None, "plain"), (7, "invariant")])
 def test_follower_replays_the_graph_of_the_steps_invariance(seed, want):
     graphs = {"plain": FakeGraph(True), "invariant": FakeGraph(True)}
     runner = fake_runner("seeded", graphs["plain"], graphs["invariant"])
-    assert follower_step(runner, sched(seed)) == "decode_graph"
+    assert follower_step(runner, sched(seed), executor="decode_graph") == "decode_graph"
     assert graphs[want].ran == 1 and sum(g.ran for g in graphs.values()) == 1 and runner.eager == []
 
 
-def test_follower_runs_eagerly_when_no_graph_takes_the_step():
-    ineligible = FakeGraph(False)
-    runner = fake_runner("off", ineligible, None)
-    assert follower_step(runner, sched()) == "eager" and runner.eager == [1] and ineligible.ran == 0
-    runner = fake_runner("seeded", FakeGraph(True), None)  # no invariant graphs captured
-    assert follower_step(runner, sched(seed=3)) == "eager"
+def test_follower_runs_what_the_leader_named():
+    graph = FakeGraph(True)
+    runner = fake_runner("off", graph, None)
+    assert follower_step(runner, sched()) == "eager" and runner.eager == [1] and graph.ran == 0
+    follower_step(runner, sched(computed=(0, 0)), executor="prefill_graph")
+    assert runner.prefill_graphs.ran == [(2, (64, 1))] and graph.ran == 0
+    follower_step(runner, sched(computed=(0, 9, 4)), executor="split_step")  # the prompt, then 2 decodes
+    assert runner.prefill_graphs.ran[-1] == (1, (64, 1)) and (graph.ran, graph.rows) == (1, 2)
+    assert runner.eager == [1]
 
 
 @pytest.mark.parametrize("policy", ["off", "seeded", "all"])
@@ -71,5 +90,8 @@ def test_leader_runner_picks_what_the_follower_picks(tmp_path, policy, eligible)
     runner.graph, runner.graph_invariant = FakeGraph(eligible), FakeGraph(eligible)
     for step in (sched(), sched(seed=1)):
         leader = next(e for e in runner.executors(runner.step_is_invariant(step)) if e.accepts(step.seqs))
-        follower = fake_runner(policy, runner.graph, runner.graph_invariant)
-        assert follower_step(follower, step) == leader.name
+        assert runner.pick(step) is not None and runner.pick(step).name == leader.name
+        follower = fake_runner(policy, FakeGraph(eligible), FakeGraph(eligible))
+        assert follower_step(follower, step, executor=leader.name) == leader.name
+        graph = follower.graph_invariant if runner.step_is_invariant(step) else follower.graph
+        assert graph.ran == (leader.name == "decode_graph") and follower.eager == [1] * (not graph.ran)

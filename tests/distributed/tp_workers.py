@@ -183,3 +183,48 @@ def guided_rank(ctx, path: str, out_path: str) -> int:
         with open(out_path, "w") as f:
             json.dump(res, f)
     return 0
+
+
+def arrival_tokens(engine, prompts: list[list[int]], n_tokens: int = 6) -> list[list[int]]:
+    """Greedy tokens of each prompt, prompt i + 1 arriving two steps after prompt i (a fresh prompt beside
+    decode rows: a split step when graphs are on)."""
+    out: dict[str, list[int]] = {f"r{i}": [] for i in range(len(prompts))}
+
+    def step():
+        for ev in engine.step():
+            assert ev.error is None, ev.error
+            if ev.token_id is not None:
+                out[ev.request_id].append(ev.token_id)
+
+    for i, ids in enumerate(prompts):
+        engine.add_request(EngineRequest(f"r{i}", ids, SamplingParams(max_tokens=n_tokens, temperature=0.0,
+                                                                      ignore_eos=True)))
+        for _ in range(2):
+            step()
+    while engine.has_work():
+        step()
+    return [out[f"r{i}"] for i in range(len(prompts))]
+
+
+def prefill_graph_rank(ctx, path: str, prompts, out_path: str) -> int:
+    """bfloat16 at every rank: rank 0 writes {"graphs": tokens, "eager": tokens, "<key>_executors": steps
+    by executor} for the prompts (arrival_tokens) with prefill graphs (every rank captures them at start)
+    and without, one engine each."""
+    import torch
+
+    loaded = load_sharded(path, ctx, torch.bfloat16)
+
+    def lead(make_engine):
+        res = {}
+        for key, on in (("graphs", True), ("eager", False)):
+            engine = make_engine(loaded, prefill_graphs=on, num_kv_blocks=64, block_size=16, max_num_seqs=8,
+                                 max_num_batched_tokens=256)
+            res[key] = arrival_tokens(engine, prompts)
+            res[f"{key}_executors"] = dict(engine.runner.steps_by_executor)
+        return res
+
+    res = run_rank(ctx, loaded, lead)
+    if ctx.rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(res, f)
+    return 0

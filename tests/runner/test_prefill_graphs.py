@@ -109,3 +109,27 @@ def test_run_samples_like_the_eager_runner(loaded):
     assert [s.seq_id for s in to_sample] == [0, 1, 2]
     assert tokens == want
     assert pg.run([seq(0, toks(5, 12), [5, 6], sample=False)], (16, 1)) == ([], [])
+
+
+def test_sealed_graphs_capture_nothing_more(loaded):
+    """Tensor parallel seals the graphs every rank captured at start: a bucket not captured then is
+    declined (the step runs eagerly on every rank), and capture_all runs nothing."""
+    kv = KVCache.allocate(loaded.cfg, NB + 1, BS, "cpu", loaded.dtype)
+    pg = PrefillGraphs(loaded.model, kv, BS, NB, token_buckets=(16,), capture=False)
+    seqs = [seq(0, toks(6, 9), [1, 2])]
+    assert pg.bucket(seqs) == (16, 1)
+    pg.seal()
+    assert pg.bucket(seqs) is None and pg.capture_all(16) == [] and pg.warm_seconds == 0.0
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_failed_capture_raises_when_strict(loaded, strict):
+    """A capture that fails (here: no CUDA device) turns the graphs off, or with strict=True (tensor
+    parallel, where one rank going eager alone would leave collectives unpaired) raises."""
+    kv = KVCache.allocate(loaded.cfg, NB + 1, BS, "cpu", loaded.dtype)
+    pg = PrefillGraphs(loaded.model, kv, BS, NB, token_buckets=(16,), strict=strict)
+    if strict:
+        with pytest.raises((RuntimeError, AssertionError)):
+            pg.forward([], (16, 1))
+    else:
+        assert pg.forward([], (16, 1)) is None and pg.failed
