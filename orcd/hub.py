@@ -8,6 +8,7 @@ cannot be reached.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 from orcd.errors import OrcdError
@@ -28,6 +29,11 @@ def parse_hf_spec(spec: str) -> tuple[str, str]:
     return "/".join(parts[:2]), "/".join(parts[2:])
 
 
+# hf_hub_download calls per file: huggingface_hub >= 2.0 continues a broken download by itself, older
+# versions raise and keep the partial file, which the next call continues (tests/test_hub.py)
+DOWNLOAD_ATTEMPTS = 3
+
+
 def download(repo: str, filename: str, *, revision: str | None = None, cache_dir: str | None = None,
              progress: bool = True) -> Path:
     """Download (or find in the cache) one file of a model repo; returns its path in the cache."""
@@ -43,11 +49,21 @@ def download(repo: str, filename: str, *, revision: str | None = None, cache_dir
     from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
     where = f"{repo}/{filename}" + (f"@{revision}" if revision else "")
+    broken = _broken_connection_errors()
     bars_were_disabled = are_progress_bars_disabled()
     if not progress:
         disable_progress_bars()
     try:
-        return Path(hf_hub_download(repo_id=repo, filename=filename, revision=revision, cache_dir=cache_dir))
+        for attempt in range(DOWNLOAD_ATTEMPTS):
+            try:
+                return Path(hf_hub_download(repo_id=repo, filename=filename, revision=revision,
+                                            cache_dir=cache_dir))
+            except (HfHubHTTPError, LocalEntryNotFoundError):
+                raise  # an answer from the Hub (or no Hub at all): trying again would get the same
+            except broken:  # the connection broke mid-file: the next call continues the partial file
+                if attempt == DOWNLOAD_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
     except GatedRepoError as err:
         raise HubError(f"{repo} is gated: accept its terms on the Hub and set HF_TOKEN") from err
     except RepositoryNotFoundError as err:
@@ -60,11 +76,23 @@ def download(repo: str, filename: str, *, revision: str | None = None, cache_dir
         raise HubError(f"file {filename!r} not found in {repo}") from err
     except HfHubHTTPError as err:
         raise HubError(f"download of {where} failed: {str(err).splitlines()[0]}") from err
-    except OSError as err:
+    except broken as err:
         raise HubError(f"download of {where} failed: {err}") from err
     finally:
         if not progress and not bars_were_disabled:
             enable_progress_bars()
+
+
+def _broken_connection_errors() -> tuple[type[BaseException], ...]:
+    """What a dropped connection raises, by huggingface_hub version: OSError (requests, < 1.0; file system
+    errors too), httpx.TransportError (1.x) or httpx2.TransportError (2.x)."""
+    errors: list[type[BaseException]] = [OSError]
+    for name in ("httpx", "httpx2"):
+        try:
+            errors.append(importlib.import_module(name).TransportError)
+        except (ImportError, AttributeError):
+            pass
+    return tuple(errors)
 
 
 def resolve_model_path(spec: str | None, *, progress: bool = True) -> Path:

@@ -32,6 +32,7 @@ class FakeHub(BaseHTTPRequestHandler):
     files = {(REPO, FILE): CONTENT}
     log: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
     break_next_get_after: int | None = None  # send only this many body bytes, then drop the connection
+    break_every_get = False  # drop every GET after 1 MiB (a connection that never holds)
 
     def log_message(self, *args):  # keep pytest output clean
         pass
@@ -67,7 +68,10 @@ class FakeHub(BaseHTTPRequestHandler):
         if rng:
             self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
         self.end_headers()
-        if body and self.break_next_get_after is not None:
+        if body and self.break_every_get:
+            self.wfile.write(data[start : start + 2**20])
+            self.close_connection = True
+        elif body and self.break_next_get_after is not None:
             self.wfile.write(data[start : start + self.break_next_get_after])
             FakeHub.break_next_get_after = None
             self.close_connection = True  # fewer bytes than Content-Length: a broken download
@@ -92,6 +96,7 @@ def fake_hub():
     thread.start()
     FakeHub.log = []
     FakeHub.break_next_get_after = None
+    FakeHub.break_every_get = False
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
@@ -147,6 +152,19 @@ def test_pull_resumes_a_broken_download(fake_hub, tmp_path):
     assert len(gets) == 2 and gets[0] is None
     resumed_at = int(re.fullmatch(r"bytes=(\d+)-", gets[1]).group(1))
     assert 0 < resumed_at <= 11 * 1024 * 1024, "the second request must continue, not restart"
+
+
+def test_pull_over_a_connection_that_keeps_breaking_is_a_one_line_error(fake_hub, tmp_path):
+    """Each try continues the partial file (hub.DOWNLOAD_ATTEMPTS calls, each with huggingface_hub's own
+    retries); when none finishes, orcd's last line names the file, whatever the HTTP library raised (no
+    traceback; huggingface_hub logs its retries above it)."""
+    FakeHub.break_every_get = True
+    res = orcd(hub_env(fake_hub, tmp_path / "cache"), "pull", REPO, FILE)
+    assert res.returncode == 2, res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"orcd pull: error: download of {REPO}/{FILE} failed"), res.stderr
+    assert "Traceback" not in res.stderr
+    assert sum(method == "GET" for method, _, _ in FakeHub.log) >= hub.DOWNLOAD_ATTEMPTS
 
 
 def test_pull_missing_file_and_repo_are_one_line_errors(fake_hub, tmp_path):
