@@ -38,6 +38,7 @@ from orcd.errors import LoadOptionError
 from orcd.loading.loader import LoadedModel, load_model, weights_nbytes
 from orcd.loading.q6k_layout import check_q6k_layout, split_q6k
 from orcd.numerics import invariant_policy
+from orcd.quant.kernels import require_kernel_triton
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ def load_sharded(path, ctx: TPContext, dtype: torch.dtype | None = None,
     if ctx.world == 1:  # nothing to split: the ordinary load, straight onto the device
         return load_model(path, device=ctx.device, dtype=dtype, keep_quantized=keep_quantized,
                           tokenizer=tokenizer, q6k_layout=q6k_layout)
+    require_kernel_triton(ctx.device)
     layout = check_tp_q6k_layout(q6k_layout, ctx.device, keep)  # before the load
     full = load_mapped(path, dtype, tokenizer=tokenizer and ctx.rank == 0)  # raw blocks: mmap views
     local_cfg = shard_model(full.model, full.cfg, ctx.rank, ctx.world, ctx.group, ctx.device)

@@ -35,6 +35,7 @@ from orcd.gguf.validate import validate_tensors
 from orcd.loading.q6k_layout import apply_q6k_layout, check_q6k_layout
 from orcd.loading.warmup import warm_cuda
 from orcd.models.registry import get_model_class
+from orcd.quant.kernels import require_kernel_triton
 from orcd.quant.linear import DeviceMirror
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,7 @@ def _load(path: str | Path, device: str | torch.device, dtype: torch.dtype | Non
           keep_quantized: bool | None, tokenizer: bool, options: LoadOptions, q6k_layout: str) -> LoadedModel:
     t0 = time.perf_counter()
     dev = resolve_device(device)
+    require_kernel_triton(dev)
     handoff: queue.SimpleQueue = queue.SimpleQueue()  # (file, config, dtype) for the warm-up, or None
     cuda_ready = threading.Event()  # set by the warm thread once the CUDA context and torch's state exist
     warm = None
