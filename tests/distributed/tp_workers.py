@@ -11,6 +11,15 @@ from orcd.engine.sampling_params import SamplingParams
 ENGINE_KW = dict(num_kv_blocks=64, block_size=16, max_num_seqs=4, max_num_batched_tokens=16)
 
 
+def lead_and_write(ctx, loaded, lead, out_path: str) -> int:
+    """run_rank(ctx, loaded, lead) on every rank; rank 0 writes what lead returned to out_path as JSON."""
+    res = run_rank(ctx, loaded, lead)
+    if ctx.rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(res, f)
+    return 0
+
+
 def greedy_tokens(engine, prompts: list[list[int]], n_tokens: int) -> list[list[int]]:
     """All prompts in one engine (batched, chunked prefill with the small token budget)."""
     for i, ids in enumerate(prompts):
@@ -80,11 +89,7 @@ def seeded_rank(ctx, path: str, prompts, out_path: str, policy: str = "seeded") 
         res["policy"] = engine.runner.invariant_policy
         return res
 
-    res = run_rank(ctx, loaded, lead)
-    if ctx.rank == 0:
-        with open(out_path, "w") as f:
-            json.dump(res, f)
-    return 0
+    return lead_and_write(ctx, loaded, lead, out_path)
 
 
 def ordered_sum_rank(ctx, out_path: str) -> int:
@@ -178,11 +183,7 @@ def guided_rank(ctx, path: str, out_path: str) -> int:
         res["preemptions"] = engine.stats()["num_preemptions"]
         return {**res, "overlapped": overlapped}
 
-    res = run_rank(ctx, loaded, lead)
-    if ctx.rank == 0:
-        with open(out_path, "w") as f:
-            json.dump(res, f)
-    return 0
+    return lead_and_write(ctx, loaded, lead, out_path)
 
 
 def arrival_tokens(engine, prompts: list[list[int]], n_tokens: int = 6) -> list[list[int]]:
@@ -223,8 +224,4 @@ def prefill_graph_rank(ctx, path: str, prompts, out_path: str) -> int:
             res[f"{key}_executors"] = dict(engine.runner.steps_by_executor)
         return res
 
-    res = run_rank(ctx, loaded, lead)
-    if ctx.rank == 0:
-        with open(out_path, "w") as f:
-            json.dump(res, f)
-    return 0
+    return lead_and_write(ctx, loaded, lead, out_path)
