@@ -54,16 +54,17 @@ def download(repo: str, filename: str, *, revision: str | None = None, cache_dir
     if not progress:
         disable_progress_bars()
     try:
-        for attempt in range(DOWNLOAD_ATTEMPTS):
+        attempts_left = DOWNLOAD_ATTEMPTS
+        while True:
             try:
                 return Path(hf_hub_download(repo_id=repo, filename=filename, revision=revision,
                                             cache_dir=cache_dir))
             except (HfHubHTTPError, LocalEntryNotFoundError):
                 raise  # an answer from the Hub (or no Hub at all): trying again would get the same
             except broken:  # the connection broke mid-file: the next call continues the partial file
-                if attempt == DOWNLOAD_ATTEMPTS - 1:
+                attempts_left -= 1
+                if not attempts_left:
                     raise
-        raise AssertionError("unreachable")
     except GatedRepoError as err:
         raise HubError(f"{repo} is gated: accept its terms on the Hub and set HF_TOKEN") from err
     except RepositoryNotFoundError as err:
