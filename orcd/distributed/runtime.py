@@ -6,6 +6,7 @@ they never touch the GPU. CPU: gloo for both. NVLink multicast (NVLS) stays off 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
@@ -106,10 +107,26 @@ def init_rank(rank: int, world: int, device_kind: str, port: int) -> TPContext:
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", rank=rank, world_size=world, timeout=COLLECTIVE_TIMEOUT,
                                 device_id=device)
-        control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
+        with _stdout_to_stderr():
+            control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
         return TPContext(rank, world, device, None, control)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=CONTROL_TIMEOUT)
+    with _stdout_to_stderr():
+        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=CONTROL_TIMEOUT)
     return TPContext(rank, world, torch.device("cpu"), None, None)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """File descriptor 1 goes to stderr meanwhile: gloo's C++ prints "[Gloo] Rank N is connected to ..."
+    on stdout when a group connects (torch 2.9), where `orcd generate` writes its text."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _die_with_launcher() -> None:
