@@ -35,6 +35,8 @@ class TPModelRunner(ModelRunner):
     """ModelRunner whose decode graphs replay the TP fused step (collectives inside) and whose prefill
     graphs are all captured at start."""
 
+    prefill_strict = True  # a rank going eager alone would leave the others' collectives unpaired
+
     def __init__(self, loaded, num_kv_blocks: int, block_size: int, *, decode_graphs: bool,
                  max_num_seqs: int, batch_invariant: str | bool, rank: int = 0, group=None,
                  all_reduce: str = "nccl", prefill_tokens: int = 0):
@@ -47,7 +49,6 @@ class TPModelRunner(ModelRunner):
                          prefill_graphs=prefill_tokens > 0, max_num_seqs=max_num_seqs,
                          batch_invariant=batch_invariant)
         if self.prefill_graphs is not None:
-            self.prefill_graphs.strict = True
             done = self.prefill_graphs.capture_all(prefill_tokens)
             self.prefill_graphs.seal()
             log.info("rank %d: captured %d prefill graphs in %.2f s", rank, len(done),

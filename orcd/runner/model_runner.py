@@ -77,6 +77,8 @@ def prepare_inputs(sched: SchedulerOutput, block_size: int, device: torch.device
 
 
 class ModelRunner:
+    prefill_strict = False  # a failed prefill-graph capture turns the graphs off (TPModelRunner: raises)
+
     def __init__(self, loaded, num_kv_blocks: int, block_size: int, *, decode_graphs: bool = False,
                  prefill_graphs: bool = True, max_num_seqs: int = 64, max_model_len: int | None = None,
                  batch_invariant: str | bool = "off", dense=None):
@@ -116,7 +118,8 @@ class ModelRunner:
             self.graph_invariant = self._capture(max_len, max_num_seqs, num_kv_blocks, invariant=True)
         if (prefill_graphs and self.invariant_policy != "all"
                 and loaded.dtype in (torch.float16, torch.bfloat16)):
-            self.prefill_graphs = PrefillGraphs(self.model, self.kv, block_size, num_kv_blocks, max_num_seqs)
+            self.prefill_graphs = PrefillGraphs(self.model, self.kv, block_size, num_kv_blocks, max_num_seqs,
+                                                strict=self.prefill_strict)
 
     def _capture(self, max_model_len: int, max_num_seqs: int, scratch_block: int,
                  invariant: bool) -> DecodeGraphs | None:
