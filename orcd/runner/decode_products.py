@@ -24,12 +24,17 @@ from orcd.quant.kernels.decode_ops import add_rmsnorm, rope_and_write_kv
 from orcd.quant.kernels.fused_linear import GEMV_MAX_N, MM_MAX_N, fused_gemv, fused_glu, fused_linear
 from orcd.quant.kernels.gemv3_int8 import gemv3_i8
 from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8
+from orcd.quant.kernels.gemv_legacy_int8 import gemv_legacy_i8
 from orcd.quant.kernels.gemv_multi import fused_gemv3
 from orcd.quant.kernels.q6k_split import split_linear
 from orcd.quant.kernels.xquant import quantize_x
 
-Q4_K, Q6_K = 12, 14  # GGMLQuantizationType
+Q5_0, Q8_0, Q4_K, Q6_K = 6, 8, 12, 14  # GGMLQuantizationType
 I8_TYPES = (Q4_K, Q6_K)
+# down also reads Q5_0 / Q8_0 with int8 x (gemv_legacy_int8.py): llama.cpp's fallbacks where the FFN width
+# is not a multiple of 256 (Qwen2.5-72B's 29,568)
+LEGACY_I8_TYPES = (Q5_0, Q8_0)
+DOWN_I8_TYPES = I8_TYPES + LEGACY_I8_TYPES
 # Batches of up to this many rows take the norm-fused path when every product runs on the int8 GEMVs
 # (fused_rows). H100, 7B Q4_K_M, sum of one step's products (bench/results/int8_gemv_7b_multi.md):
 # the NT-token int8 kernels take 3.20 / 4.05 / 7.80 / 12.94 ms at 1 / 2 / 4 / 8 rows, the path above
@@ -220,8 +225,9 @@ class DecodeProducts:
         return self.int8_x and g.qtype == Q4_K and u.qtype == Q4_K and g.out_features % 32 == 0
 
     def down_i8(self, lin: BlockLinears) -> bool:
-        """down on gemv_i8, reading the int8 SwiGLU's quantized output."""
-        return self.glu_i8(lin) and lin.down.qtype in I8_TYPES
+        """down on gemv_i8 (Q4_K / Q6_K) or gemv_legacy_i8 (Q5_0 / Q8_0), reading the int8 SwiGLU's
+        quantized output."""
+        return self.glu_i8(lin) and lin.down.qtype in DOWN_I8_TYPES
 
     def head_i8(self, m) -> bool:
         """The head on gemv_i8, the final RMSNorm inside the x quantization."""
@@ -270,7 +276,7 @@ class DecodeProducts:
         if self.glu_i8(lin):
             xq, xs = quantize_x(res, norm=nrm)
             return glu_q4k_i8(xq, xs, g.raw, u.raw, g.out_features, g.in_features, res.dtype,
-                              quant_out=dn.qtype in I8_TYPES)
+                              quant_out=dn.qtype in DOWN_I8_TYPES)
         y = fused_glu(res, gguf_raw(g, "fused_glu"), gguf_raw(u, "fused_glu"), g.out_features, g.in_features,
                       g.qtype, norm=nrm)
         return y, None, None
@@ -279,7 +285,9 @@ class DecodeProducts:
         """res [B, H] += act @ Wdown.T in place; act from glu (int8 words when it quantized them)."""
         y, aq, asc = act
         dn = lin.down
-        if aq is not None:
+        if aq is not None and dn.qtype in LEGACY_I8_TYPES:
+            gemv_legacy_i8(aq, asc, dn.raw, dn.out_features, dn.in_features, dn.qtype, residual=res)
+        elif aq is not None:
             gemv_i8(aq, asc, dn.raw, dn.out_features, dn.in_features, dn.qtype, residual=res, split=split(dn))
         else:
             fused_gemv(y, gguf_raw(dn, "fused_gemv"), dn.out_features, dn.in_features, dn.qtype, residual=res)

@@ -50,7 +50,7 @@ def rank_main(ctx, path: str, out: str) -> int:
     bf16 = TPFusedDecoder(load_sharded(path, ctx, torch.bfloat16, keep_quantized=True, tokenizer=False).model,
                           ctx.rank, ctx.group)
     p = bf16.products
-    flags = [bf16.fuse_norm, p.int8_x, all(p.attn_i8(lin) for lin in bf16.linears),
+    flags = [bf16.fuse_norm, p.int8_x, all(p.attn_i8(lin) and p.down_i8(lin) for lin in bf16.linears),
              bf16.fused_rows() == I8_MAX_ROWS]
     del bf16
     shard = load_sharded(path, ctx, torch.float32, keep_quantized=True, tokenizer=False)

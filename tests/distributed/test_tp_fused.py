@@ -42,10 +42,12 @@ def test_tp_fused_decode_matches_unsharded_model(tmp_path):
 @pytest.mark.slow  # ~25 s on 2 idle cores: K-quant widths (256 per rank) make ~330 GEMV programs per rank
 @pytest.mark.skipif(not triton_available() or torch.cuda.is_available(),
                     reason="needs triton and no CUDA (on GPUs test_tp_nccl_gpu.py runs the compiled kernels)")
-def test_tp_fused_decode_int8_products(tmp_path):
-    # the Q4_K_M mix (Q6_K attn_v, ffn_down, head); hidden 256, 4 heads of 128: each rank's o and down
-    # keep 256 input columns, one Q4_K/Q6_K block
-    types = {"default": Q.Q4_K, "attn_v": Q.Q6_K, "ffn_down": Q.Q6_K, "output": Q.Q6_K}
+@pytest.mark.parametrize("down", [Q.Q6_K, Q.Q5_0, Q.Q8_0])
+def test_tp_fused_decode_int8_products(tmp_path, down):
+    # the Q4_K_M mix (Q6_K attn_v, ffn_down, head; Q5_0 / Q8_0 downs: its fallbacks where the FFN width
+    # is not a multiple of 256, the 72B's); hidden 256, 4 heads of 128: each rank's o and down keep 256
+    # input columns, one Q4_K/Q6_K block
+    types = {"default": Q.Q4_K, "attn_v": Q.Q6_K, "ffn_down": down, "output": Q.Q6_K}
     path = write_model_gguf(tmp_path / "m.gguf", "qwen2", vocab_size=64, hidden=256, n_layers=1, ffn=512,
                             n_heads=4, n_kv_heads=2, head_dim=128, context_length=256, qtypes=types,
                             tied=False, seed=5, tokenizer_metadata={})

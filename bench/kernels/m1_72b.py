@@ -1,0 +1,149 @@
+"""The 72B's one-row products as its decode step runs them, alone, against the copy rate (issues 16, 21).
+
+At 1 stream the 72B read its 45.2 GB at 1.66 TB/s on one H200 where the 7B reaches 1.86 and llama.cpp's
+layer split 1.98 (docs/performance.md, "Session 23"). Its ffn_down rows (29,568 = 115.5 x 256 inputs) are
+not K-quants: Q5_0 in 40 layers and Q8_0 in 40 (llama.cpp's fallbacks), 16.9 GB a token, and the step runs
+them on the float GEMV (fused_gemv, bf16 x) with 2-byte aligned blocks. This times every product of one
+72B block (and of a tensor-parallel rank's halves, --tp 2) with the kernel the step uses, the down also on
+the alternatives (launch sweep; Q8_0 on the int8 GEMV; the split layouts when present), each over >= 200 MB
+of weight copies from a CUDA graph (bench/peers/products.py).
+
+usage: python bench/kernels/m1_72b.py OUT.json [--tp 1,2] [--rows 1,2,4] [--downs-only]
+       TRITON_INTERPRET=1 python bench/kernels/m1_72b.py OUT.json --dry   (CPU: small shapes)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from functools import partial
+from pathlib import Path
+
+import torch
+from gguf import GGMLQuantizationType as Q
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "bench/peers")]
+import products  # noqa: E402
+from products import blocks, copies_for, copy_bandwidth, graph_time  # noqa: E402
+
+from orcd.quant.kernels.fused_linear import fused_gemv, launch_gemv  # noqa: E402
+from orcd.quant.kernels.gemv3_int8 import gemv3_i8  # noqa: E402
+from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8, tokens_per_program  # noqa: E402
+from orcd.quant.kernels.gemv_legacy_int8 import LEGACY_I8_LAUNCH, gemv_legacy_i8  # noqa: E402
+from orcd.quant.kernels.layout import split_q6_k  # noqa: E402
+from orcd.quant.kernels.q8_int8_gemv import q8_gemv_i8  # noqa: E402
+from orcd.quant.kernels.xquant import quantize_x  # noqa: E402
+
+HIDDEN, FFN, KV = 8192, 29568, 1024
+BYTES = {Q.Q4_K: 144 / 256, Q.Q6_K: 210 / 256, Q.Q5_0: 22 / 32, Q.Q8_0: 34 / 32}
+FLOAT_SWEEP = [(8, 4, 1), (16, 8, 2)]  # the best two of session 24's first sweep (m1_72b_252b5f3.json)
+Q8_I8_SWEEP = [(4, 32, 4), (2, 32, 4)]  # (BO, G, warps): the best two of the same sweep
+LEGACY_SWEEP = [(64, 2, 4), (32, 2, 2), (128, 2, 4), (64, 1, 2), (128, 2, 8), (64, 4, 4), (32, 4, 4),
+                (16, 8, 4), (64, 2, 4, 2), (32, 2, 2, 2)]  # (G, BO, warps[, NT])
+
+
+def product(name: str, kernel: str, qt: Q, n: int, k: int, make, bw: float, glu: bool = False,
+            prep=None) -> dict:
+    """Time make(w) (w one weight copy, or (gate, up) for glu; prep(w) first if given) over the copies."""
+    nbytes = int(n * k * BYTES[qt]) * (2 if glu else 1)
+    ws = []
+    for c in range(copies_for(nbytes)):
+        w = blocks(qt, n, k, 100 + 2 * c)
+        w = prep(w) if prep is not None else w
+        ws.append((w, blocks(qt, n, k, 101 + 2 * c)) if glu else w)
+    try:
+        t = graph_time([partial(make, w) for w in ws])
+    except Exception as err:  # noqa: BLE001 - a launch shape that does not compile or fit: recorded
+        print(f"{name:<28} {kernel:<26} error {str(err).splitlines()[0][:120]}", flush=True)
+        return {"product": name, "kernel": kernel, "error": str(err).splitlines()[0][:200]}
+    row = {"product": name, "kernel": kernel, "type": qt.name, "out": n, "in": k, "bytes": nbytes,
+           "us": t * 1e6, "floor_us": nbytes / bw * 1e6, "TBps": nbytes / t / 1e12}
+    print(f"{name:<28} {kernel:<26} {row['us']:8.1f} us {row['TBps']:5.2f} TB/s "
+          f"(floor {row['floor_us']:.1f})", flush=True)
+    return row
+
+
+def block_rows(tp: int, bw: float, downs_only: bool, m: int = 1) -> list[dict]:
+    """One block's products at a rank's shapes (q/k/v and gate/up split by rows, o and down by inputs)
+    for M rows of x; downs_only: the Q5_0 / Q8_0 downs alone."""
+    q, kv, ffn, attn_in = HIDDEN // tp, KV // tp, FFN // tp, HIDDEN // tp
+    tag = f"tp{tp} M{m} "
+    xq, xs = quantize_x(torch.randn(m, HIDDEN, device=products.DEV, dtype=torch.bfloat16))
+    aq, as_ = quantize_x(torch.randn(m, ffn, device=products.DEV, dtype=torch.bfloat16))
+    oq, os_ = quantize_x(torch.randn(m, attn_in, device=products.DEV, dtype=torch.bfloat16))
+    xb = torch.randn(m, ffn, device=products.DEV, dtype=torch.bfloat16)
+    res = torch.zeros(m, HIDDEN, device=products.DEV, dtype=torch.bfloat16)
+    rows = [] if downs_only else [
+        product(tag + f"q {q}x{HIDDEN}", "gemv_i8", Q.Q4_K, q, HIDDEN,
+                lambda w: gemv_i8(xq, xs, w, q, HIDDEN, 12), bw),
+        product(tag + f"v {kv}x{HIDDEN} Q6_K split", "gemv_i8 split", Q.Q6_K, kv, HIDDEN,
+                lambda w: gemv_i8(xq, xs, w, kv, HIDDEN, 14, split=True), bw, prep=split_q6_k),
+        product(tag + f"o {HIDDEN}x{attn_in}", "gemv_i8 +res", Q.Q4_K, HIDDEN, attn_in,
+                lambda w: gemv_i8(oq, os_, w, HIDDEN, attn_in, 12, residual=res), bw),
+        product(tag + f"gate/up {ffn}x{HIDDEN}", "glu_q4k_i8", Q.Q4_K, ffn, HIDDEN,
+                lambda w: glu_q4k_i8(xq, xs, w[0], w[1], ffn, HIDDEN), bw, glu=True),
+        product(tag + f"q/k/v {q + 2 * kv}x{HIDDEN}", "gemv3_i8 (Q4_K)", Q.Q4_K, q + 2 * kv, HIDDEN,
+                lambda w: gemv3_i8(xq, xs, [(w[:q], q, 12, None), (w[q:q + kv], kv, 12, None),
+                                            (w[q + kv:], kv, 12, None)], HIDDEN, torch.bfloat16), bw),
+    ]
+    for qt in (Q.Q5_0, Q.Q8_0):
+        name = tag + f"down {HIDDEN}x{ffn} {qt.name}"
+        rows.append(product(name, "gemv_legacy_i8 (default)", qt, HIDDEN, ffn,
+                            lambda w, qt=qt: gemv_legacy_i8(aq, as_, w, HIDDEN, ffn, qt, residual=res), bw))
+        for launch in LEGACY_SWEEP:
+            if launch != LEGACY_I8_LAUNCH[tokens_per_program(m)][qt]:
+                kname = "legacy_i8 G{} BO{} w{}".format(*launch)
+                kname += f" NT{launch[3]}" if len(launch) > 3 else ""
+                rows.append(product(name, kname, qt, HIDDEN, ffn,
+                                    lambda w, qt=qt, c=launch: gemv_legacy_i8(aq, as_, w, HIDDEN, ffn, qt,
+                                                                              residual=res, launch=c), bw))
+        rows.append(product(name, "fused_gemv (before)", qt, HIDDEN, ffn,
+                            lambda w, qt=qt: fused_gemv(xb, w, HIDDEN, ffn, int(qt), residual=res), bw))
+        y = torch.empty(m, HIDDEN, device=products.DEV, dtype=torch.bfloat16)
+        for c in FLOAT_SWEEP:
+            rows.append(product(name, "float G{} BO{} w{}".format(*c), qt, HIDDEN, ffn,
+                                lambda w, qt=qt, c=c, y=y: launch_gemv(xb, w, y, int(qt), HIDDEN, ffn, *c),
+                                bw))
+    name = tag + f"down {HIDDEN}x{ffn} Q8_0"
+    for launch in Q8_I8_SWEEP:
+        rows.append(product(name, f"q8_gemv_i8 BO{launch[0]} G{launch[1]} w{launch[2]}", Q.Q8_0, HIDDEN, ffn,
+                            lambda w, c=launch: q8_gemv_i8(aq, as_, [(w, HIDDEN, None)], ffn, torch.bfloat16,
+                                                           residual=res, launch=c), bw))
+    return rows
+
+
+def main() -> None:
+    global HIDDEN, FFN, KV, FLOAT_SWEEP, Q8_I8_SWEEP, LEGACY_SWEEP
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--tp", default="1,2", help="world sizes whose rank shapes to time")
+    ap.add_argument("--dry", action="store_true", help="small shapes, few launches (the CPU path)")
+    ap.add_argument("--downs-only", action="store_true", help="only the Q5_0 / Q8_0 downs")
+    ap.add_argument("--rows", default="1", help="x rows (M); past 1 the downs only")
+    a = ap.parse_args()
+    if a.dry:
+        HIDDEN, FFN, KV = 512, 1536, 256
+        FLOAT_SWEEP, Q8_I8_SWEEP, LEGACY_SWEEP = FLOAT_SWEEP[:1], Q8_I8_SWEEP[:1], LEGACY_SWEEP[:1]
+    bw = copy_bandwidth()
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
+    rows = []
+    for tp in [int(t) for t in a.tp.split(",")]:
+        for m in [int(r) for r in a.rows.split(",")]:
+            rows += block_rows(tp, bw, a.downs_only or m > 1, m)
+        dev = torch.cuda.get_device_name() if products.DEV == "cuda" else "cpu"
+        Path(a.out).write_text(json.dumps({"device": dev, "copy_TBps": bw / 1e12, "rows": rows}, indent=1))
+    print("\n| product | kernel (first: the step's) | µs | TB/s | best | best µs | best TB/s |")
+    print("|---|---|---|---|---|---|---|")
+    for name in dict.fromkeys(r["product"] for r in rows):
+        ok = [r for r in rows if r["product"] == name and "us" in r]
+        if not ok:
+            continue
+        first, best = ok[0], min(ok, key=lambda r: r["us"])
+        print(f"| {name} | {first['kernel']} | {first['us']:.1f} | {first['TBps']:.2f} | {best['kernel']} | "
+              f"{best['us']:.1f} | {best['TBps']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
