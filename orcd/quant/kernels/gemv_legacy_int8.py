@@ -34,7 +34,7 @@ from orcd.quant.kernels.xquant import asm_ok, dp4a
 # at the 72B's down shapes, K = 29,568 and a TP rank's 14,784 (bench/kernels/m1_72b.py; session 24 in
 # docs/performance.md). NT 8 (the fused step takes at most 4 rows): not swept.
 LEGACY_I8_LAUNCH = MappingProxyType({
-    1: MappingProxyType({Q.Q8_0: (64, 2, 4), Q.Q5_0: (64, 2, 4)}),
+    1: MappingProxyType({Q.Q8_0: (64, 2, 4), Q.Q5_0: (64, 1, 2)}),
     2: MappingProxyType({Q.Q8_0: (64, 2, 4), Q.Q5_0: (64, 2, 4)}),
     4: MappingProxyType({Q.Q8_0: (16, 8, 4), Q.Q5_0: (32, 4, 4)}),
     8: MappingProxyType({Q.Q8_0: (16, 8, 4), Q.Q5_0: (32, 4, 4)}),
