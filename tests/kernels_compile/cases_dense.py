@@ -39,7 +39,8 @@ def linear(qt: Q, out: int, k: int, bias: bool = False) -> SimpleNamespace:
 
 
 def block(down: Q) -> BlockLinears:
-    """One Q4_K_M block: q, k Q4_K and v Q6_K with qwen2's biases, o and gate/up Q4_K, down Q4_K or Q6_K."""
+    """One Q4_K_M block: q, k Q4_K and v Q6_K with qwen2's biases, o and gate/up Q4_K, down of the type
+    given (Q4_K or Q6_K; Q5_0 / Q8_0 where the FFN width is not whole super-blocks)."""
     return BlockLinears(q=linear(Q.Q4_K, Q_OUT, H, True), k=linear(Q.Q4_K, KV_OUT, H, True),
                         v=linear(Q.Q6_K, KV_OUT, H, True), o=linear(Q.Q4_K, H, Q_OUT),
                         gate=linear(Q.Q4_K, FFN, H), up=linear(Q.Q4_K, FFN, H), down=linear(down, H, FFN))
@@ -131,6 +132,12 @@ def int8_decode() -> None:
     int8_tables((8,), (Q.Q4_K,), glu=False)
 
 
+def legacy_downs(rows: tuple) -> None:
+    """Q5_0 and Q8_0 downs (the 72B's: llama.cpp's fallbacks for an FFN width that is not a multiple of
+    256) after the int8 SwiGLU: gemv_legacy_i8 through DecodeProducts.down, NT per the row count."""
+    step(True, rows, (Q.Q5_0, Q.Q8_0), head=False)
+
+
 def gemma3_products(rows: tuple) -> None:
     """Gemma 3 270M (H 640, FFN 2048, Q8_0), as fused_gemma3.py calls them: q GEMV with the norm, the
     GELU GLU with the norm, o added into the residual (GEMVs at 1 row, batched_fused above GEMV_MAX_N)."""
@@ -177,9 +184,10 @@ def every_type() -> None:
 
 
 CORE = {"int8_decode": int8_decode, "dense_batched": dense_batched, "q6k_split": lambda: q6k_split((1,)),
-        "q6k_split_batched": lambda: q6k_split_rows((8,))}
+        "q6k_split_batched": lambda: q6k_split_rows((8,)), "legacy_downs": lambda: legacy_downs((1,))}
 EXTENDED = {"int8_rows_2_4": lambda: step(True, (2, 4), (Q.Q6_K, Q.Q4_K)),
             "int8_tables": lambda: int8_tables((1, 2, 4, 8)),
+            "legacy_downs_rows": lambda: legacy_downs((2, 4, 8)),
             "float_decode": lambda: step(False, (1, 4), (Q.Q6_K, Q.Q4_K)),
             "unfused_rows_64": lambda: unfused_rows((64,)), "every_type": every_type,
             "q6k_split_rows": lambda: q6k_split((2, 4, 8)),
