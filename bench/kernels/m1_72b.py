@@ -32,12 +32,11 @@ from orcd.quant.kernels.fused_linear import fused_gemv, launch_gemv  # noqa: E40
 from orcd.quant.kernels.gemv3_int8 import gemv3_i8  # noqa: E402
 from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8, tokens_per_program  # noqa: E402
 from orcd.quant.kernels.gemv_legacy_int8 import LEGACY_I8_LAUNCH, gemv_legacy_i8  # noqa: E402
-from orcd.quant.kernels.layout import split_q6_k  # noqa: E402
+from orcd.quant.kernels.layout import row_bytes, split_q6_k  # noqa: E402
 from orcd.quant.kernels.q8_int8_gemv import q8_gemv_i8  # noqa: E402
 from orcd.quant.kernels.xquant import quantize_x  # noqa: E402
 
 HIDDEN, FFN, KV = 8192, 29568, 1024
-BYTES = {Q.Q4_K: 144 / 256, Q.Q6_K: 210 / 256, Q.Q5_0: 22 / 32, Q.Q8_0: 34 / 32}
 FLOAT_SWEEP = [(8, 4, 1), (16, 8, 2)]  # the best two of session 24's first sweep (m1_72b_252b5f3.json)
 Q8_I8_SWEEP = [(4, 32, 4), (2, 32, 4)]  # (BO, G, warps): the best two of the same sweep
 LEGACY_SWEEP = [(64, 2, 4), (32, 2, 2), (128, 2, 4), (64, 1, 2), (128, 2, 8), (64, 4, 4), (32, 4, 4),
@@ -47,7 +46,7 @@ LEGACY_SWEEP = [(64, 2, 4), (32, 2, 2), (128, 2, 4), (64, 1, 2), (128, 2, 8), (6
 def product(name: str, kernel: str, qt: Q, n: int, k: int, make, bw: float, glu: bool = False,
             prep=None) -> dict:
     """Time make(w) (w one weight copy, or (gate, up) for glu; prep(w) first if given) over the copies."""
-    nbytes = int(n * k * BYTES[qt]) * (2 if glu else 1)
+    nbytes = n * row_bytes(qt, k) * (2 if glu else 1)
     ws = []
     for c in range(copies_for(nbytes)):
         w = blocks(qt, n, k, 100 + 2 * c)

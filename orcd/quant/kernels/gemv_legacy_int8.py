@@ -28,6 +28,7 @@ from gguf import GGMLQuantizationType as Q
 from orcd.quant.kernels.fused_linear import launch_opts
 from orcd.quant.kernels.gemv_int8 import _epilogue, _word, tokens_per_program
 from orcd.quant.kernels.gemv_tiles import _f16
+from orcd.quant.kernels.layout import row_bytes
 from orcd.quant.kernels.xquant import asm_ok, dp4a
 
 # (G blocks per pass, BO rows per program, warps) by NT tokens per program: the best of a sweep on an H200
@@ -39,7 +40,7 @@ LEGACY_I8_LAUNCH = MappingProxyType({
     4: MappingProxyType({Q.Q8_0: (16, 8, 4), Q.Q5_0: (32, 4, 4)}),
     8: MappingProxyType({Q.Q8_0: (16, 8, 4), Q.Q5_0: (32, 4, 4)}),
 })
-HALFWORDS = MappingProxyType({Q.Q8_0: 17, Q.Q5_0: 11})  # a block's size in halfwords
+TYPES = (Q.Q8_0, Q.Q5_0)  # blocks of 17 and 11 halfwords (the kernel's * 17 and * 11)
 
 
 @triton.jit
@@ -146,9 +147,9 @@ def gemv_legacy_i8(xq: torch.Tensor, xs: torch.Tensor, raw: torch.Tensor, out_fe
     product is added into it in place and it is returned. launch: (G, BO, warps[, NT]) instead of the
     table's."""
     qt = int(qtype)
-    if qt not in HALFWORDS:
+    if qt not in TYPES:
         raise ValueError(f"gemv_legacy_i8 reads Q8_0 (8) and Q5_0 (6), not type {qt}")
-    if in_features % 32 or raw.numel() != out_features * in_features // 32 * 2 * HALFWORDS[qt]:
+    if in_features % 32 or raw.numel() != out_features * row_bytes(qt, in_features):
         raise ValueError(f"raw must be uint8 [{out_features}, {in_features} // 32 blocks] of type {qt}")
     n = xq.shape[0]
     y = residual if residual is not None else torch.empty((n, out_features), dtype=dtype, device=xq.device)
