@@ -8,7 +8,12 @@ them on the float GEMV (fused_gemv, bf16 x) with 2-byte aligned blocks. This tim
 the alternatives (launch sweep; Q8_0 on the int8 GEMV; the split layouts when present), each over >= 200 MB
 of weight copies from a CUDA graph (bench/peers/products.py).
 
-usage: python bench/kernels/m1_72b.py OUT.json [--tp 1,2] [--rows 1,2,4] [--downs-only]
+--batched 8,16,32,64 times instead the unfused step's products at those batch sizes (5..64 rows): the
+Q5_0 / Q8_0 downs on fused_linear (the step's route) against dequantize + cuBLAS, batched_linear and
+(<= 8 rows) quantize_x + gemv_legacy_i8; q/k/v as the step runs them (batched_qkv.qkv_one_launch)
+against one batched_qkv launch and three fused_linear calls (the CUDA-C tensor-core kernel for Q4_K).
+
+usage: python bench/kernels/m1_72b.py OUT.json [--tp 1,2] [--rows 1,2,4] [--downs-only] [--batched 8,64]
        TRITON_INTERPRET=1 python bench/kernels/m1_72b.py OUT.json --dry   (CPU: small shapes)
 """
 
@@ -28,7 +33,10 @@ sys.path[:0] = [str(ROOT / "bench/peers")]
 import products  # noqa: E402
 from products import blocks, copies_for, copy_bandwidth, graph_time  # noqa: E402
 
-from orcd.quant.kernels.fused_linear import fused_gemv, launch_gemv  # noqa: E402
+from orcd.quant.kernels.batched_linear import batched_linear  # noqa: E402
+from orcd.quant.kernels.batched_qkv import batched_qkv, qkv_one_launch  # noqa: E402
+from orcd.quant.kernels.dequant_kernel import dequantize_raw  # noqa: E402
+from orcd.quant.kernels.fused_linear import fused_gemv, fused_linear, launch_gemv  # noqa: E402
 from orcd.quant.kernels.gemv3_int8 import gemv3_i8  # noqa: E402
 from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8, tokens_per_program  # noqa: E402
 from orcd.quant.kernels.gemv_legacy_int8 import LEGACY_I8_LAUNCH, gemv_legacy_i8  # noqa: E402
@@ -41,6 +49,7 @@ FLOAT_SWEEP = [(8, 4, 1), (16, 8, 2)]  # the best two of session 24's first swee
 Q8_I8_SWEEP = [(4, 32, 4), (2, 32, 4)]  # (BO, G, warps): the best two of the same sweep
 LEGACY_SWEEP = [(64, 2, 4), (32, 2, 2), (128, 2, 4), (64, 1, 2), (128, 2, 8), (64, 4, 4), (32, 4, 4),
                 (16, 8, 4), (64, 2, 4, 2), (32, 2, 2, 2)]  # (G, BO, warps[, NT])
+BATCH_SWEEP = [(32, 4, 4, 8), (16, 8, 4, 8)]  # (G, BO, warps, NT): session 25's best two at 8 rows
 
 
 def product(name: str, kernel: str, qt: Q, n: int, k: int, make, bw: float, glu: bool = False,
@@ -113,24 +122,67 @@ def block_rows(tp: int, bw: float, downs_only: bool, m: int = 1) -> list[dict]:
     return rows
 
 
+def batched_rows(tp: int, bw: float, m: int) -> list[dict]:
+    """The unfused step's downs and q/k/v at a rank's shapes for an M-row batch (M > 4)."""
+    q, kv, ffn = HIDDEN // tp, KV // tp, FFN // tp
+    tag = f"tp{tp} M{m} "
+    act = torch.randn(m, ffn, device=products.DEV, dtype=torch.bfloat16)
+    h = torch.randn(m, HIDDEN, device=products.DEV, dtype=torch.bfloat16)
+    rows = []
+    for qt in (Q.Q5_0, Q.Q8_0):
+        name = tag + f"down {HIDDEN}x{ffn} {qt.name}"
+        rows.append(product(name, "fused_linear (the step's)", qt, HIDDEN, ffn,
+                            lambda w, qt=qt: fused_linear(act, w, HIDDEN, ffn, int(qt)), bw))
+        dense = partial(dequantize_raw, qtype=int(qt), out_features=HIDDEN, in_features=ffn, dtype=act.dtype)
+        rows.append(product(name, "dequantize + cuBLAS", qt, HIDDEN, ffn,
+                            lambda w, d=dense: act @ d(w).t(), bw))
+        rows.append(product(name, "batched_linear", qt, HIDDEN, ffn,
+                            lambda w, qt=qt: batched_linear(act, w, HIDDEN, ffn, int(qt)), bw))
+        for launch in BATCH_SWEEP if m <= 8 else []:
+            kname = "quantize_x + legacy_i8 G{} BO{} w{} NT{}".format(*launch)
+            legacy = partial(gemv_legacy_i8, out_features=HIDDEN, in_features=ffn, qtype=qt, launch=launch)
+            rows.append(product(name, kname, qt, HIDDEN, ffn, lambda w, f=legacy: f(*quantize_x(act), w), bw))
+    n = q + 2 * kv
+    cuts = [(0, q), (q, q + kv), (q + kv, n)]
+    name = tag + f"q/k/v {n}x{HIDDEN}"
+    rows.append(product(name, "qkv_rows (the step's)", Q.Q4_K, n, HIDDEN,
+                        lambda w: qkv_rows_of(h, [(w[a:b], b - a, 12, None) for a, b in cuts]), bw))
+    rows.append(product(name, "batched_qkv", Q.Q4_K, n, HIDDEN,
+                        lambda w: batched_qkv(h, [(w[a:b], b - a, 12, None) for a, b in cuts], HIDDEN), bw))
+    rows.append(product(name, "3 x fused_linear", Q.Q4_K, n, HIDDEN,
+                        lambda w: [fused_linear(h, w[a:b], b - a, HIDDEN, 12) for a, b in cuts], bw))
+    return rows
+
+
+def qkv_rows_of(h: torch.Tensor, weights: list) -> list[torch.Tensor]:
+    """DecodeProducts.qkv_rows's choice for these three raw Q4_K weights (no bias)."""
+    if qkv_one_launch(weights, h.shape[0], HIDDEN):
+        return batched_qkv(h, weights, HIDDEN)
+    return [fused_linear(h, w, o, HIDDEN, qt) for w, o, qt, _b in weights]
+
+
 def main() -> None:
-    global HIDDEN, FFN, KV, FLOAT_SWEEP, Q8_I8_SWEEP, LEGACY_SWEEP
+    global HIDDEN, FFN, KV, FLOAT_SWEEP, Q8_I8_SWEEP, LEGACY_SWEEP, BATCH_SWEEP
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
     ap.add_argument("--tp", default="1,2", help="world sizes whose rank shapes to time")
     ap.add_argument("--dry", action="store_true", help="small shapes, few launches (the CPU path)")
     ap.add_argument("--downs-only", action="store_true", help="only the Q5_0 / Q8_0 downs")
     ap.add_argument("--rows", default="1", help="x rows (M); past 1 the downs only")
+    ap.add_argument("--batched", default="", help="batch sizes > 4: the unfused step's downs and q/k/v")
     a = ap.parse_args()
     if a.dry:
         HIDDEN, FFN, KV = 512, 1536, 256
         FLOAT_SWEEP, Q8_I8_SWEEP, LEGACY_SWEEP = FLOAT_SWEEP[:1], Q8_I8_SWEEP[:1], LEGACY_SWEEP[:1]
+        BATCH_SWEEP = BATCH_SWEEP[1:2]
     bw = copy_bandwidth()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     rows = []
     for tp in [int(t) for t in a.tp.split(",")]:
-        for m in [int(r) for r in a.rows.split(",")]:
+        for m in [int(r) for r in a.rows.split(",")] if not a.batched else []:
             rows += block_rows(tp, bw, a.downs_only or m > 1, m)
+        for m in [int(r) for r in a.batched.split(",") if r]:
+            rows += batched_rows(tp, bw, m)
         dev = torch.cuda.get_device_name() if products.DEV == "cuda" else "cpu"
         Path(a.out).write_text(json.dumps({"device": dev, "copy_TBps": bw / 1e12, "rows": rows}, indent=1))
     print("\n| product | kernel (first: the step's) | µs | TB/s | best | best µs | best TB/s |")

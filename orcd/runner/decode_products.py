@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from orcd.models.layers.attention import AttnMetadata
 from orcd.models.layers.attention_triton import paged_decode_attention
 from orcd.quant.kernels import get_fused_linear
-from orcd.quant.kernels.batched_qkv import batched_qkv, qkv_routed
+from orcd.quant.kernels.batched_qkv import batched_qkv, qkv_one_launch
 from orcd.quant.kernels.decode_ops import add_rmsnorm, rope_and_write_kv
 from orcd.quant.kernels.fused_linear import GEMV_MAX_N, MM_MAX_N, fused_gemv, fused_glu, fused_linear
 from orcd.quant.kernels.gemv3_int8 import gemv3_i8
@@ -249,13 +249,13 @@ class DecodeProducts:
 
     def qkv_rows(self, lin: BlockLinears, h: torch.Tensor) -> list[torch.Tensor]:
         """The unfused step's q, k, v of h [B, H] (already normed): one batched_qkv launch for
-        GEMV_MAX_N < B <= MM_MAX_N where it is on and takes the three weights (split Q6_K ones too: a
-        flag each), else three products."""
+        GEMV_MAX_N < B <= MM_MAX_N where it is on and qkv_one_launch chooses it (split Q6_K weights too:
+        a flag each), else three products."""
         qkv = lin.qkv()
         if (self.batched_qkv and GEMV_MAX_N < h.shape[0] <= MM_MAX_N
                 and all(m.raw is not None for m in qkv)):
             weights = [(m.raw, m.out_features, m.qtype, m.bias) for m in qkv]
-            if qkv_routed(weights, lin.q.in_features):
+            if qkv_one_launch(weights, h.shape[0], lin.q.in_features):
                 return batched_qkv(h, weights, lin.q.in_features, split=tuple(split(m) for m in qkv))
         return [linear(m, h) for m in qkv]
 

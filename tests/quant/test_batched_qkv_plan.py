@@ -8,7 +8,13 @@ from gguf import GGMLQuantizationType as T
 
 pytest.importorskip("triton")
 
-from orcd.quant.kernels.batched_qkv import SPLIT_STEP, batched_qkv, qkv_plan, qkv_routed  # noqa: E402
+from orcd.quant.kernels.batched_qkv import (  # noqa: E402
+    SPLIT_STEP,
+    batched_qkv,
+    qkv_one_launch,
+    qkv_plan,
+    qkv_routed,
+)
 
 
 def _w(qt: T, n: int, k: int, bias: bool = False):
@@ -26,6 +32,16 @@ def test_routed_sets():
     assert not qkv_routed([q5k] * 3, k)  # no tile for Q5_K
     assert not qkv_routed([_w(T.Q8_0, 64, 896)] * 3, 896)  # K not a multiple of 256
     assert not qkv_routed([_w(T.Q4_K, 512, k, bias=True), _w(T.Q4_K, 512, k), _w(T.Q4_K, 512, k)], k)
+
+
+def test_one_launch_for_the_7b_not_for_a_large_qkv_at_few_rows():
+    seven = [_w(T.Q4_K, 3584, 3584), _w(T.Q4_K, 512, 3584), _w(T.Q6_K, 512, 3584)]
+    assert all(qkv_one_launch(seven, m, 3584) for m in (5, 8, 32, 64))
+    big = [_w(T.Q4_K, 8192, 8192), _w(T.Q4_K, 1024, 8192), _w(T.Q4_K, 1024, 8192)]  # the 72B on one GPU
+    assert [qkv_one_launch(big, m, 8192) for m in (5, 8, 32, 33, 64)] == [False, False, False, True, True]
+    rank4 = [_w(T.Q4_K, 2048, 8192), _w(T.Q4_K, 256, 8192), _w(T.Q4_K, 256, 8192)]  # a TP 4 rank's
+    assert qkv_one_launch(rank4, 8, 8192)
+    assert not qkv_one_launch(big[:2], 64, 8192)  # not routed at all: two weights
 
 
 def test_plan_splits_7b_at_8_rows():

@@ -29,6 +29,14 @@ from orcd.quant.kernels.split_k import (
     steps_per_split,
 )
 
+# Large q/k/v at 5..32 rows take three fused_linear calls (for Q4_K the CUDA-C tensor-core kernel)
+# instead: one H200, the 72B's Q4_K q/k/v (8192 inputs; bench/kernels/m1_72b.py --batched,
+# bench/results/tp4_s25/): 10240 rows (one GPU) batched_qkv 90.8 / 91.6 / 80.5 us at 8 / 16 / 32 rows, three
+# products 42.2 / 52.8 / 56.5; a TP 2 rank's 5120 rows 49.2 / 49.5 / 43.7 against 33.9 / 39.1 / 42.1. At
+# 64 rows (TP 2: 61.8 against more) and at a TP 4 rank's 2560 rows (21.6 against 32.1 at 8) one launch
+# wins, and the 7B's 4608 x 3584 (16.5 M weights) stays on it, where it was tuned.
+THREE_MIN_WEIGHTS = 1 << 25
+THREE_MAX_ROWS = 32
 SPLIT_STEP = 256  # inputs: split ranges are whole multiples of this (every MM_TILES K step divides it)
 Weight = tuple[torch.Tensor, int, int, torch.Tensor | None]  # (raw [out, row_bytes], out, qtype, bias)
 
@@ -115,6 +123,14 @@ def qkv_routed(weights: list[Weight], in_features: int) -> bool:
     steps, biases all present or all absent."""
     return (len(weights) == 3 and all(int(qt) in MM_TILES for _r, _o, qt, _b in weights)
             and in_features % SPLIT_STEP == 0 and len({b is None for *_w, b in weights}) == 1)
+
+
+def qkv_one_launch(weights: list[Weight], m: int, in_features: int) -> bool:
+    """Whether the unfused decode step (DecodeProducts.qkv_rows) runs these three weights for an m-row
+    batch in one batched_qkv launch (qkv_routed) rather than three fused_linear calls: not for large
+    q/k/v (>= THREE_MIN_WEIGHTS together) at <= THREE_MAX_ROWS rows."""
+    big = sum(o for _r, o, _q, _b in weights) * in_features >= THREE_MIN_WEIGHTS
+    return qkv_routed(weights, in_features) and not (big and m <= THREE_MAX_ROWS)
 
 
 def qkv_plan(m: int, outs: list[int], k: int, bn: int, target: int = TARGET_PROGRAMS) -> tuple[int, int]:
