@@ -9,8 +9,8 @@ the alternatives (launch sweep; Q8_0 on the int8 GEMV; the split layouts when pr
 of weight copies from a CUDA graph (bench/peers/products.py).
 
 --batched 8,16,32,64 times instead the unfused step's products at those batch sizes (5..64 rows): the
-Q5_0 / Q8_0 downs on fused_linear (the step's route) against dequantize + cuBLAS, batched_linear and
-(<= 8 rows) quantize_x + gemv_legacy_i8; q/k/v as the step runs them (batched_qkv.qkv_one_launch)
+Q5_0 / Q8_0 downs as the step runs them (DecodeProducts.down_rows) against fused_linear, dequantize +
+cuBLAS, batched_linear and (<= 8 rows) quantize_x + gemv_legacy_i8; q/k/v as the step runs them (batched_qkv.qkv_one_launch)
 against one batched_qkv launch and three fused_linear calls (the CUDA-C tensor-core kernel for Q4_K).
 
 usage: python bench/kernels/m1_72b.py OUT.json [--tp 1,2] [--rows 1,2,4] [--downs-only] [--batched 8,64]
@@ -24,6 +24,7 @@ import json
 import sys
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from gguf import GGMLQuantizationType as Q
@@ -43,12 +44,14 @@ from orcd.quant.kernels.gemv_legacy_int8 import LEGACY_I8_LAUNCH, gemv_legacy_i8
 from orcd.quant.kernels.layout import row_bytes, split_q6_k  # noqa: E402
 from orcd.quant.kernels.q8_int8_gemv import q8_gemv_i8  # noqa: E402
 from orcd.quant.kernels.xquant import quantize_x  # noqa: E402
+from orcd.runner.decode_products import DecodeProducts  # noqa: E402
 
 HIDDEN, FFN, KV = 8192, 29568, 1024
 FLOAT_SWEEP = [(8, 4, 1), (16, 8, 2)]  # the best two of session 24's first sweep (m1_72b_252b5f3.json)
 Q8_I8_SWEEP = [(4, 32, 4), (2, 32, 4)]  # (BO, G, warps): the best two of the same sweep
 LEGACY_SWEEP = [(64, 2, 4), (32, 2, 2), (128, 2, 4), (64, 1, 2), (128, 2, 8), (64, 4, 4), (32, 4, 4),
                 (16, 8, 4), (64, 2, 4, 2), (32, 2, 2, 2)]  # (G, BO, warps[, NT])
+STEP = DecodeProducts(int8_x=True, int8_attn=True)  # the unfused step's choices (down_rows)
 BATCH_SWEEP = [(32, 4, 4, 8), (16, 8, 4, 8)]  # (G, BO, warps, NT): session 25's best two at 8 rows
 
 
@@ -131,7 +134,10 @@ def batched_rows(tp: int, bw: float, m: int) -> list[dict]:
     rows = []
     for qt in (Q.Q5_0, Q.Q8_0):
         name = tag + f"down {HIDDEN}x{ffn} {qt.name}"
-        rows.append(product(name, "fused_linear (the step's)", qt, HIDDEN, ffn,
+        rows.append(product(name, "down_rows (the step's)", qt, HIDDEN, ffn,
+                            lambda w, qt=qt: STEP.down_rows(SimpleNamespace(down=SimpleNamespace(
+                                qtype=qt, raw=w, out_features=HIDDEN, in_features=ffn, bias=None)), act), bw))
+        rows.append(product(name, "fused_linear", qt, HIDDEN, ffn,
                             lambda w, qt=qt: fused_linear(act, w, HIDDEN, ffn, int(qt)), bw))
         dense = partial(dequantize_raw, qtype=int(qt), out_features=HIDDEN, in_features=ffn, dtype=act.dtype)
         rows.append(product(name, "dequantize + cuBLAS", qt, HIDDEN, ffn,

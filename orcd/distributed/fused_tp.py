@@ -158,7 +158,7 @@ class TPFusedDecoder:
             o = attend(blk.attn, q, k, v, pos, self.inv_freq, kv.k[i], kv.v[i], meta)
             delta = self._all_reduce(linear(lin.o, o))
             h = add_rmsnorm(delta, res, blk.ffn_norm.weight, blk.ffn_norm.eps)
-            delta = self._all_reduce(linear(lin.down, glu(lin.gate, lin.up, h)))
+            delta = self._all_reduce(self.products.down_rows(lin, glu(lin.gate, lin.up, h)))
         return add_rmsnorm(delta, res, self.model.norm.weight, self.model.norm.eps)
 
     def _all_reduce(self, y: torch.Tensor) -> torch.Tensor:

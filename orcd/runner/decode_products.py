@@ -41,6 +41,11 @@ DOWN_I8_TYPES = I8_TYPES + LEGACY_I8_TYPES
 # GEMV_MAX_N (batched_linear / dequantize + cuBLAS) 8.22 ms at 8: so 4, not more, until the int8
 # kernels stop being instruction-bound at 8 rows.
 I8_MAX_ROWS = 4
+# The unfused step's Q5_0 downs of 5..8 rows run on gemv_legacy_i8 (x quantized per 32, 8 tokens per
+# program: one weight read) instead of dequantize + cuBLAS: one H200, the 72B's Q5_0 ffn_down at 8 rows,
+# 218 against 322 us (one GPU), 97.5 against 188 (a TP 2 rank), 47.6 against 81 (TP 4); at 16 rows the
+# int8 kernel is instruction-bound and no faster (bench/results/tp4_s25/m1_batched_*.json).
+LEGACY_ROWS_MAX = 8
 
 Norm = tuple[torch.Tensor, float]  # (RMSNorm weight [H], eps)
 
@@ -127,7 +132,7 @@ class QuantRows:
         return linear(self.lin.o, x)
 
     def mlp(self, h: torch.Tensor) -> torch.Tensor:
-        return linear(self.lin.down, glu(self.lin.gate, self.lin.up, h))
+        return self.products.down_rows(self.lin, glu(self.lin.gate, self.lin.up, h))
 
 
 def check_block_kind(model) -> None:
@@ -291,6 +296,17 @@ class DecodeProducts:
             gemv_i8(aq, asc, dn.raw, dn.out_features, dn.in_features, dn.qtype, residual=res, split=split(dn))
         else:
             fused_gemv(y, gguf_raw(dn, "fused_gemv"), dn.out_features, dn.in_features, dn.qtype, residual=res)
+
+    def down_rows(self, lin: BlockLinears, a: torch.Tensor) -> torch.Tensor:
+        """The unfused step's down of a [B, F] (the SwiGLU output) -> [B, H]: a Q5_0 down of at most
+        LEGACY_ROWS_MAX rows on gemv_legacy_i8 with int8_x (a quantized per 32), else linear."""
+        dn = lin.down
+        if (self.int8_x and dn.qtype == Q5_0 and dn.raw is not None and a.shape[0] <= LEGACY_ROWS_MAX
+                and dn.in_features % 32 == 0):
+            aq, asc = quantize_x(a)
+            return gemv_legacy_i8(aq, asc, dn.raw, dn.out_features, dn.in_features, dn.qtype, dn.bias,
+                                  dtype=a.dtype)
+        return linear(dn, a)
 
     def head(self, m, res: torch.Tensor, nrm: Norm) -> torch.Tensor:
         """RMSNorm(res) * w @ W_head.T -> [B, out] in res.dtype (m: the head, or this rank's rows)."""

@@ -48,7 +48,25 @@ def run_case(device: str, qt: Q, tokens: int, out_f: int = 40, k: int = 160, lau
     print(f"exact-res-{name} {rel(got, res.double() + x_seen(xq) @ wd.T):.3e} 1e-5")
 
 
+def run_rows(device: str, rows: int, out_f: int = 40, k: int = 160) -> None:
+    """DecodeProducts.down_rows (the unfused step's down) on a Q5_0 weight: gemv_legacy_i8 up to
+    LEGACY_ROWS_MAX rows (`float-rows-*`, x's int8 rounding), the same values as linear() above it."""
+    from types import SimpleNamespace
+
+    from orcd.runner.decode_products import LEGACY_ROWS_MAX, DecodeProducts, linear
+
+    gen = torch.Generator().manual_seed(rows)
+    raw, wd = weights(Q.Q5_0, out_f, k, gen)
+    dn = SimpleNamespace(qtype=Q.Q5_0, raw=raw.to(device), out_features=out_f, in_features=k, bias=None)
+    a = torch.randn(rows, k, generator=gen).to(device)
+    y = DecodeProducts(int8_x=True, int8_attn=True).down_rows(SimpleNamespace(down=dn), a)
+    print(f"float-rows-{rows} {rel(y, a.double().cpu() @ wd.T):.3e} 2e-2")
+    if rows > LEGACY_ROWS_MAX:
+        print(f"same-as-linear-rows-{rows} {int(not torch.equal(y, linear(dn, a)))} 1")
+
+
 if __name__ == "__main__":
+    run_rows("cpu", 6)
     for qt in (Q.Q8_0, Q.Q5_0):
         run_case("cpu", qt, 1)
         run_case("cpu", qt, 3, launch=(2, 16, 4))  # 5 blocks in steps of 2: a masked tail; 40 rows over BO 16

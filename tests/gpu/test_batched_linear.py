@@ -63,19 +63,18 @@ def test_batched_linear_under_interpreter():
 
 
 def test_route_by_type_and_size():
-    """batched_linear takes Q8_0 always, K-quants and Q5_0 from 2^24 weights (the 72B's Q5_0 ffn_down,
-    not the 0.5B's Q5_0 attention and gate/up)."""
+    """batched_linear takes Q8_0 always, K-quants from 2^24 weights, never Q5_0 (measured no faster than
+    dequantize + cuBLAS on the 72B's ffn_down)."""
     from orcd.quant.kernels.batched_linear import routed
 
-    assert routed(T.Q5_0, 8192, 7392) and routed(T.Q5_0, 8192, 29568)  # a TP 4 rank's 72B down, one GPU's
-    assert not routed(T.Q5_0, 4864, 896) and not routed(T.Q5_0, 896, 896)  # the 0.5B's
-    assert routed(T.Q8_0, 64, 896) and not routed(T.Q4_K, 512, 3584) and not routed(T.Q5_K, 8192, 8192)
+    assert not routed(T.Q5_0, 8192, 7392) and not routed(T.Q5_0, 896, 896)
+    assert routed(T.Q8_0, 64, 896) and routed(T.Q4_K, 4096, 4096) and not routed(T.Q4_K, 512, 3584)
 
 
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("qt,n,k", [(T.Q4_K, 18944, 3584), (T.Q6_K, 3584, 18944), (T.Q4_K, 3584, 3584),
-                                    (T.Q8_0, 4096, 896), (T.Q5_0, 2304, 7392), (T.Q5_0, 1024, 896)],
+                                    (T.Q8_0, 4096, 896), (T.Q5_0, 2304, 7392)],
                          ids=lambda v: getattr(v, "name", str(v)))
 @pytest.mark.parametrize("m", [5, 8, 64])
 def test_fused_linear_routes_batched_rows(qt, n, k, m):
@@ -84,7 +83,7 @@ def test_fused_linear_routes_batched_rows(qt, n, k, m):
     from orcd.quant.kernels import get_fused_linear
     from orcd.quant.kernels.batched_linear import routed
 
-    assert routed(qt, n, k) == (qt == T.Q8_0 or n * k >= 1 << 24)  # Q5_0 2304 x 7392: 17.0 M weights
+    assert routed(qt, n, k) == (qt == T.Q8_0 or n * k >= 1 << 24 and qt != T.Q5_0)
     raw = random_blocks(qt, n, k, seed=m).cuda()
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     y = get_fused_linear(qt, "cuda")(x, raw, n, k)

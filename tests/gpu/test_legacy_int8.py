@@ -1,6 +1,7 @@
 """The int8-activation Q8_0 / Q5_0 GEMVs (gemv_legacy_int8.py; the 72B's ffn_down) against float64
-references (legacy_int8_cases.py): under TRITON_INTERPRET=1 on the CPU (1 and 3 tokens, a masked K tail),
-compiled on CUDA at the 72B's down inputs (29,568, whose 924 blocks leave a tail) and a TP rank's half."""
+references (legacy_int8_cases.py): under TRITON_INTERPRET=1 on the CPU (1 and 3 tokens, a masked K tail;
+the unfused step's 6-row Q5_0 down), compiled on CUDA at the 72B's down inputs (29,568, whose 924 blocks
+leave a tail) and a TP rank's half, and the unfused step's 5..9-row Q5_0 downs (DecodeProducts.down_rows)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 @interpreter_only
 def test_legacy_int8_under_interpreter():
-    check_under_interpreter("legacy_int8_cases.py", cases=12, timeout=300)
+    check_under_interpreter("legacy_int8_cases.py", cases=13, timeout=300)
 
 
 @pytest.mark.gpu
@@ -31,5 +32,18 @@ def test_legacy_int8_72b_down_inputs(capsys, qt, tokens, k):
     run_case("cuda", qt, tokens, out_f=520, k=k)
     lines = [ln.split() for ln in capsys.readouterr().out.splitlines() if ln.strip()]
     assert len(lines) == 3
+    bad = [ln for ln in lines if not float(ln[1]) < float(ln[2])]
+    assert not bad, bad
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("rows", [5, 8, 9])
+def test_unfused_step_q5_0_down_rows(capsys, rows):
+    from legacy_int8_cases import run_rows
+
+    run_rows("cuda", rows, out_f=520, k=14784)
+    lines = [ln.split() for ln in capsys.readouterr().out.splitlines() if ln.strip()]
+    assert len(lines) == (2 if rows > 8 else 1)
     bad = [ln for ln in lines if not float(ln[1]) < float(ln[2])]
     assert not bad, bad

@@ -36,11 +36,10 @@ LONG_K = 8192
 # matrices of >= MM_MIN_WEIGHTS weights: where the H100 sweeps measured it faster than dequantize + cuBLAS
 # (Q8_0: 0.5B LM head 272 -> 92 us at M = 8; Q4_K / Q6_K 7B gate, down, LM head 1.5-2x). Not sent: Q5_0
 # and the small K-quant matrices, where both paths sit at the ~5 us of two small launches and cuBLAS was
-# as fast or faster (0.5B q/o, k, gate/up, Q6_K down at M = 8..64: bench/results/mmq_05b.md). Large Q5_0
-# matrices are sent (session 25, one H200, the 72B's Q5_0 ffn_down at 8..64 rows: dequantize + cuBLAS
-# ran at 0.45 TB/s, e.g. 341.8 us for 8192 x 29568 at 8 rows; bench/results/tp4_s25/).
-# type -> MM_MIN_WEIGHTS
-MM_ROUTE = types.MappingProxyType({Q.Q8_0: 0, Q.Q5_0: 1 << 24, Q.Q4_K: 1 << 24, Q.Q6_K: 1 << 24})
+# as fast or faster (0.5B q/o, k, gate/up, Q6_K down at M = 8..64: bench/results/mmq_05b.md). Nor the
+# 72B's large Q5_0 ffn_down: 0.44-0.53 TB/s either way at 8-16 rows, and here 1.4x slower at 32-64 (one
+# H200, session 25, bench/results/tp4_s25/m1_batched_*.json).
+MM_ROUTE = types.MappingProxyType({Q.Q8_0: 0, Q.Q4_K: 1 << 24, Q.Q6_K: 1 << 24})  # type -> MM_MIN_WEIGHTS
 
 
 @triton.jit

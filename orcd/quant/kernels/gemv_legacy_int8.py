@@ -33,12 +33,14 @@ from orcd.quant.kernels.xquant import asm_ok, dp4a
 
 # (G blocks per pass, BO rows per program, warps) by NT tokens per program: the best of a sweep on an H200
 # at the 72B's down shapes, K = 29,568 and a TP rank's 14,784 (bench/kernels/m1_72b.py; session 24 in
-# docs/performance.md). NT 8 (the fused step takes at most 4 rows): not swept.
+# docs/performance.md). NT 8, Q5_0: the unfused step's 5..8-row downs (decode_products.LEGACY_ROWS_MAX),
+# session 25's sweep at 8 rows (G 16 / BO 8: 47.6 us at a TP 4 rank's 8192 x 7392, G 32 / BO 4 52.7);
+# NT 8, Q8_0: not routed (batched_linear is faster at 8 rows).
 LEGACY_I8_LAUNCH = MappingProxyType({
     1: MappingProxyType({Q.Q8_0: (64, 2, 4), Q.Q5_0: (64, 1, 2)}),
     2: MappingProxyType({Q.Q8_0: (64, 2, 4), Q.Q5_0: (64, 2, 4)}),
     4: MappingProxyType({Q.Q8_0: (16, 8, 4), Q.Q5_0: (32, 4, 4)}),
-    8: MappingProxyType({Q.Q8_0: (16, 8, 4), Q.Q5_0: (32, 4, 4)}),
+    8: MappingProxyType({Q.Q8_0: (16, 8, 4), Q.Q5_0: (16, 8, 4)}),
 })
 TYPES = (Q.Q8_0, Q.Q5_0)  # blocks of 17 and 11 halfwords (the kernel's * 17 and * 11)
 
