@@ -10,8 +10,9 @@ of weight copies from a CUDA graph (bench/peers/products.py).
 
 --batched 8,16,32,64 times instead the unfused step's products at those batch sizes (5..64 rows): the
 Q5_0 / Q8_0 downs as the step runs them (DecodeProducts.down_rows) against fused_linear, dequantize +
-cuBLAS, batched_linear and (<= 8 rows) quantize_x + gemv_legacy_i8; q/k/v as the step runs them (batched_qkv.qkv_one_launch)
-against one batched_qkv launch and three fused_linear calls (the CUDA-C tensor-core kernel for Q4_K).
+cuBLAS, batched_linear and (<= 8 rows) quantize_x + gemv_legacy_i8; q/k/v as the step runs them
+(batched_qkv.qkv_one_launch) against one batched_qkv launch and three fused_linear calls (the CUDA-C
+tensor-core kernel for Q4_K).
 
 usage: python bench/kernels/m1_72b.py OUT.json [--tp 1,2] [--rows 1,2,4] [--downs-only] [--batched 8,64]
        TRITON_INTERPRET=1 python bench/kernels/m1_72b.py OUT.json --dry   (CPU: small shapes)
