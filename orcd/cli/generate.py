@@ -10,7 +10,7 @@ import argparse
 import sys
 import time
 
-from orcd.cli.options import TP_SPLIT_REFUSED, add_engine_options
+from orcd.cli.options import ALL_REDUCE_REFUSED, TP_SPLIT_REFUSED, add_engine_options
 from orcd.distributed.partition import TensorParallelError
 from orcd.distributed.runtime import launch, rank_args_for
 from orcd.engine.io import EngineRequest
@@ -67,6 +67,8 @@ def run(args: argparse.Namespace, load_model=None, engine_cls=None) -> int:
     """load_model / engine_cls: hooks for tensor parallelism's rank 0 (default: load_model, LLMEngine)."""
     import torch
 
+    if getattr(args, "tensor_parallel", 1) == 1 and getattr(args, "all_reduce", "nccl") != "nccl":
+        raise OrcdError(ALL_REDUCE_REFUSED)
     if getattr(args, "tensor_parallel", 1) != 1 and load_model is None:
         if args.dense_batch_rows not in (None, "auto"):
             raise OrcdError("--dense-batch-rows is for one GPU: not with --tensor-parallel")
@@ -143,6 +145,7 @@ def generate_rank(ctx, args: argparse.Namespace) -> int:
 
     from orcd.distributed.driver import load_sharded, run_rank
 
+    ctx.all_reduce = getattr(args, "all_reduce", "nccl")  # the decode graphs' residual all-reduce
     dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
     loaded = load_sharded(args.model, ctx, dtype, q6k_layout=args.q6k_layout)
 

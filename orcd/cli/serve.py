@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from orcd import env
-from orcd.cli.options import TP_SPLIT_REFUSED, add_engine_options, prefix_tokens_arg
+from orcd.cli.options import ALL_REDUCE_REFUSED, TP_SPLIT_REFUSED, add_engine_options, prefix_tokens_arg
 from orcd.cli.serve_http import HttpOptions, serve_app
 from orcd.distributed.runtime import launch, rank_args_for
 from orcd.errors import OrcdError
@@ -165,6 +165,8 @@ def run(args: argparse.Namespace, build=None) -> int:
         args.served_model_name = args.served_model_name or alias
     if args.api_processes != 1:
         return run_several_api_processes(args, several)
+    if getattr(args, "tensor_parallel", 1) == 1 and getattr(args, "all_reduce", "nccl") != "nccl":
+        raise OrcdError(ALL_REDUCE_REFUSED)
     if getattr(args, "tensor_parallel", 1) != 1 and build is None and not several:
         if args.dense_batch_rows not in (None, "auto"):
             raise OrcdError("--dense-batch-rows is for one GPU: not with --tensor-parallel")
@@ -221,6 +223,7 @@ def serve_rank(ctx, args: argparse.Namespace) -> int:
 
     if ctx.rank != 0:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ctx.all_reduce = getattr(args, "all_reduce", "nccl")  # the decode graphs' residual all-reduce
     dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
     loaded = load_sharded(args.model, ctx, dtype, q6k_layout=args.q6k_layout)
 

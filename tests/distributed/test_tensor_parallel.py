@@ -66,3 +66,16 @@ def test_generate_cli_with_two_ranks_prints_the_one_rank_text(model_paths, capfd
     assert main([*argv, "--tensor-parallel", "2"]) == 0
     got = capfd.readouterr()
     assert got.out == want and want != ""
+
+
+def test_all_reduce_option_runs_with_ranks_and_is_refused_without(model_paths, capfd):
+    """--all-reduce symm reaches the ranks (on the CPU the decode step has no fused all-reduce to swap:
+    the same text); without --tensor-parallel it is refused by name, before the model loads."""
+    argv = ["generate", "--model", model_paths["qwen2-kv2-q8_0"], "--device", "cpu", "--quiet",
+            "--max-tokens", "8", "--temperature", "0", "--ignore-eos", "Hello there"]
+    assert main(argv) == 0
+    want = capfd.readouterr().out
+    assert main([*argv, "--tensor-parallel", "2", "--all-reduce", "symm"]) == 0
+    assert capfd.readouterr().out == want != ""
+    assert main([*argv, "--all-reduce", "symm"]) != 0
+    assert "--all-reduce symm is for --tensor-parallel" in capfd.readouterr().err
