@@ -9,11 +9,13 @@ gate/up/SiLU (RMSNorm fused), down GEMV, one all-reduce; then the final norm, th
 rows of the head and one all-gather. The embedding is VocabParallelEmbedding's (one all-reduce).
 
 Residual under TP (batches <= fused_rows): rank 0's o/down GEMV adds its partial sum into the
-residual stream in place (the fused epilogue), every other rank first zeroes the stream and writes
-its partial sum there, then one in-place all-reduce leaves res + sum of the partials on every rank.
-So the stream costs no extra kernel on rank 0 and one memset elsewhere. That all-reduce is NCCL's, or
-with all_reduce="symm" a one-shot kernel over symmetric memory (symm_allreduce.py: 13-17 against 28-32
-us per call in graphs on 2 H100s, but +1 % on the 72B's step, so NCCL stays the default).
+residual stream in place (the fused epilogue), every other rank writes its partial sum into a new
+tensor, then one in-place all-reduce leaves res + sum of the partials on every rank (in rank 0's stream,
+in the others' new tensors, which become their stream). So the stream costs no extra kernel on any rank
+(until session 25 ranks > 0 zeroed their stream first: a memset before each o and down). That
+all-reduce is NCCL's, or with all_reduce="symm" a one-shot kernel over symmetric memory
+(symm_allreduce.py: 7.9 / 8.5 against NCCL's 23.5 / 33.5 us per call in graphs on 2 / 4 H200s; the 72B's
+step +5 % at TP 4, even at TP 2: NCCL stays the default, `--all-reduce symm` selects it).
 With int8 x, each rank quantizes its own slice of the attention output / SwiGLU output per 32 (the
 cuts are on 256-column block boundaries, so the 32-groups are the unsharded model's). Larger batches
 keep the add+RMSNorm kernels and all-reduce the product (FusedDecoder's unfused path).
@@ -117,29 +119,27 @@ class TPFusedDecoder:
         model, head = self.model, self.model.lm_head
         res = model.embed(ids).contiguous()  # residual stream [B, H], the same on every rank
         if self.fuse_norm and ids.shape[0] <= self.fused_rows():
-            self._blocks_norm_fused(res, pos, meta, kv)
+            res = self._blocks_norm_fused(res, pos, meta, kv)
             local = self.products.head(head.inner, res, (model.norm.weight, model.norm.eps))
         else:
             local = linear(head.inner, self._blocks(res, pos, meta, kv))
         return head.gather(local).float()
 
-    def _blocks_norm_fused(self, res: torch.Tensor, pos, meta, kv) -> None:
+    def _blocks_norm_fused(self, res: torch.Tensor, pos, meta, kv) -> torch.Tensor:
         """Batches <= fused_rows: norms inside the GEMVs that read them, residual adds in the ones that
         write it; per block qkv, RoPE+KV, attention, o + all-reduce, gate/up/SiLU, down + all-reduce.
-        Ranks > 0 zero the stream before each row-parallel product: they contribute the partial only."""
-        p = self.products
+        Ranks > 0 contribute the partial only: their o / down write it to a new tensor (partial=True),
+        which the all-reduce turns into the stream. Returns the stream after the last block."""
+        p, partial = self.products, self.rank > 0
         for i, (blk, lin) in enumerate(zip(self.model.blocks, self.linears, strict=True)):
             q, k, v = p.qkv(lin, res, (blk.attn_norm.weight, blk.attn_norm.eps))
             o = attend(blk.attn, q, k, v, pos, self.inv_freq, kv.k[i], kv.v[i], meta, quant=p.attn_i8(lin))
-            if self.rank:
-                res.zero_()
-            p.o(lin, o, res)
+            res = p.o(lin, o, res, partial)
             self._reduce_res(res, 0)
             act = p.glu(lin, res, (blk.ffn_norm.weight, blk.ffn_norm.eps))
-            if self.rank:
-                res.zero_()
-            p.down(lin, act, res)
+            res = p.down(lin, act, res, partial)
             self._reduce_res(res, 1)
+        return res
 
     def _reduce_res(self, res: torch.Tensor, slot: int) -> None:
         """res <- sum over ranks, in place (slot: the call's position, o = 0, down = 1; symm_allreduce.py)."""

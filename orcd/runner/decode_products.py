@@ -264,15 +264,16 @@ class DecodeProducts:
                 return batched_qkv(h, weights, lin.q.in_features, split=tuple(split(m) for m in qkv))
         return [linear(m, h) for m in qkv]
 
-    def o(self, lin: BlockLinears, x, res: torch.Tensor) -> None:
-        """res [B, H] += x [B, heads * head_dim] @ Wo.T, in place. x: a tensor, or where attn_i8(lin) its
-        quantize_x words and scales (attend(quant=True))."""
-        m = lin.o
+    def o(self, lin: BlockLinears, x, res: torch.Tensor, partial: bool = False) -> torch.Tensor:
+        """res [B, H] += x [B, heads * head_dim] @ Wo.T, in place; returns res. x: a tensor, or where
+        attn_i8(lin) its quantize_x words and scales (attend(quant=True)). partial: res is left alone and
+        the product alone comes back in a new tensor like res (a TP rank > 0's share of the all-reduce)."""
+        m, out = lin.o, None if partial else res
         if self.attn_i8(lin):
             xq, xs = x if isinstance(x, tuple) else quantize_x(x)
-            gemv_i8(xq, xs, m.raw, m.out_features, m.in_features, m.qtype, residual=res, split=split(m))
-        else:
-            fused_gemv(x, gguf_raw(m, "fused_gemv"), m.out_features, m.in_features, m.qtype, residual=res)
+            return gemv_i8(xq, xs, m.raw, m.out_features, m.in_features, m.qtype, residual=out,
+                           dtype=res.dtype, split=split(m))
+        return fused_gemv(x, gguf_raw(m, "fused_gemv"), m.out_features, m.in_features, m.qtype, residual=out)
 
     def glu(self, lin: BlockLinears, res: torch.Tensor, nrm: Norm) -> tuple:
         """x = RMSNorm(res) * w -> (silu(x @ Wg.T) * (x @ Wu.T) [B, F], and that quantized for an int8
@@ -286,16 +287,19 @@ class DecodeProducts:
                       g.qtype, norm=nrm)
         return y, None, None
 
-    def down(self, lin: BlockLinears, act: tuple, res: torch.Tensor) -> None:
-        """res [B, H] += act @ Wdown.T in place; act from glu (int8 words when it quantized them)."""
+    def down(self, lin: BlockLinears, act: tuple, res: torch.Tensor, partial: bool = False) -> torch.Tensor:
+        """res [B, H] += act @ Wdown.T in place; returns res. act from glu (int8 words when it quantized
+        them). partial: as o's (the product alone, in a new tensor)."""
         y, aq, asc = act
-        dn = lin.down
+        dn, out = lin.down, None if partial else res
         if aq is not None and dn.qtype in LEGACY_I8_TYPES:
-            gemv_legacy_i8(aq, asc, dn.raw, dn.out_features, dn.in_features, dn.qtype, residual=res)
-        elif aq is not None:
-            gemv_i8(aq, asc, dn.raw, dn.out_features, dn.in_features, dn.qtype, residual=res, split=split(dn))
-        else:
-            fused_gemv(y, gguf_raw(dn, "fused_gemv"), dn.out_features, dn.in_features, dn.qtype, residual=res)
+            return gemv_legacy_i8(aq, asc, dn.raw, dn.out_features, dn.in_features, dn.qtype, residual=out,
+                                  dtype=res.dtype)
+        if aq is not None:
+            return gemv_i8(aq, asc, dn.raw, dn.out_features, dn.in_features, dn.qtype, residual=out,
+                           dtype=res.dtype, split=split(dn))
+        return fused_gemv(y, gguf_raw(dn, "fused_gemv"), dn.out_features, dn.in_features, dn.qtype,
+                          residual=out)
 
     def down_rows(self, lin: BlockLinears, a: torch.Tensor) -> torch.Tensor:
         """The unfused step's down of a [B, F] (the SwiGLU output) -> [B, H]: a Q5_0 down of at most
