@@ -46,9 +46,11 @@ def block(down: Q) -> BlockLinears:
                         gate=linear(Q.Q4_K, FFN, H), up=linear(Q.Q4_K, FFN, H), down=linear(down, H, FFN))
 
 
-def step(int8: bool, rows: tuple, downs: tuple, head: bool = True, split: bool = False) -> None:
+def step(int8: bool, rows: tuple, downs: tuple, head: bool = True, split: bool = False,
+         partial: bool = False) -> None:
     """The norm-fused step's products (q/k/v, o, gate/up, down) at each row count, then the head; split:
-    the Q6_K weights in q6k_layout='split' (DecodeProducts reads QuantLinear.layout)."""
+    the Q6_K weights in q6k_layout='split' (DecodeProducts reads QuantLinear.layout); partial: o and down
+    as a TP rank > 0 runs them (the product alone, no residual)."""
     nrm = (torch.zeros(H, dtype=BF16), 1e-6)
     prod = DecodeProducts(int8_x=int8, int8_attn=int8)
     for down in downs:
@@ -58,8 +60,8 @@ def step(int8: bool, rows: tuple, downs: tuple, head: bool = True, split: bool =
         for n in rows:
             res = torch.zeros(n, H, dtype=BF16)
             prod.qkv(lin, res, nrm)
-            prod.o(lin, torch.zeros(n, Q_OUT, dtype=BF16), res)
-            prod.down(lin, prod.glu(lin, res, nrm), res)
+            prod.o(lin, torch.zeros(n, Q_OUT, dtype=BF16), res, partial)
+            prod.down(lin, prod.glu(lin, res, nrm), res, partial)
     if head:
         m = linear(Q.Q6_K, VOCAB, H)
         m.layout = "split" if split else "gguf"
@@ -134,8 +136,13 @@ def int8_decode() -> None:
 
 def legacy_downs(rows: tuple) -> None:
     """Q5_0 and Q8_0 downs (the 72B's: llama.cpp's fallbacks for an FFN width that is not a multiple of
-    256) after the int8 SwiGLU: gemv_legacy_i8 through DecodeProducts.down, NT per the row count."""
+    256) after the int8 SwiGLU: gemv_legacy_i8 through DecodeProducts.down, NT per the row count, added
+    into the residual and (a TP rank > 0) alone; the unfused step's 8-row Q5_0 down (down_rows)."""
     step(True, rows, (Q.Q5_0, Q.Q8_0), head=False)
+    step(True, rows, (Q.Q5_0, Q.Q8_0), head=False, partial=True)
+    if 8 in rows:
+        prod = DecodeProducts(int8_x=True, int8_attn=True)
+        prod.down_rows(block(Q.Q5_0), torch.zeros(8, FFN, dtype=BF16))
 
 
 def gemma3_products(rows: tuple) -> None:
