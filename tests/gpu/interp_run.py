@@ -31,9 +31,18 @@ def run_under_interpreter(script: str | Path, timeout: float, *args: str) -> lis
     return [ln.split() for ln in proc.stdout.splitlines() if ln.strip()]
 
 
+def check_results(results: list[list[str]], cases: int) -> None:
+    """`cases` lines `name err tol` (split), each err < tol."""
+    assert len(results) == cases, [r[0] for r in results]
+    bad = [r for r in results if not float(r[1]) < float(r[2])]
+    assert not bad, bad
+
+
+def check_printed(out: str, cases: int) -> None:
+    """check_results on printed text (a case module's output on CUDA, from capsys)."""
+    check_results([ln.split() for ln in out.splitlines() if ln.strip()], cases)
+
+
 def check_under_interpreter(script: str, cases: int, timeout: float = 300) -> None:
     """Run `script` under the interpreter: it must print `cases` lines `name err tol`, each err < tol."""
-    results = run_under_interpreter(script, timeout=timeout)
-    assert len(results) == cases, [r[0] for r in results]
-    for name, err, tol in results:
-        assert float(err) < float(tol), name
+    check_results(run_under_interpreter(script, timeout=timeout), cases)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from interp_run import check_under_interpreter, interpreter_only
+from interp_run import check_printed, check_under_interpreter, interpreter_only
 
 from orcd.quant.kernels import triton_available
 
@@ -19,20 +19,13 @@ def test_fuse_quant_under_interpreter():
     check_under_interpreter("gpt_oss_fuse_quant_cases.py", cases=7, timeout=600)
 
 
-def _lines(capsys) -> list[list[str]]:
-    return [ln.split() for ln in capsys.readouterr().out.splitlines() if ln.strip()]
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_fuse_quant_cuda_small_and_step(capsys):
     from gpt_oss_fuse_quant_cases import main
 
     main()
-    lines = _lines(capsys)
-    assert len(lines) == 7
-    bad = [ln for ln in lines if not float(ln[1]) < float(ln[2])]
-    assert not bad, bad
+    check_printed(capsys.readouterr().out, 7)
 
 
 @pytest.mark.gpu
@@ -42,7 +35,4 @@ def test_fuse_quant_cuda_gpt_oss_shapes(capsys, rows):
     from gpt_oss_fuse_quant_cases import gpt_oss_shapes
 
     gpt_oss_shapes("cuda", rows)
-    lines = _lines(capsys)
-    assert len(lines) == 6
-    bad = [ln for ln in lines if not float(ln[1]) < float(ln[2])]
-    assert not bad, bad
+    check_printed(capsys.readouterr().out, 6)
