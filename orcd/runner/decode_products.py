@@ -305,8 +305,7 @@ class DecodeProducts:
         """The unfused step's down of a [B, F] (the SwiGLU output) -> [B, H]: a Q5_0 down of at most
         LEGACY_ROWS_MAX rows on gemv_legacy_i8 with int8_x (a quantized per 32), else linear."""
         dn = lin.down
-        if (self.int8_x and dn.qtype == Q5_0 and dn.raw is not None and a.shape[0] <= LEGACY_ROWS_MAX
-                and dn.in_features % 32 == 0):
+        if self.int8_x and dn.qtype == Q5_0 and dn.raw is not None and a.shape[0] <= LEGACY_ROWS_MAX:
             aq, asc = quantize_x(a)
             return gemv_legacy_i8(aq, asc, dn.raw, dn.out_features, dn.in_features, dn.qtype, dn.bias,
                                   dtype=a.dtype)
