@@ -10,11 +10,13 @@ of weight copies from a CUDA graph (bench/peers/products.py).
 
 --batched 8,16,32,64 times instead the unfused step's products at those batch sizes (5..64 rows): the
 Q5_0 / Q8_0 downs as the step runs them (DecodeProducts.down_rows) against fused_linear, dequantize +
-cuBLAS, batched_linear and (<= 8 rows) quantize_x + gemv_legacy_i8; q/k/v as the step runs them
+cuBLAS, batched_linear, mmq_legacy's launches (the CUDA-C tensor-core kernel for Q5_0 / Q8_0, which
+fused_linear now takes) and (<= 8 rows) quantize_x + gemv_legacy_i8; q/k/v as the step runs them
 (batched_qkv.qkv_one_launch) against one batched_qkv launch and three fused_linear calls (the CUDA-C
 tensor-core kernel for Q4_K).
 
 usage: python bench/kernels/m1_72b.py OUT.json [--tp 1,2] [--rows 1,2,4] [--downs-only] [--batched 8,64]
+       [--gpt-oss]   (with --batched: gpt-oss-20b's Q8_0 q, k/v, o as well)
        TRITON_INTERPRET=1 python bench/kernels/m1_72b.py OUT.json --dry   (CPU: small shapes)
 """
 
@@ -43,6 +45,7 @@ from orcd.quant.kernels.gemv3_int8 import gemv3_i8  # noqa: E402
 from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8, tokens_per_program  # noqa: E402
 from orcd.quant.kernels.gemv_legacy_int8 import LEGACY_I8_LAUNCH, gemv_legacy_i8  # noqa: E402
 from orcd.quant.kernels.layout import row_bytes, split_q6_k  # noqa: E402
+from orcd.quant.kernels.mmq_legacy import mmq_legacy_linear  # noqa: E402
 from orcd.quant.kernels.q8_int8_gemv import q8_gemv_i8  # noqa: E402
 from orcd.quant.kernels.xquant import quantize_x  # noqa: E402
 from orcd.runner.decode_products import DecodeProducts  # noqa: E402
@@ -54,6 +57,8 @@ LEGACY_SWEEP = [(64, 2, 4), (32, 2, 2), (128, 2, 4), (64, 1, 2), (128, 2, 8), (6
                 (16, 8, 4), (64, 2, 4, 2), (32, 2, 2, 2)]  # (G, BO, warps[, NT])
 STEP = DecodeProducts(int8_x=True, int8_attn=True)  # the unfused step's choices (down_rows)
 BATCH_SWEEP = [(32, 4, 4, 8), (16, 8, 4, 8)]  # (G, BO, warps, NT): session 25's best two at 8 rows
+GPT_OSS = False  # --gpt-oss
+MMQ_LEGACY_SWEEP = [(8, 1), (16, 1), (4, 1), (4, 2), (2, 2), (2, 4)]  # (NW, MT) of mmq_legacy_linear
 
 
 def product(name: str, kernel: str, qt: Q, n: int, k: int, make, bw: float, glu: bool = False,
@@ -145,10 +150,16 @@ def batched_rows(tp: int, bw: float, m: int) -> list[dict]:
                             lambda w, d=dense: act @ d(w).t(), bw))
         rows.append(product(name, "batched_linear", qt, HIDDEN, ffn,
                             lambda w, qt=qt: batched_linear(act, w, HIDDEN, ffn, int(qt)), bw))
+        for launch in MMQ_LEGACY_SWEEP:
+            legacy = partial(mmq_legacy_linear, out_features=HIDDEN, in_features=ffn, qtype=qt, launch=launch)
+            rows.append(product(name, "mmq_legacy NW{} MT{}".format(*launch), qt, HIDDEN, ffn,
+                                lambda w, f=legacy: f(act, w), bw))
         for launch in BATCH_SWEEP if m <= 8 else []:
             kname = "quantize_x + legacy_i8 G{} BO{} w{} NT{}".format(*launch)
             legacy = partial(gemv_legacy_i8, out_features=HIDDEN, in_features=ffn, qtype=qt, launch=launch)
             rows.append(product(name, kname, qt, HIDDEN, ffn, lambda w, f=legacy: f(*quantize_x(act), w), bw))
+    if GPT_OSS:
+        rows += gpt_oss_rows(m, bw)
     n = q + 2 * kv
     cuts = [(0, q), (q, q + kv), (q + kv, n)]
     name = tag + f"q/k/v {n}x{HIDDEN}"
@@ -161,6 +172,24 @@ def batched_rows(tp: int, bw: float, m: int) -> list[dict]:
     return rows
 
 
+def gpt_oss_rows(m: int, bw: float) -> list[dict]:
+    """gpt-oss-20b's Q8_0 attention products (q 4096 x 2880, k/v 512 x 2880, o 2880 x 4096) at M rows:
+    batched_linear (the route before mmq_legacy) against mmq_legacy's launches."""
+    rows = []
+    for n, k, what in ((4096, 2880, "q"), (512, 2880, "k/v"), (2880, 4096, "o")):
+        xs = torch.randn(m, k, device=products.DEV, dtype=torch.bfloat16)
+        name = f"gpt-oss M{m} {what} {n}x{k} Q8_0"
+        rows.append(product(name, "fused_linear", Q.Q8_0, n, k, lambda w, xs=xs, n=n, k=k: fused_linear(
+            xs, w, n, k, int(Q.Q8_0)), bw))
+        rows.append(product(name, "batched_linear", Q.Q8_0, n, k, lambda w, xs=xs, n=n, k=k: batched_linear(
+            xs, w, n, k, int(Q.Q8_0)), bw))
+        for launch in MMQ_LEGACY_SWEEP[:4]:
+            rows.append(product(name, "mmq_legacy NW{} MT{}".format(*launch), Q.Q8_0, n, k,
+                                lambda w, xs=xs, n=n, k=k, c=launch: mmq_legacy_linear(xs, w, n, k, Q.Q8_0,
+                                                                                      launch=c), bw))
+    return rows
+
+
 def qkv_rows_of(h: torch.Tensor, weights: list) -> list[torch.Tensor]:
     """DecodeProducts.qkv_rows's choice for these three raw Q4_K weights (no bias)."""
     if qkv_one_launch(weights, h.shape[0], HIDDEN):
@@ -169,7 +198,7 @@ def qkv_rows_of(h: torch.Tensor, weights: list) -> list[torch.Tensor]:
 
 
 def main() -> None:
-    global HIDDEN, FFN, KV, FLOAT_SWEEP, Q8_I8_SWEEP, LEGACY_SWEEP, BATCH_SWEEP
+    global HIDDEN, FFN, KV, FLOAT_SWEEP, Q8_I8_SWEEP, LEGACY_SWEEP, BATCH_SWEEP, GPT_OSS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
     ap.add_argument("--tp", default="1,2", help="world sizes whose rank shapes to time")
@@ -177,7 +206,9 @@ def main() -> None:
     ap.add_argument("--downs-only", action="store_true", help="only the Q5_0 / Q8_0 downs")
     ap.add_argument("--rows", default="1", help="x rows (M); past 1 the downs only")
     ap.add_argument("--batched", default="", help="batch sizes > 4: the unfused step's downs and q/k/v")
+    ap.add_argument("--gpt-oss", action="store_true", help="with --batched: gpt-oss's Q8_0 attention too")
     a = ap.parse_args()
+    GPT_OSS = a.gpt_oss
     if a.dry:
         HIDDEN, FFN, KV = 512, 1536, 256
         FLOAT_SWEEP, Q8_I8_SWEEP, LEGACY_SWEEP = FLOAT_SWEEP[:1], Q8_I8_SWEEP[:1], LEGACY_SWEEP[:1]

@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 
 from orcd.quant.kernels.mmq_cuda import KERNELS, default_launch, kernel_source
+from orcd.quant.kernels.mmq_legacy import KERNELS as LEGACY
+from orcd.quant.kernels.mmq_legacy import default_launch as legacy_launch
+from orcd.quant.kernels.mmq_legacy import legacy_source
 
 
 def _nvrtc():
@@ -81,3 +84,18 @@ def test_a_broken_source_fails_to_compile():
     src = kernel_source(KERNELS[12], 8, 1, 1, 0, False).replace("uint4 xb[TT];", "uint4 xb[TT]")
     with pytest.raises(AssertionError, match="error"):
         compile_ptx(src)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("qtype", sorted(LEGACY), ids=lambda q: LEGACY[q][0])
+def test_legacy_kernels_compile_for_sm90(qtype):
+    """mmq_legacy_w16.cu (Q5_0, Q8_0) at its routed launches (5..64 rows, short and long outputs) and
+    the GPU tests' others: two blocks a turn, two products a block."""
+    launches = {(*legacy_launch(m, n), -(-m // 8)) for m in (5, 9, 16, 17, 64) for n in (2880, 8192)}
+    launches |= {(1, 1, 1), (2, 4, 5), (16, 1, 5), (2, 2, 5)}
+    for nw, mt, tt in sorted(launches):
+        for kind, bias in ((0, False), (1, True)):
+            ptx = compile_ptx(legacy_source(qtype, nw, mt, tt, kind, bias))
+            assert f".entry {LEGACY[qtype][0]}(" in ptx
+            assert ptx.count("mma.sync.aligned.m16n8k16") == 4 * mt * tt, (nw, mt, tt)
+            assert ".local" not in ptx, f"an array in local memory at {(nw, mt, tt)}"

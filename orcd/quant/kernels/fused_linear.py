@@ -7,7 +7,7 @@ contiguous). The weights are read once per call and never written back dequantiz
     `_gemv_glu_kernel` fuses SwiGLU's gate, up and product. On Hopper they are launched with
     programmatic dependent launch (PDL_MODE): weight loads start before the previous kernel ends.
   - GEMV_MAX_N < N <= MM_MAX_N (batched decode): Q4_K with 16-bit x in mmq_cuda.py (CUDA C, where NVRTC
-    and compute capability >= 8.0 allow) or mmq.py, else where
+    and compute capability >= 8.0 allow) or mmq.py, Q5_0 / Q8_0 with 16-bit x in mmq_legacy.py, else where
     batched_linear.routed(): raw tiles dequantized in registers into tensor-core products, each weight
     read once for all rows; with the norm / residual / SwiGLU fusions batched_fused.py (same tiles).
   - larger N (prefill) and the other types: Triton dequantize to x.dtype, then one cuBLAS GEMM.
@@ -32,6 +32,7 @@ from orcd.quant.kernels.gemv_tiles import gemv_tile
 from orcd.quant.kernels.layout import BLOCK_SIZE, TYPE_SIZE, q6k_tail
 from orcd.quant.kernels.mmq import mmq_linear, mmq_routed
 from orcd.quant.kernels.mmq_cuda import mmq_cuda_linear, mmq_cuda_routed
+from orcd.quant.kernels.mmq_legacy import mmq_legacy_linear, mmq_legacy_routed
 from orcd.quant.kernels.split_k import split_counters
 
 # Tables are read-only and keyed by GGMLQuantizationType (an IntEnum: t[12] finds t[Q.Q4_K] too).
@@ -293,6 +294,8 @@ def fused_gemv(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feature
         return y
     if n <= MM_MAX_N and mmq_cuda_routed(qt, in_features, x, raw):  # 5..16 rows: CUDA C, tensor cores
         return mmq_cuda_linear(x, raw, out_features, in_features, bias)
+    if n <= MM_MAX_N and mmq_legacy_routed(qt, x, raw):  # Q5_0 / Q8_0 decode batches: CUDA C, tensor cores
+        return mmq_legacy_linear(x, raw, out_features, in_features, qt, bias)
     if n <= MM_MAX_N and mmq_routed(qt, in_features, x.dtype):  # decode batches: raw tiles, tensor cores
         return mmq_linear(x, raw, out_features, in_features, qt, bias, float_w=True)
     if n <= MM_MAX_N and routed(qt, out_features, in_features):

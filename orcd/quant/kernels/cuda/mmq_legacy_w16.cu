@@ -1,0 +1,162 @@
+// y[M, N] = x[M, K] @ W[N, K].T for decode batches, W in GGUF Q5_0 (QTYPE 6) or Q8_0 (QTYPE 8) blocks of
+// 32 inputs, x in bf16 (OUT_KIND 0) or fp16 (OUT_KIND 1): the weights are dequantized to x's type in
+// registers, right where the tensor cores' mma.m16n8k16 takes them; fp32 accumulation. Prepended by
+// mmq_legacy.py: NW warps per block, MT 16-row weight tiles per warp, TT 8-token tiles (M <= 8 * TT),
+// OUT_KIND, HAS_BIAS (bias float32 [N]), WIDE 0, QTYPE, KNAME (the function's name), then common.cuh and
+// w16.cuh. A block owns 16 * MT weight rows; its warps take the 32-input blocks in turn, U at a time.
+//
+// Blocks (ggml): Q5_0 22 bytes = d (fp16), qh (32 high bits, bit j of input j), qs[16] (input j's low 4
+// bits in the low nibble of byte j, input 16 + j's in its high nibble), weight = (q - 16) * d; Q8_0 34
+// bytes = d (fp16), qs[32] (int8), weight = q * d. Blocks start at even addresses only: 16-bit loads.
+//
+// Fragments as in mmq_q4k_w16.cu: lane (g = lane / 4, t = lane % 4) holds A's rows g, g + 8 at columns
+// 2t, 2t + 1 (a0, a1) and 2t + 8, 2t + 9 (a2, a3), B's token g at the same columns. Here product h (0, 1)
+// of a block takes inputs 16h + 4t .. 16h + 4t + 3 at columns 2t, 2t + 1, 2t + 8, 2t + 9, so B's
+// registers are x's 8-byte piece at 16h + 4t, and A's are the block's bytes 4t .. 4t + 3 (Q5_0: nibble h
+// of qs; Q8_0: word h of qs), reordered (0, 2, 1, 3) so that one mask takes inputs (4t, 4t + 1) and a
+// shift by 8 (4t + 2, 4t + 3).
+
+#define U 2  // blocks per warp per iteration (their loads issued together)
+#if QTYPE == 6
+#define BLOCK_BYTES 22
+#else
+#define BLOCK_BYTES 34
+#endif
+
+#if OUT_KIND == 0
+#define NEG2_144 0xC310C310u    // (-144, -144): -(128 + 16)
+#define SIXTEEN2 0x41804180u    // (16, 16)
+#define NEG2_2304 0xC510C510u   // (-2304, -2304): -(16 * 128 + 128 + 128)
+#else
+#define NEG2_144 0xE410E410u    // (-1040, -1040): -(1024 + 16)
+#define SIXTEEN2 0x4C004C00u    // (16, 16)
+#define NEG2_2304 0xF448F448u   // (-17536, -17536): -(16 * 1024 + 1024 + 128)
+#endif
+
+__device__ __forceinline__ unsigned int fma2(unsigned int a, unsigned int b, unsigned int c) {
+  unsigned int r;
+  asm(FMA2 " %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+
+// 32 bits from two 16-bit loads (p 2-byte aligned)
+__device__ __forceinline__ unsigned int load_u32(const unsigned char* p) {
+  const unsigned short* h = (const unsigned short*)p;
+  return (unsigned int)h[0] | ((unsigned int)h[1] << 16);
+}
+
+// d of a block as two 16-bit floats of x's type
+__device__ __forceinline__ unsigned int scale2(unsigned int dbits) {
+#if OUT_KIND == 0
+  const float d = half_to_float(dbits);
+  return pack2(d, d);
+#else
+  return dbits | (dbits << 16);
+#endif
+}
+
+#if QTYPE == 6
+// (q0 - 16) * d, (q1 - 16) * d for the 5-bit values q0, q1 at bits 0..4 and 16..20 of p: 128 + q (bf16)
+// or 1024 + q (fp16) by the exponent MAGIC, minus 144 / 1040 exactly, then one rounding by d
+__device__ __forceinline__ unsigned int dequant5(unsigned int p, unsigned int d2) {
+  return fma2(fma2(p | MAGIC, ONE2, NEG2_144), d2, 0x80008000u);
+}
+
+// A's four registers of product h for the rows whose block bytes are qs (reordered) and high bits hb
+// (qh >> 4t for h 0, qh >> (16 + 4t) for h 1: bits 0..3 are this lane's four inputs)
+__device__ __forceinline__ void weights(unsigned int qs, unsigned int hb, int h, unsigned int d2,
+                                        unsigned int& lo, unsigned int& hi) {
+  const unsigned int n = qs >> (4 * h);
+  lo = dequant5((n & 0x000F000Fu) | ((hb & 1u) << 4) | ((hb & 2u) << 19), d2);
+  hi = dequant5(((n >> 8) & 0x000F000Fu) | ((hb & 4u) << 2) | ((hb & 8u) << 17), d2);
+}
+#else
+// q0 * d, q1 * d for the int8 values whose bytes + 128 are at bits 0..7 and 16..23 of p: its nibbles as
+// 128 + n (bf16) or 1024 + n (fp16), 16 * high - 2304 and + low exactly (the integer q), then one rounding
+__device__ __forceinline__ unsigned int dequant8(unsigned int p, unsigned int d2) {
+  const unsigned int lo = (p & 0x000F000Fu) | MAGIC, hi = ((p >> 4) & 0x000F000Fu) | MAGIC;
+  return fma2(fma2(lo, ONE2, fma2(hi, SIXTEEN2, NEG2_2304)), d2, 0x80008000u);
+}
+
+__device__ __forceinline__ void weights(unsigned int qs, unsigned int d2, unsigned int& lo,
+                                        unsigned int& hi) {
+  lo = dequant8(qs, d2);
+  hi = dequant8(qs >> 8, d2);
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(NW * LANES)
+KNAME(const unsigned char* __restrict__ w, const unsigned short* __restrict__ x,
+      const float* __restrict__ bias, void* __restrict__ y, int M, int N, int nblk) {
+  const int lane = threadIdx.x % LANES, warp = threadIdx.x / LANES;
+  const int g = lane / 4, t = lane % 4;
+  const int row0 = ROW0;
+  const long long K = (long long)nblk * 32, row_bytes = (long long)nblk * BLOCK_BYTES;
+  float acc[SLOTS];
+#pragma unroll
+  for (int s = 0; s < SLOTS; ++s) acc[s] = 0.f;
+  const unsigned short* xrow[TT];  // this lane's B token of each tile at input 4t (rows past M: M - 1)
+#pragma unroll
+  for (int tt = 0; tt < TT; ++tt) xrow[tt] = x + min(8 * tt + g, M - 1) * K + 4 * t;
+  const unsigned char* wrow[MT][2];  // rows g, g + 8 of each tile (past N: row N - 1, never stored)
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) wrow[m][r] = w + min(row0 + 16 * m + g + 8 * r, N - 1) * row_bytes;
+
+  for (int b0 = warp * U; b0 < nblk; b0 += NW * U) {
+    unsigned int d2[U][MT][2], qs[U][MT][2][2];  // qs: bytes 4t .. 4t + 3 of word h, reordered
+#if QTYPE == 6
+    unsigned int qh[U][MT][2];
+#endif
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int b = min(b0 + u, nblk - 1);  // a block past the end: loaded, its products skipped
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const unsigned char* blk = wrow[m][r] + b * BLOCK_BYTES;
+          d2[u][m][r] = *(const unsigned short*)blk;
+#if QTYPE == 6
+          qh[u][m][r] = load_u32(blk + 2);
+          const unsigned int q = __byte_perm(load_u32(blk + 6 + 4 * t), 0, 0x3120);
+          qs[u][m][r][0] = q;
+          qs[u][m][r][1] = q;
+#else
+          qs[u][m][r][0] = __byte_perm(load_u32(blk + 2 + 4 * t) ^ 0x80808080u, 0, 0x3120);
+          qs[u][m][r][1] = __byte_perm(load_u32(blk + 18 + 4 * t) ^ 0x80808080u, 0, 0x3120);
+#endif
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (b0 + u >= nblk) break;
+      const int b = b0 + u;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint2 xb[TT];  // x at inputs 32b + 16h + 4t .. + 3 of each token tile
+#pragma unroll
+        for (int tt = 0; tt < TT; ++tt) xb[tt] = *(const uint2*)(xrow[tt] + 32 * b + 16 * h);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          unsigned int a[2][2];  // [row g, g + 8][columns 2t.., 2t + 8..]
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const unsigned int s2 = scale2(d2[u][m][r]);
+#if QTYPE == 6
+            weights(qs[u][m][r][h], qh[u][m][r] >> (16 * h + 4 * t), h, s2, a[r][0], a[r][1]);
+#else
+            weights(qs[u][m][r][h], s2, a[r][0], a[r][1]);
+#endif
+          }
+#pragma unroll
+          for (int tt = 0; tt < TT; ++tt)
+            mma_16(acc + (m * TT + tt) * 4, a[0][0], a[1][0], a[0][1], a[1][1], xb[tt].x, xb[tt].y);
+        }
+      }
+    }
+  }
+  store_result(acc, bias, y, M, N, row0);
+}

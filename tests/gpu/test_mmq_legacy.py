@@ -1,0 +1,89 @@
+"""mmq_legacy_linear (CUDA-C tensor-core products over raw Q5_0 and Q8_0 blocks, 1..64 decode rows) on
+CUDA: against float64 x @ W.T from the torch dequantize path at the 72B's down shapes (one GPU and a TP=4
+rank's: an odd number of 32-input blocks), gpt-oss's attention shapes and odd ones (rows past a 16-row
+tile, 3 blocks), bf16 and fp16, every launch shape, repeatable bit for bit; fused_linear's route."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gguf import GGMLQuantizationType as T
+from gpu_blocks import random_blocks, rel_err
+from mmq_cases import float_reference
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+# (out, in): the 72B's ffn_down on one GPU and a TP=4 rank (231 blocks), gpt-oss's q and o, odd
+SHAPES = [(8192, 29568), (8192, 7392), (4096, 2880), (2880, 4096), (77, 96), (1000, 800)]
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("qt", [T.Q5_0, T.Q8_0], ids=lambda v: v.name)
+@pytest.mark.parametrize("n,k", SHAPES, ids=str)
+@pytest.mark.parametrize("m", [1, 3, 5, 8, 12, 17, 64])
+def test_mmq_legacy_matches_reference(qt, n, k, m):
+    """W rounded to x's type, x not rounded: < 1e-2 from float64 x @ W.T in bf16, < 5e-3 in fp16."""
+    from orcd.quant.kernels.mmq_legacy import mmq_legacy_linear
+
+    raw = random_blocks(qt, n, k, seed=m * 31 + n).cuda()
+    g = torch.Generator(device="cuda").manual_seed(m + k)
+    x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+    bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16) if m in (3, 17) else None
+    ref = float_reference(x, raw, qt, n, k) + (bias.double() if bias is not None else 0)
+    y = mmq_legacy_linear(x, raw, n, k, qt, bias=bias)
+    assert y.shape == (m, n) and y.dtype == torch.bfloat16 and rel_err(y, ref) < 1e-2
+    assert torch.equal(y, mmq_legacy_linear(x, raw, n, k, qt, bias=bias))
+    y = mmq_legacy_linear(x.half(), raw, n, k, qt, bias=bias)
+    assert y.dtype == torch.float16 and rel_err(y, ref) < 5e-3
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("launch", [(1, 1), (2, 4), (4, 2), (8, 1), (16, 1), (2, 2)], ids=str)
+def test_mmq_legacy_launch_shapes(launch):
+    """Every (warps, tiles) gives the reference's value (fp16 x, 40 rows: five token tiles; 23 blocks:
+    the warps' last turn part-empty)."""
+    from orcd.quant.kernels.mmq_legacy import mmq_legacy_linear
+
+    n, k = 1000, 736
+    x = torch.randn(40, k, device="cuda").half()
+    for qt in (T.Q5_0, T.Q8_0):
+        raw = random_blocks(qt, n, k, seed=7).cuda()
+        y = mmq_legacy_linear(x, raw, n, k, qt, launch=launch)
+        assert rel_err(y, float_reference(x, raw, qt, n, k)) < 5e-3, (qt, launch)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_mmq_legacy_refuses_bad_input():
+    from orcd.quant.kernels.mmq_legacy import mmq_legacy_linear
+
+    raw = random_blocks(T.Q5_0, 64, 96, seed=1).cuda()
+    x = torch.randn(4, 96, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="Q5_0 or Q8_0"):
+        mmq_legacy_linear(x, raw, 64, 96, T.Q4_K)
+    with pytest.raises(ValueError, match="bf16 or fp16"):
+        mmq_legacy_linear(x.float(), raw, 64, 96, T.Q5_0)
+    with pytest.raises(ValueError, match="raw must be"):
+        mmq_legacy_linear(x, raw[:32], 64, 96, T.Q5_0)
+    with pytest.raises(ValueError, match="x \\[1..64"):
+        mmq_legacy_linear(torch.randn(65, 96, device="cuda", dtype=torch.bfloat16), raw, 64, 96, T.Q5_0)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("qt", [T.Q5_0, T.Q8_0], ids=lambda v: v.name)
+@pytest.mark.parametrize("m", [5, 9, 32, 33, 65])
+def test_fused_linear_routes_legacy_batches_here(qt, m):
+    """fused_linear sends 5..ROUTED rows of 16-bit x here; more rows (prefill) to dequantize + cuBLAS."""
+    from orcd.quant.kernels.fused_linear import fused_linear
+    from orcd.quant.kernels.mmq_cuda import available
+    from orcd.quant.kernels.mmq_legacy import ROUTED, mmq_legacy_linear
+
+    raw = random_blocks(qt, 2880, 4096, seed=m).cuda()
+    x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
+    y = fused_linear(x, raw, 2880, 4096, int(qt))
+    if available("cuda") and m <= ROUTED[qt]:
+        assert torch.equal(y, mmq_legacy_linear(x, raw, 2880, 4096, qt))
+    else:
+        assert rel_err(y, float_reference(x, raw, qt, 2880, 4096)) < 1e-2
