@@ -58,7 +58,8 @@ LEGACY_SWEEP = [(64, 2, 4), (32, 2, 2), (128, 2, 4), (64, 1, 2), (128, 2, 8), (6
 STEP = DecodeProducts(int8_x=True, int8_attn=True)  # the unfused step's choices (down_rows)
 BATCH_SWEEP = [(32, 4, 4, 8), (16, 8, 4, 8)]  # (G, BO, warps, NT): session 25's best two at 8 rows
 GPT_OSS = False  # --gpt-oss
-MMQ_LEGACY_SWEEP = [(8, 1), (16, 1), (4, 1), (4, 2), (2, 2), (2, 4)]  # (NW, MT) of mmq_legacy_linear
+MMQ_LEGACY_SWEEP = [(8, 1, 2, 0), (8, 1, 4, 0), (8, 1, 8, 0), (16, 1, 4, 0), (4, 2, 4, 4), (4, 2, 8, 4),
+                    (8, 1, 4, 4), (4, 1, 4, 8), (8, 2, 4, 2)]  # (NW, MT, U, KS) of mmq_legacy_linear
 
 
 def product(name: str, kernel: str, qt: Q, n: int, k: int, make, bw: float, glu: bool = False,
@@ -152,7 +153,7 @@ def batched_rows(tp: int, bw: float, m: int) -> list[dict]:
                             lambda w, qt=qt: batched_linear(act, w, HIDDEN, ffn, int(qt)), bw))
         for launch in MMQ_LEGACY_SWEEP:
             legacy = partial(mmq_legacy_linear, out_features=HIDDEN, in_features=ffn, qtype=qt, launch=launch)
-            rows.append(product(name, "mmq_legacy NW{} MT{}".format(*launch), qt, HIDDEN, ffn,
+            rows.append(product(name, "mmq_legacy NW{} MT{} U{} KS{}".format(*launch), qt, HIDDEN, ffn,
                                 lambda w, f=legacy: f(act, w), bw))
         for launch in BATCH_SWEEP if m <= 8 else []:
             kname = "quantize_x + legacy_i8 G{} BO{} w{} NT{}".format(*launch)
@@ -183,8 +184,8 @@ def gpt_oss_rows(m: int, bw: float) -> list[dict]:
             xs, w, n, k, int(Q.Q8_0)), bw))
         rows.append(product(name, "batched_linear", Q.Q8_0, n, k, lambda w, xs=xs, n=n, k=k: batched_linear(
             xs, w, n, k, int(Q.Q8_0)), bw))
-        for launch in MMQ_LEGACY_SWEEP[:4]:
-            rows.append(product(name, "mmq_legacy NW{} MT{}".format(*launch), Q.Q8_0, n, k,
+        for launch in MMQ_LEGACY_SWEEP:
+            rows.append(product(name, "mmq_legacy NW{} MT{} U{} KS{}".format(*launch), Q.Q8_0, n, k,
                                 lambda w, xs=xs, n=n, k=k, c=launch: mmq_legacy_linear(xs, w, n, k, Q.Q8_0,
                                                                                       launch=c), bw))
     return rows

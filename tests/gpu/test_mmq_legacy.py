@@ -39,10 +39,12 @@ def test_mmq_legacy_matches_reference(qt, n, k, m):
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("launch", [(1, 1), (2, 4), (4, 2), (8, 1), (16, 1), (2, 2)], ids=str)
+@pytest.mark.parametrize("launch", [(1, 1, 1, 0), (2, 4, 2, 0), (4, 2, 4, 0), (8, 1, 8, 0), (16, 1, 2, 0),
+                                    (4, 2, 4, 3), (2, 4, 8, 2), (4, 1, 1, 5), (8, 1, 2, 1)], ids=str)
 def test_mmq_legacy_launch_shapes(launch):
-    """Every (warps, tiles) gives the reference's value (fp16 x, 40 rows: five token tiles; 23 blocks:
-    the warps' last turn part-empty)."""
+    """Every (warps, tiles, blocks a turn, K ranges) gives the reference's value (fp16 x, 40 rows: five
+    token tiles; 23 blocks: the warps' last turn part-empty, WIDE's last chunk of 7 blocks, 3 chunks in
+    3, 2 and 1 ranges)."""
     from orcd.quant.kernels.mmq_legacy import mmq_legacy_linear
 
     n, k = 1000, 736
@@ -73,9 +75,9 @@ def test_mmq_legacy_refuses_bad_input():
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("qt", [T.Q5_0, T.Q8_0], ids=lambda v: v.name)
-@pytest.mark.parametrize("m", [5, 9, 32, 33, 65])
+@pytest.mark.parametrize("m", [5, 16, 17, 64, 65])
 def test_fused_linear_routes_legacy_batches_here(qt, m):
-    """fused_linear sends 5..ROUTED rows of 16-bit x here; more rows (prefill) to dequantize + cuBLAS."""
+    """fused_linear sends 5..ROUTED rows of 16-bit x here (Q8_0: 16 at this size), more elsewhere."""
     from orcd.quant.kernels.fused_linear import fused_linear
     from orcd.quant.kernels.mmq_cuda import available
     from orcd.quant.kernels.mmq_legacy import ROUTED, mmq_legacy_linear
@@ -83,7 +85,25 @@ def test_fused_linear_routes_legacy_batches_here(qt, m):
     raw = random_blocks(qt, 2880, 4096, seed=m).cuda()
     x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
     y = fused_linear(x, raw, 2880, 4096, int(qt))
-    if available("cuda") and m <= ROUTED[qt]:
+    if available("cuda") and m <= ROUTED[qt][0]:  # 2880 x 4096: not LARGE
         assert torch.equal(y, mmq_legacy_linear(x, raw, 2880, 4096, qt))
     else:
         assert rel_err(y, float_reference(x, raw, qt, 2880, 4096)) < 1e-2
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("m", [17, 64])
+def test_fused_linear_routes_large_q8_0_batches_here(m):
+    """A LARGE Q8_0 product (2^26 weights) comes here up to 64 rows, a small one past 16 rows does not."""
+    from orcd.quant.kernels.fused_linear import fused_linear
+    from orcd.quant.kernels.mmq_cuda import available
+    from orcd.quant.kernels.mmq_legacy import mmq_legacy_linear, mmq_legacy_routed
+
+    raw = random_blocks(T.Q8_0, 8192, 8192, seed=m).cuda()
+    x = torch.randn(m, 8192, device="cuda", dtype=torch.bfloat16)
+    assert mmq_legacy_routed(T.Q8_0, x, raw, 8192, 8192) == available("cuda")
+    assert not mmq_legacy_routed(T.Q8_0, x[:, :4096], raw, 4096, 4096)
+    if available("cuda"):
+        y = fused_linear(x, raw, 8192, 8192, int(T.Q8_0))
+        assert torch.equal(y, mmq_legacy_linear(x, raw, 8192, 8192, T.Q8_0))

@@ -294,7 +294,7 @@ def fused_gemv(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_feature
         return y
     if n <= MM_MAX_N and mmq_cuda_routed(qt, in_features, x, raw):  # 5..16 rows: CUDA C, tensor cores
         return mmq_cuda_linear(x, raw, out_features, in_features, bias)
-    if n <= MM_MAX_N and mmq_legacy_routed(qt, x, raw):  # Q5_0 / Q8_0 decode batches: CUDA C, tensor cores
+    if n <= MM_MAX_N and mmq_legacy_routed(qt, x, raw, out_features, in_features):  # Q5_0 / Q8_0: CUDA C
         return mmq_legacy_linear(x, raw, out_features, in_features, qt, bias)
     if n <= MM_MAX_N and mmq_routed(qt, in_features, x.dtype):  # decode batches: raw tiles, tensor cores
         return mmq_linear(x, raw, out_features, in_features, qt, bias, float_w=True)

@@ -20,50 +20,89 @@ import torch
 from gguf import GGMLQuantizationType as Q
 
 from orcd.quant.kernels.mmq_cuda import OUT_KIND, available, check_launch, kernel_source
+from orcd.quant.kernels.split_k import partials, reduce_partials
 
 MAX_ROWS = 64  # 8 token tiles of 8
 KERNELS = {Q.Q5_0: ("mmq_q5_0_w16", 6, 22), Q.Q8_0: ("mmq_q8_0_w16", 8, 34)}  # type -> (name, QTYPE, bytes)
-# type -> the most rows fused_linear sends here (past GEMV_MAX_N; down_rows keeps Q5_0's 5..8 rows).
-# H200, the 72B's down 8192 x 29568 (bench/results/mmq_legacy_s26/): at 16 rows Q5_0 157.6 us against
-# 342.7 dequantize + cuBLAS, Q8_0 170.2 against 204.3 batched_linear; at 64 rows every block re-reads x
-# from L2 (3.8 MB) and dequantize + cuBLAS wins (350.3 against 408.3 at NW 4, MT 2), so 32 rows.
-ROUTED = {Q.Q5_0: 32, Q.Q8_0: 32}
+LARGE = 1 << 26  # weights (out x in) of a "large" product: ROUTED's second figure
+# type -> (the most rows fused_linear sends here, the most for LARGE products), past GEMV_MAX_N rows
+# (down_rows keeps Q5_0's 5..8 rows on the int8 GEMV). H200 (bench/results/mmq_legacy_s26/): Q5_0 wins
+# everywhere it was timed (the 72B's down at 16 / 32 / 64 rows 145.6 / 180.6 / 224.2 us against 340.1 /
+# 342.2 / 347.2 dequantize + cuBLAS); Q8_0 against batched_linear wins at 16 rows (gpt-oss's attention
+# 48.5 against 51.9 us a layer) and on the 72B's down (64 rows: 238.7 against 439.7), loses on gpt-oss's
+# attention at 32 and 64 rows (59.5 / 75.6 against 53.3 / 57.6) and a TP=4 rank's down at 64 (74.4 /
+# 64.7).
+ROUTED = {Q.Q5_0: (64, 64), Q.Q8_0: (16, 64)}
+LX_STRIDE = 272  # cuda/mmq_legacy_w16.cu's: 16-bit values per token row of WIDE's staged x
 
 
-def legacy_source(qtype: Q | int, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool) -> str:
+def legacy_source(qtype: Q | int, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool, u: int = 2,
+                  wide: bool = False) -> str:
     """The CUDA-C text NVRTC compiles for one type and configuration (tests/kernels_compile too)."""
     name, code, _ = KERNELS[Q(int(qtype))]
-    head = f"#define QTYPE {code}\n#define KNAME {name}\n"
-    return head + kernel_source("mmq_legacy_w16", nw, mt, tt, out_kind, has_bias)
+    head = f"#define QTYPE {code}\n#define KNAME {name}\n#define U {u}\n"
+    return head + kernel_source("mmq_legacy_w16", nw, mt, tt, out_kind, has_bias, wide)
+
+
+def wide_smem(tt: int) -> int:
+    """Bytes of dynamic shared memory a WIDE launch of TT token tiles takes: two stages of x's 8 * TT
+    token rows of LX_STRIDE 16-bit values (68 KiB at TT 8)."""
+    return 2 * 8 * tt * LX_STRIDE * 2
 
 
 @functools.cache
-def _kernel(qtype: Q, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool, device_index: int):
+def _kernel(qtype: Q, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool, u: int, wide: bool,
+            device_index: int):
+    source = legacy_source(qtype, nw, mt, tt, out_kind, has_bias, u, wide)
     with torch.cuda.device(device_index):
-        return torch.cuda._compile_kernel(legacy_source(qtype, nw, mt, tt, out_kind, has_bias),
-                                          KERNELS[qtype][0])
+        kernel = torch.cuda._compile_kernel(source, KERNELS[qtype][0])
+        if wide:
+            kernel.set_shared_memory_config(wide_smem(tt))  # past 48 KiB the driver must be told
+    return kernel
 
 
-def default_launch(rows: int, out_features: int) -> tuple[int, int]:
-    """(NW warps per block, MT 16-row tiles per warp). Each block reads all of x from L2, so past 16
-    rows a block takes more weight rows (fewer blocks, fewer reads of x); small N keeps more blocks."""
-    if rows <= 16 or out_features <= 4096:
-        return 8, 1
-    return 4, 2
+def default_launch(rows: int, out_features: int, in_features: int) -> tuple[int, int, int, int]:
+    """(NW warps per block, MT 16-row tiles per warp, U blocks a turn, KS K ranges; KS 0: the warps of a
+    block split K, each block reading all of x from L2; else WIDE). H200, the sweep of bench/results/
+    mmq_legacy_s26/ (72B downs at one GPU and a TP=4 rank, gpt-oss's attention; 16, 32, 64 rows): long
+    rows at <= 16 rows (4, 1, 4, 8) (Q5_0 145.6 us against 161.6 at (8, 1, 4, 0)); past 16 rows WIDE for
+    products of >= 2^25 weights (32 rows: 188.5 against 230.4), (4, 2, 8, 4) past 32 (64 rows: 224.2
+    against 370.3)."""
+    if rows <= 16:
+        return (4, 1, 4, 8) if in_features > 8192 else (8, 1, 4, 0)
+    if out_features * in_features < 1 << 25:
+        return 8, 1, 4, 0
+    return (8, 1, 4, 4) if rows <= 32 else (4, 2, 8, 4)
 
 
-def mmq_legacy_routed(qtype: Q | int, x: torch.Tensor, raw: torch.Tensor) -> bool:
+def k_ranges(out_features: int, in_features: int, nw: int, mt: int, target: int = 264) -> int:
+    """WIDE's K ranges: enough that the blocks of 16 * MT * NW rows times the ranges reach ~target."""
+    chunks = -(-in_features // 256)
+    tiles = -(-out_features // (16 * mt * nw))
+    return _ranges(chunks, max(1, min(chunks, round(target / tiles))))[1]
+
+
+def _ranges(chunks: int, ks: int) -> tuple[int, int]:
+    """(chunks per range, ranges) for about ks ranges of `chunks`, none of them empty."""
+    span = -(-chunks // ks)
+    return span, -(-chunks // span)
+
+
+def mmq_legacy_routed(qtype: Q | int, x: torch.Tensor, raw: torch.Tensor, out_features: int,
+                      in_features: int) -> bool:
     """Whether fused_linear sends this decode batch here: ROUTED's types and rows, 16-bit x, a device
     where the kernels compile (mmq_cuda.available)."""
-    most = ROUTED.get(int(qtype), 0)
+    most, most_large = ROUTED.get(int(qtype), (0, 0))
+    if out_features * in_features >= LARGE:
+        most = most_large
     return x.shape[0] <= most and x.dtype in OUT_KIND and raw.data_ptr() % 2 == 0 and available(x.device)
 
 
 def mmq_legacy_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int,
                       qtype: Q | int, bias: torch.Tensor | None = None,
-                      launch: tuple[int, int] | None = None) -> torch.Tensor:
+                      launch: tuple[int, int, int, int] | None = None) -> torch.Tensor:
     """x [M, in] (bf16/fp16 on CUDA, M <= MAX_ROWS), raw uint8 [out, row_bytes] of Q5_0 or Q8_0 blocks
-    -> [M, out] in x.dtype (+ bias [out]). launch: (NW, MT) instead of default_launch's."""
+    -> [M, out] in x.dtype (+ bias [out]). launch: (NW, MT, U, KS) instead of default_launch's."""
     if int(qtype) not in KERNELS:
         raise ValueError(f"mmq_legacy_linear: Q5_0 or Q8_0, got type {int(qtype)}")
     qt = Q(int(qtype))
@@ -78,14 +117,24 @@ def mmq_legacy_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_
     if raw.dtype != torch.uint8 or raw.numel() != out_features * nblk * KERNELS[qt][2] or raw.data_ptr() % 2:
         raise ValueError(f"raw must be uint8 [{out_features}, {nblk * KERNELS[qt][2]}], 2-byte aligned")
     tt = -(-m // 8)
-    nw, mt = launch or default_launch(m, out_features)
-    check_launch(nw, mt, tt)
+    nw, mt, u, ks = launch or default_launch(m, out_features, in_features)
+    check_launch(nw, mt, tt, wide=ks > 0)
+    if u not in (1, 2, 4, 8):
+        raise ValueError(f"mmq_legacy launch: U (blocks a turn) 1, 2, 4 or 8, got {u}")
     x = x.contiguous()
-    if x.data_ptr() % 8:  # 8-byte x pieces (rows are 64-byte multiples)
+    if x.data_ptr() % 16:  # 16-byte x pieces (WIDE's copies; rows are 64-byte multiples)
         x = x.clone()
     y = torch.empty((m, out_features), dtype=x.dtype, device=x.device)
     b = bias.float().contiguous() if bias is not None else y
-    kern = _kernel(qt, nw, mt, tt, OUT_KIND[x.dtype], bias is not None, x.device.index or 0)
-    grid = (-(-out_features // (16 * mt)), 1, 1)
-    kern(grid=grid, block=(32 * nw, 1, 1), args=[raw, x, b, y, m, out_features, nblk])
+    kern = _kernel(qt, nw, mt, tt, OUT_KIND[x.dtype], bias is not None, u, ks > 0, x.device.index or 0)
+    if ks == 0:
+        grid = (-(-out_features // (16 * mt)), 1, 1)
+        kern(grid=grid, block=(32 * nw, 1, 1), args=[raw, x, b, y, m, out_features, nblk, 0])
+        return y
+    span, ks = _ranges(-(-nblk // 8), ks)
+    ws = partials(ks, y)  # fp32 [KS, M, N], None for one range (the kernel writes y, bias added)
+    grid = (-(-out_features // (16 * mt * nw)), ks, 1)
+    args = [raw, x, b, y if ws is None else ws, m, out_features, nblk, span]
+    kern(grid=grid, block=(32 * nw, 1, 1), args=args, shared_mem=wide_smem(tt))
+    reduce_partials(ws, bias, y)
     return y

@@ -1,9 +1,15 @@
 // y[M, N] = x[M, K] @ W[N, K].T for decode batches, W in GGUF Q5_0 (QTYPE 6) or Q8_0 (QTYPE 8) blocks of
 // 32 inputs, x in bf16 (OUT_KIND 0) or fp16 (OUT_KIND 1): the weights are dequantized to x's type in
 // registers, right where the tensor cores' mma.m16n8k16 takes them; fp32 accumulation. Prepended by
-// mmq_legacy.py: NW warps per block, MT 16-row weight tiles per warp, TT 8-token tiles (M <= 8 * TT),
-// OUT_KIND, HAS_BIAS (bias float32 [N]), WIDE 0, QTYPE, KNAME (the function's name), then common.cuh and
-// w16.cuh. A block owns 16 * MT weight rows; its warps take the 32-input blocks in turn, U at a time.
+// mmq_legacy.py: QTYPE, KNAME (the function's name), U (blocks whose loads a warp issues together), NW
+// warps per block, MT 16-row weight tiles per warp, TT 8-token tiles (M <= 8 * TT), OUT_KIND, HAS_BIAS
+// (bias float32 [N]), WIDE, then common.cuh and w16.cuh. WIDE 0: a block owns 16 * MT weight rows, its
+// warps take the 32-input blocks in turn, U at a time, each lane loading its x from global memory (L2:
+// every block reads all of x). WIDE 1: each warp owns 16 * MT rows of its own; the block's warps walk the
+// chunks of 256 inputs of K range blockIdx.y together, reading x from a copy in shared memory that the
+// block stages once per chunk (cp.async fills the next chunk's stage meanwhile): x is read from L2 once
+// per 16 * MT * NW rows, the difference at 33..64 rows. Several K ranges write fp32 partials
+// (common.cuh's store_result; split_k.py adds them).
 //
 // Blocks (ggml): Q5_0 22 bytes = d (fp16), qh (32 high bits, bit j of input j), qs[16] (input j's low 4
 // bits in the low nibble of byte j, input 16 + j's in its high nibble), weight = (q - 16) * d; Q8_0 34
@@ -16,7 +22,9 @@
 // of qs; Q8_0: word h of qs), reordered (0, 2, 1, 3) so that one mask takes inputs (4t, 4t + 1) and a
 // shift by 8 (4t + 2, 4t + 3).
 
-#define U 2  // blocks per warp per iteration (their loads issued together)
+#ifndef U
+#define U 2
+#endif
 #if QTYPE == 6
 #define BLOCK_BYTES 22
 #else
@@ -85,9 +93,92 @@ __device__ __forceinline__ void weights(unsigned int qs, unsigned int d2, unsign
 }
 #endif
 
+#if WIDE
+// 16-bit values per staged token row: 256 + 16 (544 bytes: the 8-byte x pieces of a half warp, tokens
+// g .. g + 3 at 136-word offsets, fall in four distinct groups of 8 banks)
+#define LX_STRIDE 272
+#define LX_STAGE (8 * TT * LX_STRIDE)  // 16-bit values per stage (34 KiB at TT 8; the launch gives two)
+
+// Start copying x[0 .. 8 * TT - 1][256 c .. min(256 c + 256, K) - 1] into the stage xs (rows past M: row
+// M - 1, computed and never stored) with cp.async and close the copy group (empty where c >= end, so that
+// every iteration closes one and wait_x's count holds).
+__device__ __forceinline__ void stage_chunk(unsigned short* xs, const unsigned short* __restrict__ x, int M,
+                                            long long K, int c, int end) {
+  if (c < end) {
+    const int pieces = (int)min(32LL, (K - 256LL * c) / 8);  // 16-byte pieces of 8 inputs in chunk c
+    for (int v = threadIdx.x; v < 8 * TT * 32; v += NW * LANES) {
+      const int r = v / 32, piece = v % 32;
+      if (piece >= pieces) continue;
+      const unsigned int dst = (unsigned int)__cvta_generic_to_shared(xs + r * LX_STRIDE + 8 * piece);
+      const unsigned short* src = x + min(r, M - 1) * K + 256LL * c + 8 * piece;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+    }
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+#endif
+
+// The products of blocks b0 .. b0 + U - 1 (those < nblk) of this warp's rows into acc: their weights
+// loaded together, then per block and half h (16 inputs) one mma per tile and token tile. xp[tt]: this
+// lane's x (token 8 tt + g) at input 32 b0 + 4t, in global or shared memory.
+__device__ __forceinline__ void block_products(float* acc, const unsigned char* const (&wrow)[MT][2], int b0,
+                                               int nblk, const unsigned short* const (&xp)[TT]) {
+  const int t = threadIdx.x % 4;
+  unsigned int d2[U][MT][2], qs[U][MT][2][2];  // qs: bytes 4t .. 4t + 3 of word h, reordered
+#if QTYPE == 6
+  unsigned int qh[U][MT][2];
+#endif
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int b = min(b0 + u, nblk - 1);  // a block past the end: loaded, its products skipped
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const unsigned char* blk = wrow[m][r] + b * BLOCK_BYTES;
+        d2[u][m][r] = *(const unsigned short*)blk;
+#if QTYPE == 6
+        qh[u][m][r] = load_u32(blk + 2);
+        qs[u][m][r][0] = qs[u][m][r][1] = __byte_perm(load_u32(blk + 6 + 4 * t), 0, 0x3120);
+#else
+        qs[u][m][r][0] = __byte_perm(load_u32(blk + 2 + 4 * t) ^ 0x80808080u, 0, 0x3120);
+        qs[u][m][r][1] = __byte_perm(load_u32(blk + 18 + 4 * t) ^ 0x80808080u, 0, 0x3120);
+#endif
+      }
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (b0 + u >= nblk) break;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint2 xb[TT];  // x at inputs 32 (b0 + u) + 16h + 4t .. + 3 of each token tile
+#pragma unroll
+      for (int tt = 0; tt < TT; ++tt) xb[tt] = *(const uint2*)(xp[tt] + 32 * u + 16 * h);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        unsigned int a[2][2];  // [row g, g + 8][columns 2t.., 2t + 8..]
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const unsigned int s2 = scale2(d2[u][m][r]);
+#if QTYPE == 6
+          weights(qs[u][m][r][h], qh[u][m][r] >> (16 * h + 4 * t), h, s2, a[r][0], a[r][1]);
+#else
+          weights(qs[u][m][r][h], s2, a[r][0], a[r][1]);
+#endif
+        }
+#pragma unroll
+        for (int tt = 0; tt < TT; ++tt)
+          mma_16(acc + (m * TT + tt) * 4, a[0][0], a[1][0], a[0][1], a[1][1], xb[tt].x, xb[tt].y);
+      }
+    }
+  }
+}
+
+// span: chunks of 256 inputs per K range (WIDE; gridDim.y ranges)
 extern "C" __global__ void __launch_bounds__(NW * LANES)
 KNAME(const unsigned char* __restrict__ w, const unsigned short* __restrict__ x,
-      const float* __restrict__ bias, void* __restrict__ y, int M, int N, int nblk) {
+      const float* __restrict__ bias, void* __restrict__ y, int M, int N, int nblk, int span) {
   const int lane = threadIdx.x % LANES, warp = threadIdx.x / LANES;
   const int g = lane / 4, t = lane % 4;
   const int row0 = ROW0;
@@ -95,68 +186,35 @@ KNAME(const unsigned char* __restrict__ w, const unsigned short* __restrict__ x,
   float acc[SLOTS];
 #pragma unroll
   for (int s = 0; s < SLOTS; ++s) acc[s] = 0.f;
-  const unsigned short* xrow[TT];  // this lane's B token of each tile at input 4t (rows past M: M - 1)
-#pragma unroll
-  for (int tt = 0; tt < TT; ++tt) xrow[tt] = x + min(8 * tt + g, M - 1) * K + 4 * t;
   const unsigned char* wrow[MT][2];  // rows g, g + 8 of each tile (past N: row N - 1, never stored)
 #pragma unroll
   for (int m = 0; m < MT; ++m)
 #pragma unroll
     for (int r = 0; r < 2; ++r) wrow[m][r] = w + min(row0 + 16 * m + g + 8 * r, N - 1) * row_bytes;
-
-  for (int b0 = warp * U; b0 < nblk; b0 += NW * U) {
-    unsigned int d2[U][MT][2], qs[U][MT][2][2];  // qs: bytes 4t .. 4t + 3 of word h, reordered
-#if QTYPE == 6
-    unsigned int qh[U][MT][2];
-#endif
+#if WIDE
+  extern __shared__ __align__(16) unsigned short xs[];  // x's tokens: two stages of LX_STAGE values
+  const int first = blockIdx.y * span, end = min((nblk + 7) / 8, (int)(blockIdx.y + 1) * span);
+  stage_chunk(xs, x, M, K, first, end);
+  for (int c = first; c < end; ++c) {
+    const unsigned short* xcur = xs + (c - first) % 2 * LX_STAGE;  // c's stage; c + 1 fills the other
+    stage_chunk(xs + (c + 1 - first) % 2 * LX_STAGE, x, M, K, c + 1, end);
+    wait_x();
+    const int bend = min(nblk, 8 * c + 8);
+    for (int b0 = 8 * c; b0 < bend; b0 += U) {
+      const unsigned short* xp[TT];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int b = min(b0 + u, nblk - 1);  // a block past the end: loaded, its products skipped
-#pragma unroll
-      for (int m = 0; m < MT; ++m) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const unsigned char* blk = wrow[m][r] + b * BLOCK_BYTES;
-          d2[u][m][r] = *(const unsigned short*)blk;
-#if QTYPE == 6
-          qh[u][m][r] = load_u32(blk + 2);
-          const unsigned int q = __byte_perm(load_u32(blk + 6 + 4 * t), 0, 0x3120);
-          qs[u][m][r][0] = q;
-          qs[u][m][r][1] = q;
-#else
-          qs[u][m][r][0] = __byte_perm(load_u32(blk + 2 + 4 * t) ^ 0x80808080u, 0, 0x3120);
-          qs[u][m][r][1] = __byte_perm(load_u32(blk + 18 + 4 * t) ^ 0x80808080u, 0, 0x3120);
-#endif
-        }
-      }
+      for (int tt = 0; tt < TT; ++tt) xp[tt] = xcur + (8 * tt + g) * LX_STRIDE + 32 * (b0 - 8 * c) + 4 * t;
+      block_products(acc, wrow, b0, bend, xp);
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (b0 + u >= nblk) break;
-      const int b = b0 + u;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        uint2 xb[TT];  // x at inputs 32b + 16h + 4t .. + 3 of each token tile
-#pragma unroll
-        for (int tt = 0; tt < TT; ++tt) xb[tt] = *(const uint2*)(xrow[tt] + 32 * b + 16 * h);
-#pragma unroll
-        for (int m = 0; m < MT; ++m) {
-          unsigned int a[2][2];  // [row g, g + 8][columns 2t.., 2t + 8..]
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const unsigned int s2 = scale2(d2[u][m][r]);
-#if QTYPE == 6
-            weights(qs[u][m][r][h], qh[u][m][r] >> (16 * h + 4 * t), h, s2, a[r][0], a[r][1]);
-#else
-            weights(qs[u][m][r][h], s2, a[r][0], a[r][1]);
-#endif
-          }
-#pragma unroll
-          for (int tt = 0; tt < TT; ++tt)
-            mma_16(acc + (m * TT + tt) * 4, a[0][0], a[1][0], a[0][1], a[1][1], xb[tt].x, xb[tt].y);
-        }
-      }
-    }
+    __syncthreads();  // every warp is done with this stage before the next iteration refills it
   }
+#else
+  for (int b0 = warp * U; b0 < nblk; b0 += NW * U) {
+    const unsigned short* xp[TT];  // token 8 tt + g (rows past M: M - 1) at input 32 b0 + 4t
+#pragma unroll
+    for (int tt = 0; tt < TT; ++tt) xp[tt] = x + min(8 * tt + g, M - 1) * K + 32LL * b0 + 4 * t;
+    block_products(acc, wrow, b0, nblk, xp);
+  }
+#endif
   store_result(acc, bias, y, M, N, row0);
 }
