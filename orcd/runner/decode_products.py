@@ -26,6 +26,7 @@ from orcd.quant.kernels.gemv3_int8 import gemv3_i8
 from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8
 from orcd.quant.kernels.gemv_legacy_int8 import gemv_legacy_i8
 from orcd.quant.kernels.gemv_multi import fused_gemv3
+from orcd.quant.kernels.mmq_legacy import mmq_legacy_routed
 from orcd.quant.kernels.q6k_split import split_linear
 from orcd.quant.kernels.xquant import quantize_x
 
@@ -44,7 +45,9 @@ I8_MAX_ROWS = 4
 # The unfused step's Q5_0 downs of 5..8 rows run on gemv_legacy_i8 (x quantized per 32, 8 tokens per
 # program: one weight read) instead of dequantize + cuBLAS: one H200, the 72B's Q5_0 ffn_down at 8 rows,
 # 218 against 322 us (one GPU), 97.5 against 188 (a TP 2 rank), 47.6 against 81 (TP 4); at 16 rows the
-# int8 kernel is instruction-bound and no faster (bench/results/tp4_s25/m1_batched_*.json).
+# int8 kernel is instruction-bound and no faster (bench/results/tp4_s25/m1_batched_*.json). Where
+# mmq_legacy.py's tensor-core kernel runs (16-bit x, NVRTC) linear takes them instead: 8 rows 125.8 / 36.5
+# against 215.4 / 47.8 us on one GPU / a TP 4 rank (bench/results/mmq_legacy_s26/).
 LEGACY_ROWS_MAX = 8
 
 Norm = tuple[torch.Tensor, float]  # (RMSNorm weight [H], eps)
@@ -303,9 +306,11 @@ class DecodeProducts:
 
     def down_rows(self, lin: BlockLinears, a: torch.Tensor) -> torch.Tensor:
         """The unfused step's down of a [B, F] (the SwiGLU output) -> [B, H]: a Q5_0 down of at most
-        LEGACY_ROWS_MAX rows on gemv_legacy_i8 with int8_x (a quantized per 32), else linear."""
+        LEGACY_ROWS_MAX rows on gemv_legacy_i8 with int8_x (a quantized per 32) where mmq_legacy does not
+        take it, else linear."""
         dn = lin.down
-        if self.int8_x and dn.qtype == Q5_0 and dn.raw is not None and a.shape[0] <= LEGACY_ROWS_MAX:
+        if (self.int8_x and dn.qtype == Q5_0 and dn.raw is not None and a.shape[0] <= LEGACY_ROWS_MAX
+                and not mmq_legacy_routed(dn.qtype, a, dn.raw, dn.out_features, dn.in_features)):
             aq, asc = quantize_x(a)
             return gemv_legacy_i8(aq, asc, dn.raw, dn.out_features, dn.in_features, dn.qtype, dn.bias,
                                   dtype=a.dtype)

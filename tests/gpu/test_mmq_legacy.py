@@ -107,3 +107,24 @@ def test_fused_linear_routes_large_q8_0_batches_here(m):
     if available("cuda"):
         y = fused_linear(x, raw, 8192, 8192, int(T.Q8_0))
         assert torch.equal(y, mmq_legacy_linear(x, raw, 8192, 8192, T.Q8_0))
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("rows", [5, 8])
+def test_unfused_step_down_rows_take_mmq_legacy(rows):
+    """DecodeProducts.down_rows sends a 16-bit Q5_0 down of <= LEGACY_ROWS_MAX rows here (faster than its
+    int8 GEMV), where the kernel runs."""
+    from types import SimpleNamespace
+
+    from orcd.quant.kernels.mmq_cuda import available
+    from orcd.quant.kernels.mmq_legacy import mmq_legacy_linear
+    from orcd.runner.decode_products import DecodeProducts
+
+    raw = random_blocks(T.Q5_0, 520, 14784, seed=rows).cuda()
+    dn = SimpleNamespace(qtype=int(T.Q5_0), raw=raw, out_features=520, in_features=14784, bias=None)
+    a = torch.randn(rows, 14784, device="cuda", dtype=torch.bfloat16)
+    y = DecodeProducts(int8_x=True, int8_attn=True).down_rows(SimpleNamespace(down=dn), a)
+    assert rel_err(y, float_reference(a, raw, T.Q5_0, 520, 14784)) < 1e-2
+    if available("cuda"):
+        assert torch.equal(y, mmq_legacy_linear(a, raw, 520, 14784, T.Q5_0))
