@@ -7,8 +7,10 @@ decode batch of 9..64 rows ran them as a dequantize to bf16 plus cuBLAS (Q5_0: ~
 weight of 0.69) or batched_linear (Q8_0).
 
 y[M, N] = x[M, K] @ W[N, K].T for M = 1..64 rows of bf16 or fp16 x, W read once from memory for all rows
-in GGUF's own blocks, each weight dequantized to x's type in registers where mma.m16n8k16 takes it, fp32
-accumulation, sums in a fixed order (deterministic; not batch-invariant). The pieces it shares with the
+in GGUF's own blocks: each block's integers (exact in x's type) go from registers into mma.m16n8k16, and
+the block's scale multiplies its fp32 sums (no weight is rounded: the bf16 rounding of d * q put one
+tiny gemma3's greedy token off the dequantized model's in tests/gpu/test_fused_gemma3.py); sums in a
+fixed order (deterministic; not batch-invariant). The pieces it shares with the
 Q4_K / Q6_K kernels (NVRTC through torch, the fragments, the warps' reduction) are mmq_cuda.py's.
 """
 

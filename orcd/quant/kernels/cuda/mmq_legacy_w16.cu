@@ -1,6 +1,7 @@
 // y[M, N] = x[M, K] @ W[N, K].T for decode batches, W in GGUF Q5_0 (QTYPE 6) or Q8_0 (QTYPE 8) blocks of
-// 32 inputs, x in bf16 (OUT_KIND 0) or fp16 (OUT_KIND 1): the weights are dequantized to x's type in
-// registers, right where the tensor cores' mma.m16n8k16 takes them; fp32 accumulation. Prepended by
+// 32 inputs, x in bf16 (OUT_KIND 0) or fp16 (OUT_KIND 1): each block's integers, exact in x's type, go
+// from registers into the tensor cores' mma.m16n8k16 (fp32 sums of the block, one per row and token),
+// and the block's scale d multiplies those sums in fp32: no weight is rounded. Prepended by
 // mmq_legacy.py: QTYPE, KNAME (the function's name), U (blocks whose loads a warp issues together), NW
 // warps per block, MT 16-row weight tiles per warp, TT 8-token tiles (M <= 8 * TT), OUT_KIND, HAS_BIAS
 // (bias float32 [N]), WIDE, then common.cuh and w16.cuh. WIDE 0: a block owns 16 * MT weight rows, its
@@ -53,43 +54,32 @@ __device__ __forceinline__ unsigned int load_u32(const unsigned char* p) {
   return (unsigned int)h[0] | ((unsigned int)h[1] << 16);
 }
 
-// d of a block as two 16-bit floats of x's type
-__device__ __forceinline__ unsigned int scale2(unsigned int dbits) {
-#if OUT_KIND == 0
-  const float d = half_to_float(dbits);
-  return pack2(d, d);
-#else
-  return dbits | (dbits << 16);
-#endif
-}
-
 #if QTYPE == 6
-// (q0 - 16) * d, (q1 - 16) * d for the 5-bit values q0, q1 at bits 0..4 and 16..20 of p: 128 + q (bf16)
-// or 1024 + q (fp16) by the exponent MAGIC, minus 144 / 1040 exactly, then one rounding by d
-__device__ __forceinline__ unsigned int dequant5(unsigned int p, unsigned int d2) {
-  return fma2(fma2(p | MAGIC, ONE2, NEG2_144), d2, 0x80008000u);
+// q0 - 16, q1 - 16 for the 5-bit values q0, q1 at bits 0..4 and 16..20 of p, exactly: 128 + q (bf16) or
+// 1024 + q (fp16) by the exponent MAGIC, minus 144 / 1040
+__device__ __forceinline__ unsigned int dequant5(unsigned int p) {
+  return fma2(p | MAGIC, ONE2, NEG2_144);
 }
 
-// A's four registers of product h for the rows whose block bytes are qs (reordered) and high bits hb
-// (qh >> 4t for h 0, qh >> (16 + 4t) for h 1: bits 0..3 are this lane's four inputs)
-__device__ __forceinline__ void weights(unsigned int qs, unsigned int hb, int h, unsigned int d2,
-                                        unsigned int& lo, unsigned int& hi) {
+// A's registers of product h (inputs 4t, 4t + 1 in lo; 4t + 2, 4t + 3 in hi) for a row whose block bytes
+// are qs (reordered) and high bits hb (qh >> (16h + 4t): bits 0..3 are this lane's four inputs)
+__device__ __forceinline__ void weights(unsigned int qs, unsigned int hb, int h, unsigned int& lo,
+                                        unsigned int& hi) {
   const unsigned int n = qs >> (4 * h);
-  lo = dequant5((n & 0x000F000Fu) | ((hb & 1u) << 4) | ((hb & 2u) << 19), d2);
-  hi = dequant5(((n >> 8) & 0x000F000Fu) | ((hb & 4u) << 2) | ((hb & 8u) << 17), d2);
+  lo = dequant5((n & 0x000F000Fu) | ((hb & 1u) << 4) | ((hb & 2u) << 19));
+  hi = dequant5(((n >> 8) & 0x000F000Fu) | ((hb & 4u) << 2) | ((hb & 8u) << 17));
 }
 #else
-// q0 * d, q1 * d for the int8 values whose bytes + 128 are at bits 0..7 and 16..23 of p: its nibbles as
-// 128 + n (bf16) or 1024 + n (fp16), 16 * high - 2304 and + low exactly (the integer q), then one rounding
-__device__ __forceinline__ unsigned int dequant8(unsigned int p, unsigned int d2) {
+// q0, q1 for the int8 values whose bytes + 128 are at bits 0..7 and 16..23 of p, exactly: its nibbles as
+// 128 + n (bf16) or 1024 + n (fp16), then 16 * high - 2304 (or - 17536) and + low
+__device__ __forceinline__ unsigned int dequant8(unsigned int p) {
   const unsigned int lo = (p & 0x000F000Fu) | MAGIC, hi = ((p >> 4) & 0x000F000Fu) | MAGIC;
-  return fma2(fma2(lo, ONE2, fma2(hi, SIXTEEN2, NEG2_2304)), d2, 0x80008000u);
+  return fma2(lo, ONE2, fma2(hi, SIXTEEN2, NEG2_2304));
 }
 
-__device__ __forceinline__ void weights(unsigned int qs, unsigned int d2, unsigned int& lo,
-                                        unsigned int& hi) {
-  lo = dequant8(qs, d2);
-  hi = dequant8(qs >> 8, d2);
+__device__ __forceinline__ void weights(unsigned int qs, unsigned int& lo, unsigned int& hi) {
+  lo = dequant8(qs);
+  hi = dequant8(qs >> 8);
 }
 #endif
 
@@ -124,7 +114,7 @@ __device__ __forceinline__ void stage_chunk(unsigned short* xs, const unsigned s
 __device__ __forceinline__ void block_products(float* acc, const unsigned char* const (&wrow)[MT][2], int b0,
                                                int nblk, const unsigned short* const (&xp)[TT]) {
   const int t = threadIdx.x % 4;
-  unsigned int d2[U][MT][2], qs[U][MT][2][2];  // qs: bytes 4t .. 4t + 3 of word h, reordered
+  unsigned int dh[U][MT][2], qs[U][MT][2][2];  // d's fp16 bits; qs: bytes 4t .. 4t + 3 of word h, reordered
 #if QTYPE == 6
   unsigned int qh[U][MT][2];
 #endif
@@ -136,7 +126,7 @@ __device__ __forceinline__ void block_products(float* acc, const unsigned char* 
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const unsigned char* blk = wrow[m][r] + b * BLOCK_BYTES;
-        d2[u][m][r] = *(const unsigned short*)blk;
+        dh[u][m][r] = *(const unsigned short*)blk;
 #if QTYPE == 6
         qh[u][m][r] = load_u32(blk + 2);
         qs[u][m][r][0] = qs[u][m][r][1] = __byte_perm(load_u32(blk + 6 + 4 * t), 0, 0x3120);
@@ -150,26 +140,35 @@ __device__ __forceinline__ void block_products(float* acc, const unsigned char* 
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     if (b0 + u >= nblk) break;
+    uint2 xb[2][TT];  // x at inputs 32 (b0 + u) + 16h + 4t .. + 3 of each token tile
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      uint2 xb[TT];  // x at inputs 32 (b0 + u) + 16h + 4t .. + 3 of each token tile
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int tt = 0; tt < TT; ++tt) xb[tt] = *(const uint2*)(xp[tt] + 32 * u + 16 * h);
+      for (int tt = 0; tt < TT; ++tt) xb[h][tt] = *(const uint2*)(xp[tt] + 32 * u + 16 * h);
 #pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        unsigned int a[2][2];  // [row g, g + 8][columns 2t.., 2t + 8..]
+    for (int m = 0; m < MT; ++m) {
+      unsigned int a[2][2][2];  // [h][row g, g + 8][columns 2t.., 2t + 8..]: the block's integers
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const unsigned int s2 = scale2(d2[u][m][r]);
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
 #if QTYPE == 6
-          weights(qs[u][m][r][h], qh[u][m][r] >> (16 * h + 4 * t), h, s2, a[r][0], a[r][1]);
+          weights(qs[u][m][r][h], qh[u][m][r] >> (16 * h + 4 * t), h, a[h][r][0], a[h][r][1]);
 #else
-          weights(qs[u][m][r][h], s2, a[r][0], a[r][1]);
+          weights(qs[u][m][r][h], a[h][r][0], a[h][r][1]);
 #endif
-        }
+      const float d0 = half_to_float(dh[u][m][0]), d1 = half_to_float(dh[u][m][1]);  // rows g, g + 8
 #pragma unroll
-        for (int tt = 0; tt < TT; ++tt)
-          mma_16(acc + (m * TT + tt) * 4, a[0][0], a[1][0], a[0][1], a[1][1], xb[tt].x, xb[tt].y);
+      for (int tt = 0; tt < TT; ++tt) {
+        float c[4] = {0.f, 0.f, 0.f, 0.f};  // the block's sums for rows g (c0, c1), g + 8 (c2, c3)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          mma_16(c, a[h][0][0], a[h][1][0], a[h][0][1], a[h][1][1], xb[h][tt].x, xb[h][tt].y);
+        float* out = acc + (m * TT + tt) * 4;
+        out[0] = fmaf(d0, c[0], out[0]);
+        out[1] = fmaf(d0, c[1], out[1]);
+        out[2] = fmaf(d1, c[2], out[2]);
+        out[3] = fmaf(d1, c[3], out[3]);
       }
     }
   }
