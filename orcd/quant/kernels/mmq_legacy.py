@@ -28,12 +28,13 @@ MAX_ROWS = 64  # 8 token tiles of 8
 KERNELS = {Q.Q5_0: ("mmq_q5_0_w16", 6, 22), Q.Q8_0: ("mmq_q8_0_w16", 8, 34)}  # type -> (name, QTYPE, bytes)
 LARGE = 1 << 26  # weights (out x in) of a "large" product: ROUTED's second figure
 # type -> (the most rows fused_linear sends here, the most for LARGE products), past GEMV_MAX_N rows
-# (down_rows keeps Q5_0's 5..8 rows on the int8 GEMV). H200 (bench/results/mmq_legacy_s26/): Q5_0 wins
-# everywhere it was timed (the 72B's down at 16 / 32 / 64 rows 145.6 / 180.6 / 224.2 us against 340.1 /
-# 342.2 / 347.2 dequantize + cuBLAS); Q8_0 against batched_linear wins at 16 rows (gpt-oss's attention
-# 48.5 against 51.9 us a layer) and on the 72B's down (64 rows: 238.7 against 439.7), loses on gpt-oss's
-# attention at 32 and 64 rows (59.5 / 75.6 against 53.3 / 57.6) and a TP=4 rank's down at 64 (74.4 /
-# 64.7).
+# (down_rows sends its 5..8-row Q5_0 downs here too where this kernel runs). H200
+# (bench/results/mmq_legacy_s26/): Q5_0 wins everywhere it was timed (the 72B's down at 16 / 32 / 64 rows
+# 145.6 / 188.5 / 224.2 us against 340.1 / 342.2 / 347.2 dequantize + cuBLAS); Q8_0 against batched_linear
+# wins at 16 rows (gpt-oss's attention 48.5 against 51.9 us a layer) and on the 72B's down (64 rows: 238.7
+# against 439.7), loses on gpt-oss's attention at 32 and 64 rows (54.7 / 69.5 against 53.3 / 57.6 us a
+# layer, with its best launches) and on a TP=4 rank's down at 64 (74.4 against 64.7). Measured with the
+# kernel rounding d to x's type (before c36d8c6).
 ROUTED = {Q.Q5_0: (64, 64), Q.Q8_0: (16, 64)}
 LX_STRIDE = 272  # cuda/mmq_legacy_w16.cu's: 16-bit values per token row of WIDE's staged x
 
