@@ -90,7 +90,7 @@ def test_a_broken_source_fails_to_compile():
 @pytest.mark.parametrize("qtype", sorted(LEGACY), ids=lambda q: LEGACY[q][0])
 def test_legacy_kernels_compile_for_sm90(qtype):
     """mmq_legacy_w16.cu (Q5_0, Q8_0) at its routed launches (5..64 rows, short and long outputs) and
-    the GPU tests' others: U blocks a turn, two products a block."""
+    the GPU tests' others: U blocks a turn, two products a block, the block's scale applied in fp32."""
     launches = {(*legacy_launch(m, n, k), -(-m // 8)) for m in (5, 9, 16, 17, 33, 64)
                 for n, k in ((2880, 4096), (8192, 29568))}
     launches |= {(1, 1, 1, 0, 1), (2, 4, 2, 0, 5), (16, 1, 8, 0, 5), (4, 2, 4, 3, 5), (2, 4, 8, 2, 5),
@@ -100,4 +100,6 @@ def test_legacy_kernels_compile_for_sm90(qtype):
             ptx = compile_ptx(legacy_source(qtype, nw, mt, tt, kind, bias, u, ks > 0))
             assert f".entry {LEGACY[qtype][0]}(" in ptx
             assert ptx.count("mma.sync.aligned.m16n8k16") == 2 * u * mt * tt, (nw, mt, u, ks, tt)
+            # each block's fp32 sums scaled by its d: one fma per C element, 4 a tile and token tile
+            assert ptx.count("fma.rn.f32") == 4 * u * mt * tt, (nw, mt, u, ks, tt)
             assert ".local" not in ptx, f"an array in local memory at {(nw, mt, u, ks, tt)}"
