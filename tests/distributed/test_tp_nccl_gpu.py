@@ -113,3 +113,31 @@ def test_tp_fused_int8_step_matches_one_gpu(tmp_path, all_reduce, batch, layout)
     # bf16 partial sums rounded per rank before the all-reduce; a missing or doubled partial gives O(1)
     errs = [float((g - w).norm() / w.norm()) for g, w in zip(got["logits"], want, strict=True)]
     assert max(errs) < 5e-2, errs
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 4, reason="needs 4 CUDA GPUs")
+@pytest.mark.parametrize("all_reduce", ["nccl", "symm"])
+def test_four_ranks_fused_int8_step_matches_one_gpu(tmp_path, all_reduce):
+    """As above on 4 ranks (hidden and FFN 1024: one Q4_K super-block of each rank's o and down inputs;
+    8 query / 4 KV heads: one KV head a rank), one and 8 rows, with NCCL's all-reduce and the one-shot
+    (symm) one: the check a one-shot default at TP >= 4 wants."""
+    from gguf import GGMLQuantizationType as Q
+    from tp_workers import fused_int8_rank, fused_steps
+
+    from orcd.gguf.synth import write_model_gguf
+    from orcd.runner.fused_decode import FusedDecoder
+
+    types = {"default": Q.Q4_K, "attn_v": Q.Q6_K, "ffn_down": Q.Q6_K, "output": Q.Q6_K}
+    path = write_model_gguf(tmp_path / "m.gguf", "qwen2", vocab_size=512, hidden=1024, n_layers=2, ffn=1024,
+                            n_heads=8, n_kv_heads=4, head_dim=128, context_length=256, qtypes=types,
+                            tied=False, seed=5, tokenizer_metadata={})
+    loaded = load_model(path, "cuda:0", dtype=torch.bfloat16, tokenizer=False)
+    for batch in (1, 8):
+        out = tmp_path / f"tp4_{batch}.pt"
+        assert launch(4, "cuda", fused_int8_rank, (str(path), str(out), all_reduce, batch, "auto")) == 0
+        got = torch.load(out)
+        assert got["all_reduce"] == all_reduce and sorted(got["split"]) == [0, 1, 2, 3]
+        with torch.inference_mode():
+            want = fused_steps(FusedDecoder(loaded.model), loaded.cfg, "cuda:0", torch.bfloat16, batch=batch)
+        errs = [float((g - w).norm() / w.norm()) for g, w in zip(got["logits"], want, strict=True)]
+        assert max(errs) < 5e-2, (batch, errs)
