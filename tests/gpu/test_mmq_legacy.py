@@ -85,7 +85,7 @@ def test_fused_linear_routes_legacy_batches_here(qt, m):
     raw = random_blocks(qt, 2880, 4096, seed=m).cuda()
     x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
     y = fused_linear(x, raw, 2880, 4096, int(qt))
-    if available("cuda") and m <= ROUTED[qt][0]:  # 2880 x 4096: not LARGE
+    if available("cuda") and m <= ROUTED[qt][0]:  # 4096 inputs: not LONG_K
         assert torch.equal(y, mmq_legacy_linear(x, raw, 2880, 4096, qt))
     else:
         assert rel_err(y, float_reference(x, raw, qt, 2880, 4096)) < 1e-2
@@ -94,19 +94,19 @@ def test_fused_linear_routes_legacy_batches_here(qt, m):
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("m", [17, 64])
-def test_fused_linear_routes_large_q8_0_batches_here(m):
-    """A LARGE Q8_0 product (2^26 weights) comes here up to 64 rows, a small one past 16 rows does not."""
+def test_fused_linear_routes_long_q8_0_batches_here(m):
+    """Q8_0 rows longer than LONG_K inputs come here up to 64 rows, shorter ones past 16 rows do not."""
     from orcd.quant.kernels.fused_linear import fused_linear
     from orcd.quant.kernels.mmq_cuda import available
     from orcd.quant.kernels.mmq_legacy import mmq_legacy_linear, mmq_legacy_routed
 
-    raw = random_blocks(T.Q8_0, 8192, 8192, seed=m).cuda()
-    x = torch.randn(m, 8192, device="cuda", dtype=torch.bfloat16)
-    assert mmq_legacy_routed(T.Q8_0, x, raw, 8192, 8192) == available("cuda")
-    assert not mmq_legacy_routed(T.Q8_0, x[:, :4096], raw, 4096, 4096)
+    raw = random_blocks(T.Q8_0, 1024, 16384, seed=m).cuda()
+    x = torch.randn(m, 16384, device="cuda", dtype=torch.bfloat16)
+    assert mmq_legacy_routed(T.Q8_0, x, raw, 1024, 16384) == available("cuda")
+    assert not mmq_legacy_routed(T.Q8_0, x[:, :8192], raw, 2048, 8192)
     if available("cuda"):
-        y = fused_linear(x, raw, 8192, 8192, int(T.Q8_0))
-        assert torch.equal(y, mmq_legacy_linear(x, raw, 8192, 8192, T.Q8_0))
+        y = fused_linear(x, raw, 1024, 16384, int(T.Q8_0))
+        assert torch.equal(y, mmq_legacy_linear(x, raw, 1024, 16384, T.Q8_0))
 
 
 @pytest.mark.gpu

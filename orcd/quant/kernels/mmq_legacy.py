@@ -26,15 +26,17 @@ from orcd.quant.kernels.split_k import partials, reduce_partials
 
 MAX_ROWS = 64  # 8 token tiles of 8
 KERNELS = {Q.Q5_0: ("mmq_q5_0_w16", 6, 22), Q.Q8_0: ("mmq_q8_0_w16", 8, 34)}  # type -> (name, QTYPE, bytes)
-LARGE = 1 << 26  # weights (out x in) of a "large" product: ROUTED's second figure
-# type -> (the most rows fused_linear sends here, the most for LARGE products), past GEMV_MAX_N rows
+LONG_K = 8192  # inputs past which a row is "long": ROUTED's second figure
+# type -> (the most rows fused_linear sends here, the most for rows longer than LONG_K), past GEMV_MAX_N
+# rows
 # (down_rows sends its 5..8-row Q5_0 downs here too where this kernel runs). H200
 # (bench/results/mmq_legacy_s26/): Q5_0 wins everywhere it was timed (the 72B's down at 16 / 32 / 64 rows
 # 145.6 / 188.5 / 224.2 us against 340.1 / 342.2 / 347.2 dequantize + cuBLAS); Q8_0 against batched_linear
 # wins at 16 rows (gpt-oss's attention 48.5 against 51.9 us a layer) and on the 72B's down (64 rows: 238.7
 # against 439.7), loses on gpt-oss's attention at 32 and 64 rows (54.7 / 69.5 against 53.3 / 57.6 us a
-# layer, with its best launches) and on a TP=4 rank's down at 64 (74.4 against 64.7). Measured with the
-# kernel rounding d to x's type (before c36d8c6).
+# layer, with its best launches) and on a TP=4 rank's down at 64 (74.4 against 64.7, 7,392 inputs): past
+# 16 rows Q8_0 comes here for long rows only (gpt-oss's head, 201,088 x 2,880, untimed, keeps
+# batched_linear there). Measured with the kernel rounding d to x's type (before c36d8c6).
 ROUTED = {Q.Q5_0: (64, 64), Q.Q8_0: (16, 64)}
 LX_STRIDE = 272  # cuda/mmq_legacy_w16.cu's: 16-bit values per token row of WIDE's staged x
 
@@ -95,9 +97,9 @@ def mmq_legacy_routed(qtype: Q | int, x: torch.Tensor, raw: torch.Tensor, out_fe
                       in_features: int) -> bool:
     """Whether fused_linear sends this decode batch here: ROUTED's types and rows, 16-bit x, a device
     where the kernels compile (mmq_cuda.available)."""
-    most, most_large = ROUTED.get(int(qtype), (0, 0))
-    if out_features * in_features >= LARGE:
-        most = most_large
+    most, most_long = ROUTED.get(int(qtype), (0, 0))
+    if in_features > LONG_K:
+        most = most_long
     return x.shape[0] <= most and x.dtype in OUT_KIND and raw.data_ptr() % 2 == 0 and available(x.device)
 
 
