@@ -74,17 +74,10 @@ def default_launch(rows: int, out_features: int, in_features: int) -> tuple[int,
     products of >= 2^25 weights (32 rows: 188.5 against 230.4), (4, 2, 8, 4) past 32 (64 rows: 224.2
     against 370.3)."""
     if rows <= 16:
-        return (4, 1, 4, 8) if in_features > 8192 else (8, 1, 4, 0)
+        return (4, 1, 4, 8) if in_features > LONG_K else (8, 1, 4, 0)
     if out_features * in_features < 1 << 25:
         return 8, 1, 4, 0
     return (8, 1, 4, 4) if rows <= 32 else (4, 2, 8, 4)
-
-
-def k_ranges(out_features: int, in_features: int, nw: int, mt: int, target: int = 264) -> int:
-    """WIDE's K ranges: enough that the blocks of 16 * MT * NW rows times the ranges reach ~target."""
-    chunks = -(-in_features // 256)
-    tiles = -(-out_features // (16 * mt * nw))
-    return _ranges(chunks, max(1, min(chunks, round(target / tiles))))[1]
 
 
 def _ranges(chunks: int, ks: int) -> tuple[int, int]:
