@@ -21,7 +21,7 @@ import functools
 import torch
 from gguf import GGMLQuantizationType as Q
 
-from orcd.quant.kernels.mmq_cuda import OUT_KIND, available, check_launch, kernel_source
+from orcd.quant.kernels.mmq_cuda import OUT_KIND, _k_ranges, available, check_launch, kernel_source
 from orcd.quant.kernels.split_k import partials, reduce_partials
 
 MAX_ROWS = 64  # 8 token tiles of 8
@@ -80,12 +80,6 @@ def default_launch(rows: int, out_features: int, in_features: int) -> tuple[int,
     return (8, 1, 4, 4) if rows <= 32 else (4, 2, 8, 4)
 
 
-def _ranges(chunks: int, ks: int) -> tuple[int, int]:
-    """(chunks per range, ranges) for about ks ranges of `chunks`, none of them empty."""
-    span = -(-chunks // ks)
-    return span, -(-chunks // span)
-
-
 def mmq_legacy_routed(qtype: Q | int, x: torch.Tensor, raw: torch.Tensor, out_features: int,
                       in_features: int) -> bool:
     """Whether fused_linear sends this decode batch here: ROUTED's types and rows, 16-bit x, a device
@@ -129,7 +123,7 @@ def mmq_legacy_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_
         grid = (-(-out_features // (16 * mt)), 1, 1)
         kern(grid=grid, block=(32 * nw, 1, 1), args=[raw, x, b, y, m, out_features, nblk, 0])
         return y
-    span, ks = _ranges(-(-nblk // 8), ks)
+    span, ks = _k_ranges(-(-nblk // 8), ks)  # ranges of whole 256-input chunks
     ws = partials(ks, y)  # fp32 [KS, M, N], None for one range (the kernel writes y, bias added)
     grid = (-(-out_features // (16 * mt * nw)), ks, 1)
     args = [raw, x, b, y if ws is None else ws, m, out_features, nblk, span]
