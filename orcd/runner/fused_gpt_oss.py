@@ -38,7 +38,7 @@ from orcd.quant.kernels.gemv_multi import fused_gemv3
 from orcd.quant.kernels.moe_gemv import moe_gemv
 from orcd.quant.kernels.moe_mxfp4 import GEMV_MAX_PAIRS
 from orcd.quant.kernels.moe_mxfp4_int8 import moe_mlp_i8
-from orcd.quant.kernels.moe_router import norm_route
+from orcd.quant.kernels.moe_router import norm_route, route_counter
 from orcd.quant.kernels.q8_int8_gemv import q8_gemv_i8
 from orcd.quant.kernels.xquant import quantize_x
 
@@ -119,6 +119,7 @@ class GptOssDecoder:
         self.fuse_quant = quant_parts(fuse_quant)
         self.routers = [_router(blk.moe) for blk in model.blocks]  # small: E x H per layer
         self.max_rows = GEMV_MAX_PAIRS // model.blocks[0].moe.top_k  # the MoE GEMV's range
+        self.counter = route_counter(self.max_rows, model.norm.weight.device)  # norm_route's, every layer
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor, meta: AttnMetadata, kv) -> torch.Tensor:
         """ids, pos [B] -> logits [B, V] float32; writes each token's K/V at meta.slot_mapping."""
@@ -181,7 +182,7 @@ class GptOssDecoder:
         moe, (w_r, b_r) = blk.moe, self.routers[i]
         fuse_h = self.int8_moe and "h" in self.fuse_quant  # h quantized by norm_route
         h, ids, rw, *hq = norm_route(res, blk.ffn_norm.weight, blk.ffn_norm.eps, w_r, b_r, moe.top_k, delta,
-                                     quant=fuse_h)
+                                     quant=fuse_h, counter=self.counter)
         flat, k = ids.view(-1), moe.top_k
         g, u, d = moe.gate, moe.up, moe.down
         if self.int8_moe:

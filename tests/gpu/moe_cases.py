@@ -128,22 +128,26 @@ def router_case(device: str, gen: torch.Generator) -> None:
 
 def norm_route_case(device: str, gen: torch.Generator) -> None:
     """norm_route (one launch: residual += delta, RMSNorm, router GEMV + bias, top-k, softmax) against
-    torch in fp32: the updated residual, h, the same experts in descending order, the weights."""
-    from orcd.quant.kernels.moe_router import norm_route
+    torch in fp32: the updated residual, h, the same experts in descending order, the weights; twice on
+    one counter (as every layer shares it), which each launch must leave at zero."""
+    from orcd.quant.kernels.moe_router import norm_route, route_counter
 
-    t, h, e, k, eps = 5, 200, 12, 4, 1e-5  # h: two 128-wide K tiles, the second masked
-    res, delta = torch.randn(t, h, generator=gen), torch.randn(t, h, generator=gen)
+    t, h, e, k, eps = 5, 200, 12, 4, 1e-5  # h: not a power of two (masked tail)
     nw, w = torch.rand(h, generator=gen) + 0.5, torch.randn(e, h, generator=gen) * 0.2
     b = torch.randn(e, generator=gen)
-    r_dev = res.to(device).clone()  # updated in place
-    hn, ids, rw = (x.cpu() for x in norm_route(r_dev, nw.to(device), eps, w.to(device), b.to(device), k,
-                                               delta.to(device)))
-    r = res + delta
-    h_ref = r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + eps) * nw
-    top, want = torch.topk(h_ref @ w.T + b, k, dim=-1)
-    errs = [(r_dev.cpu() - r).abs().max().item(), (hn - h_ref).abs().max().item(),
-            (rw - torch.softmax(top, -1)).abs().max().item()]
-    ok = torch.equal(ids, want)
+    counter = route_counter(8, device)
+    errs, ok = [], True
+    for _ in range(2):
+        res, delta = torch.randn(t, h, generator=gen), torch.randn(t, h, generator=gen)
+        r_dev = res.to(device).clone()  # updated in place
+        hn, ids, rw = (x.cpu() for x in norm_route(r_dev, nw.to(device), eps, w.to(device), b.to(device), k,
+                                                   delta.to(device), counter=counter))
+        r = res + delta
+        h_ref = r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + eps) * nw
+        top, want = torch.topk(h_ref @ w.T + b, k, dim=-1)
+        errs += [(r_dev.cpu() - r).abs().max().item(), (hn - h_ref).abs().max().item(),
+                 (rw - torch.softmax(top, -1)).abs().max().item()]
+        ok &= torch.equal(ids, want) and not counter.cpu().any()
     print(f"norm-route-fp32 {max(errs) if ok else 1.0:.3e} 1e-5")
 
 

@@ -42,6 +42,10 @@ def test_mmq_cuda_matches_reference(qt, n, k, m):
     assert torch.equal(y, mmq_cuda_linear(x, w, n, k, bias=bias, qtype=qt))
     y = mmq_cuda_linear(x.half(), w, n, k, bias=bias, qtype=qt)
     assert y.dtype == torch.float16 and rel_err(y, ref) < 5e-3
+    if bias is not None:  # a bias in x's own type is read as it is (bias_arg kind 2): as its fp32 copy
+        for xx, bb in ((x, bias), (x.half(), bias.half())):
+            want = mmq_cuda_linear(xx, w, n, k, bias=bb.float(), qtype=qt)
+            assert torch.equal(mmq_cuda_linear(xx, w, n, k, bias=bb, qtype=qt), want)
 
 
 @pytest.mark.gpu

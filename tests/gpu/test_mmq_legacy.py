@@ -35,6 +35,10 @@ def test_mmq_legacy_matches_reference(qt, n, k, m):
     assert torch.equal(y, mmq_legacy_linear(x, raw, n, k, qt, bias=bias))
     y = mmq_legacy_linear(x.half(), raw, n, k, qt, bias=bias)
     assert y.dtype == torch.float16 and rel_err(y, ref) < 5e-3
+    if bias is not None:  # a bias in x's own type is read as it is (bias_arg kind 2): as its fp32 copy
+        for xx, bb in ((x, bias), (x.half(), bias.half())):
+            want = mmq_legacy_linear(xx, raw, n, k, qt, bias=bb.float())
+            assert torch.equal(mmq_legacy_linear(xx, raw, n, k, qt, bias=bb), want)
 
 
 @pytest.mark.gpu

@@ -52,18 +52,18 @@ def compile_ptx(source: str) -> str:
     return ptx.value.decode()
 
 
-def configurations() -> list[tuple[int, int, int, int, bool, bool]]:
-    """(NW, MT, TT, out kind, bias, WIDE): the routed ones (default_launch at the 7B's shapes, 5..64
-    rows), then the bench's and the GPU tests' other launches."""
+def configurations() -> list[tuple[int, int, int, int, int, bool]]:
+    """(NW, MT, TT, out kind, bias kind (mmq_cuda.bias_arg's), WIDE): the routed ones (default_launch at
+    the 7B's shapes, 5..64 rows), then the bench's and the GPU tests' other launches."""
     routed = set()
     for k, n in [(3584, 512), (3584, 3584), (3584, 18944), (18944, 3584), (3584, 152064)]:
         for m in (5, 9, 16, 17, 32, 64):
             launch = default_launch(k, m, n)
             for kind in (0, 1):
-                for bias in (False, True):
+                for bias in (0, 1, 2):
                     routed.add((*launch[:2], -(-m // 8), kind, bias, len(launch) == 3))
-    others = [(4, 2, 8, 0, True, False), (2, 4, 5, 1, False, False), (1, 1, 1, 0, False, False),
-              (8, 1, 8, 0, False, True), (4, 4, 4, 1, False, True), (4, 1, 2, 0, False, True)]
+    others = [(4, 2, 8, 0, 1, False), (2, 4, 5, 1, 0, False), (1, 1, 1, 0, 0, False),
+              (8, 1, 8, 0, 0, True), (4, 4, 4, 1, 2, True), (4, 1, 2, 0, 0, True)]
     return sorted(routed) + others
 
 
@@ -96,7 +96,7 @@ def test_legacy_kernels_compile_for_sm90(qtype):
     launches |= {(1, 1, 1, 0, 1), (2, 4, 2, 0, 5), (16, 1, 8, 0, 5), (4, 2, 4, 3, 5), (2, 4, 8, 2, 5),
                  (4, 1, 1, 5, 5)}
     for nw, mt, u, ks, tt in sorted(launches):
-        for kind, bias in ((0, False), (1, True)):
+        for kind, bias in ((0, 0), (1, 1), (0, 2), (1, 2)):  # bias: mmq_cuda.bias_arg's kind
             ptx = compile_ptx(legacy_source(qtype, nw, mt, tt, kind, bias, u, ks > 0))
             assert f".entry {LEGACY[qtype][0]}(" in ptx
             assert ptx.count("mma.sync.aligned.m16n8k16") == 2 * u * mt * tt, (nw, mt, u, ks, tt)

@@ -175,17 +175,18 @@ def _source(name: str) -> str:
     return resources.files("orcd.quant.kernels").joinpath(f"cuda/{name}").read_text()
 
 
-def kernel_source(name: str, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool,
+def kernel_source(name: str, nw: int, mt: int, tt: int, out_kind: int, has_bias: int,
                   wide: bool = False) -> str:
     """The CUDA-C text NVRTC compiles for kernel `name` (a KERNELS value) at one configuration: the
-    defines, common.cuh, w16.cuh, then cuda/NAME.cu (tests/kernels_compile compiles the same text)."""
+    defines, common.cuh, w16.cuh, then cuda/NAME.cu (tests/kernels_compile compiles the same text).
+    has_bias: bias_arg's kind (0 none, 1 float32, 2 in x's type)."""
     defines = f"#define NW {nw}\n#define MT {mt}\n#define TT {tt}\n#define OUT_KIND {out_kind}\n"
     defines += f"#define HAS_BIAS {int(has_bias)}\n#define WIDE {int(wide)}\n"
     return defines + _source("common.cuh") + _source("w16.cuh") + _source(name + ".cu")
 
 
 @functools.cache
-def _kernel(name: str, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool, device_index: int,
+def _kernel(name: str, nw: int, mt: int, tt: int, out_kind: int, has_bias: int, device_index: int,
             wide: bool = False):
     """The compiled kernel `name` of one configuration (NVRTC, then the driver's PTX compiler)."""
     source = kernel_source(name, nw, mt, tt, out_kind, has_bias, wide)
@@ -194,6 +195,16 @@ def _kernel(name: str, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool,
         if wide:
             kernel.set_shared_memory_config(wide_smem(tt))  # past 48 KiB the driver must be told
     return kernel
+
+
+def bias_arg(bias: torch.Tensor | None, x: torch.Tensor) -> tuple[torch.Tensor | None, int]:
+    """(the bias as the kernels read it, its HAS_BIAS kind): 0 none; 2 a bias in x's dtype, read as it is
+    (a model's own: no float32 copy launched each call); 1 any other, as a float32 copy."""
+    if bias is None:
+        return None, 0
+    if bias.dtype == x.dtype:
+        return bias.contiguous(), 2
+    return bias.float().contiguous(), 1
 
 
 def check_launch(nw: int, mt: int, tt: int, wide: bool = False) -> None:
@@ -231,9 +242,9 @@ def mmq_cuda_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_fe
     if x.data_ptr() % 16:  # rows are 16-byte aligned when the tensor is (K % 256 == 0)
         x = x.clone()
     y = torch.empty((m, out_features), dtype=x.dtype, device=x.device)
-    b = bias.float().contiguous() if bias is not None else y
-    kern = _kernel(KERNELS[qt], nw, mt, tt, OUT_KIND[x.dtype], bias is not None, x.device.index or 0,
-                   ks > 0)
+    b, has_bias = bias_arg(bias, x)
+    b = y if b is None else b
+    kern = _kernel(KERNELS[qt], nw, mt, tt, OUT_KIND[x.dtype], has_bias, x.device.index or 0, ks > 0)
     scales = [q6k_tail(raw)] if qt == Q.Q6_K else []  # Q6_K: the d's, apart from the 208-byte blocks
     nb = k // 256
     if ks == 0:

@@ -21,7 +21,7 @@ import functools
 import torch
 from gguf import GGMLQuantizationType as Q
 
-from orcd.quant.kernels.mmq_cuda import OUT_KIND, _k_ranges, available, check_launch, kernel_source
+from orcd.quant.kernels.mmq_cuda import OUT_KIND, _k_ranges, available, bias_arg, check_launch, kernel_source
 from orcd.quant.kernels.split_k import partials, reduce_partials
 
 MAX_ROWS = 64  # 8 token tiles of 8
@@ -41,7 +41,7 @@ ROUTED = {Q.Q5_0: (64, 64), Q.Q8_0: (16, 64)}
 LX_STRIDE = 272  # cuda/mmq_legacy_w16.cu's: 16-bit values per token row of WIDE's staged x
 
 
-def legacy_source(qtype: Q | int, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool, u: int = 2,
+def legacy_source(qtype: Q | int, nw: int, mt: int, tt: int, out_kind: int, has_bias: int, u: int = 2,
                   wide: bool = False) -> str:
     """The CUDA-C text NVRTC compiles for one type and configuration (tests/kernels_compile too)."""
     name, code, _ = KERNELS[Q(int(qtype))]
@@ -56,7 +56,7 @@ def wide_smem(tt: int) -> int:
 
 
 @functools.cache
-def _kernel(qtype: Q, nw: int, mt: int, tt: int, out_kind: int, has_bias: bool, u: int, wide: bool,
+def _kernel(qtype: Q, nw: int, mt: int, tt: int, out_kind: int, has_bias: int, u: int, wide: bool,
             device_index: int):
     source = legacy_source(qtype, nw, mt, tt, out_kind, has_bias, u, wide)
     with torch.cuda.device(device_index):
@@ -117,8 +117,9 @@ def mmq_legacy_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_
     if x.data_ptr() % 16:  # 16-byte x pieces (WIDE's copies; rows are 64-byte multiples)
         x = x.clone()
     y = torch.empty((m, out_features), dtype=x.dtype, device=x.device)
-    b = bias.float().contiguous() if bias is not None else y
-    kern = _kernel(qt, nw, mt, tt, OUT_KIND[x.dtype], bias is not None, u, ks > 0, x.device.index or 0)
+    b, has_bias = bias_arg(bias, x)
+    b = y if b is None else b
+    kern = _kernel(qt, nw, mt, tt, OUT_KIND[x.dtype], has_bias, u, ks > 0, x.device.index or 0)
     if ks == 0:
         grid = (-(-out_features // (16 * mt)), 1, 1)
         kern(grid=grid, block=(32 * nw, 1, 1), args=[raw, x, b, y, m, out_features, nblk, 0])

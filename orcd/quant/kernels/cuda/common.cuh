@@ -37,6 +37,21 @@ __device__ __forceinline__ float half_to_float(unsigned int bits) {
   return f;
 }
 
+// bias[row] as float: HAS_BIAS 1 a float32 bias, 2 one in the output's type (OUT_KIND), read as it is (a
+// bf16 model's own bias: no float32 copy made each call)
+__device__ __forceinline__ float bias_at(const void* bias, int row) {
+#if HAS_BIAS == 2
+  const unsigned int h = ((const unsigned short*)bias)[row];
+#if OUT_KIND == 0
+  return __uint_as_float(h << 16);
+#else
+  return half_to_float(h);
+#endif
+#else
+  return ((const float*)bias)[row];
+#endif
+}
+
 // y[i] = v rounded to the output's type (OUT_KIND 0: bf16, 1: fp16)
 __device__ __forceinline__ void store_out(void* y, long long i, float v) {
   unsigned short h;
@@ -95,7 +110,7 @@ __device__ __forceinline__ void wait_x() {
 // The result out (WIDE): a warp's own tiles; with one K range (gridDim.y 1) y[token, row] = acc + bias in
 // the output type; with several, range blockIdx.y's fp32 partial at y[(blockIdx.y * M + token) * N + row]
 // (split_k.py's reduce adds them in range order, then the bias).
-__device__ __forceinline__ void store_result(const float* acc, const float* bias, void* y, int M, int N,
+__device__ __forceinline__ void store_result(const float* acc, const void* bias, void* y, int M, int N,
                                              int row0) {
   const int lane = threadIdx.x % LANES, g = lane / 4, t = lane % 4;
 #pragma unroll
@@ -107,7 +122,7 @@ __device__ __forceinline__ void store_result(const float* acc, const float* bias
       ((float*)y)[((long long)blockIdx.y * M + n) * N + row] = acc[s];
     } else {
 #if HAS_BIAS
-      store_out(y, (long long)n * N + row, acc[s] + bias[row]);
+      store_out(y, (long long)n * N + row, acc[s] + bias_at(bias, row));
 #else
       store_out(y, (long long)n * N + row, acc[s]);
 #endif
@@ -118,7 +133,7 @@ __device__ __forceinline__ void store_result(const float* acc, const float* bias
 // The result out (WIDE 0): each warp's accumulators (C fragments of m16n8 products: element i of lane (g, t)
 // at row g + 8 * (i / 2), token 2t + i % 2 of its tile) added in warp order through shared memory, plus
 // the bias, stored as y[token, row] where both exist. A result does not depend on timing.
-__device__ __forceinline__ void store_result(const float* acc, const float* bias, void* y, int M, int N,
+__device__ __forceinline__ void store_result(const float* acc, const void* bias, void* y, int M, int N,
                                              int row0) {
   __shared__ float red[NW * SLOTS * LANES];
   const int lane = threadIdx.x % LANES, warp = threadIdx.x / LANES;
@@ -134,7 +149,7 @@ __device__ __forceinline__ void store_result(const float* acc, const float* bias
     const int n = 8 * tt + 2 * (ln % 4) + i % 2;
     if (row < N && n < M) {
 #if HAS_BIAS
-      sum += bias[row];
+      sum += bias_at(bias, row);
 #endif
       store_out(y, (long long)n * N + row, sum);
     }

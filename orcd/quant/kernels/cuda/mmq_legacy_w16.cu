@@ -4,7 +4,7 @@
 // and the block's scale d multiplies those sums in fp32: no weight is rounded. Prepended by
 // mmq_legacy.py: QTYPE, KNAME (the function's name), U (blocks whose loads a warp issues together), NW
 // warps per block, MT 16-row weight tiles per warp, TT 8-token tiles (M <= 8 * TT), OUT_KIND, HAS_BIAS
-// (bias float32 [N]), WIDE, then common.cuh and w16.cuh. WIDE 0: a block owns 16 * MT weight rows, its
+// (bias [N]: 1 float32, 2 in the output type), WIDE, then common.cuh and w16.cuh. WIDE 0: a block owns 16 * MT weight rows, its
 // warps take the 32-input blocks in turn, U at a time, each lane loading its x from global memory (L2:
 // every block reads all of x). WIDE 1: each warp owns 16 * MT rows of its own; the block's warps walk the
 // chunks of 256 inputs of K range blockIdx.y together, reading x from a copy in shared memory that the
@@ -177,7 +177,7 @@ __device__ __forceinline__ void block_products(float* acc, const unsigned char* 
 // span: chunks of 256 inputs per K range (WIDE; gridDim.y ranges)
 extern "C" __global__ void __launch_bounds__(NW * LANES)
 KNAME(const unsigned char* __restrict__ w, const unsigned short* __restrict__ x,
-      const float* __restrict__ bias, void* __restrict__ y, int M, int N, int nblk, int span) {
+      const void* __restrict__ bias, void* __restrict__ y, int M, int N, int nblk, int span) {
   const int lane = threadIdx.x % LANES, warp = threadIdx.x / LANES;
   const int g = lane / 4, t = lane % 4;
   const int row0 = ROW0;

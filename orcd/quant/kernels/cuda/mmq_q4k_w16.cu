@@ -2,7 +2,7 @@
 // fp16 (OUT_KIND 1) as given: the weights are dequantized to x's type in registers, right where the
 // tensor cores' mma.m16n8k16 takes them (Marlin's idea, on GGUF's own bytes), fp32 accumulation.
 // Prepended by mmq_cuda.py: NW warps per block, MT 16-row weight tiles per warp, TT 8-token tiles
-// (M <= 8 * TT), OUT_KIND (0 bf16, 1 fp16), HAS_BIAS (bias float32 [N]), then common.cuh and w16.cuh.
+// (M <= 8 * TT), OUT_KIND (0 bf16, 1 fp16), HAS_BIAS (bias [N]: 1 float32, 2 in the output type), then common.cuh and w16.cuh.
 //
 // A (16 weight rows x 16 inputs) and B (16 inputs x 8 tokens): lane (g = lane / 4, t = lane % 4) holds
 // A's rows g, g + 8 at columns 2t, 2t + 1 (a0, a1) and 2t + 8, 2t + 9 (a2, a3), B's token g at the same
@@ -49,7 +49,7 @@ __device__ __forceinline__ void load_q4k(const unsigned char* __restrict__ w, in
 
 extern "C" __global__ void __launch_bounds__(NW * LANES)
 mmq_q4k_w16(const unsigned char* __restrict__ w, const unsigned short* __restrict__ x,
-            const float* __restrict__ bias, void* __restrict__ y, int M, int N, int nb, int span) {
+            const void* __restrict__ bias, void* __restrict__ y, int M, int N, int nb, int span) {
   const int lane = threadIdx.x % LANES, warp = threadIdx.x / LANES;
   const int g = lane / 4, t = lane % 4;
   const int row0 = ROW0;

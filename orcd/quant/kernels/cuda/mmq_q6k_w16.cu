@@ -23,7 +23,7 @@ __device__ __forceinline__ unsigned int six_bits(unsigned int ql, unsigned int q
 
 extern "C" __global__ void __launch_bounds__(NW * LANES)
 mmq_q6k_w16(const unsigned char* __restrict__ w, const unsigned short* __restrict__ dt,
-            const unsigned short* __restrict__ x, const float* __restrict__ bias, void* __restrict__ y, int M,
+            const unsigned short* __restrict__ x, const void* __restrict__ bias, void* __restrict__ y, int M,
             int N, int nb, int span) {
   const int lane = threadIdx.x % LANES, warp = threadIdx.x / LANES;
   const int g = lane / 4, t = lane % 4;
