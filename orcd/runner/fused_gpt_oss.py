@@ -9,9 +9,10 @@ launches. Per layer, for batches of <= GEMV_MAX_N rows, 8 kernels (model.forward
   6. RMSNorm + router GEMV + bias + top-k + softmax (moe_router.norm_route);
   7. expert gate/up GEMV with the clamped SwiGLU (moe_gemv);
   8. expert down GEMV, the top-k sum weighted by the router, added into the residual in place.
-Batches of up to 8 rows (32 (token, expert) pairs, the MoE GEMV's range) take 11: an add+RMSNorm kernel
-and three GEMVs for q, k, v (the float GEMVs with the norm fused stop at GEMV_MAX_N rows), the o GEMV's
-residual add inside norm_route. Larger batches replay `model.forward` (expert-grouped MoE kernel).
+Batches of up to 8 rows (32 (token, expert) pairs, the MoE GEMV's range) take 9: an add+RMSNorm kernel
+and one product over q, k and v's rows merged at construction (merge_qkv; the float GEMVs with the norm
+fused stop at GEMV_MAX_N rows), the o GEMV's residual add inside norm_route. Larger batches replay
+`model.forward` (expert-grouped MoE kernel).
 Models it cannot run raise ValueError at construction.
 int8_moe: steps 7-8 with int8 activations (moe_mxfp4_int8.moe_mlp_i8: x and the SwiGLU output quantized
 per 32 by quantize_x, dp4a over the E2M1 codes), two launches more per layer; on by default
@@ -119,6 +120,27 @@ def _router(moe) -> tuple[torch.Tensor, torch.Tensor]:
     return w.contiguous(), b
 
 
+def merge_qkv(a) -> tuple[torch.Tensor, torch.Tensor | None, list[int]] | None:
+    """q, k and v's raw blocks as the row ranges of one [Nq + Nk + Nv, row_bytes] tensor (and their biases
+    of one [Nq + Nk + Nv]), so that a batch of 5-8 rows runs the three products as one launch (k's and v's
+    512 rows alone fill a fraction of the GPU). The three QuantLinears' raw and bias become views of those
+    (the same bytes, no copy kept; their own forward reads them as before). -> (raw, bias or None, [Nq, Nk,
+    Nv]); None where the three differ in type or row width."""
+    mods = (a.q_proj, a.k_proj, a.v_proj)
+    if len({int(m.qtype) for m in mods}) != 1 or len({m.raw.shape[-1] for m in mods}) != 1:
+        return None
+    if any(m.raw.dim() != 2 or m.raw.shape[0] != m.out_features for m in mods):
+        return None
+    outs = [m.out_features for m in mods]
+    raw = torch.cat([m.raw for m in mods])
+    bias = torch.cat([m.bias for m in mods]) if mods[0].bias is not None else None
+    for i, m in enumerate(mods):
+        m.raw = raw.split(outs)[i]
+        if bias is not None:
+            m.bias = bias.split(outs)[i]
+    return raw, bias, outs
+
+
 class GptOssDecoder:
     def __init__(self, model: torch.nn.Module, int8_moe: bool | None = None, int8_attn: bool | None = None,
                  fuse_quant: bool | str | frozenset | None = None):
@@ -132,6 +154,7 @@ class GptOssDecoder:
         self.act_rows = act_rows(fuse_quant, self.max_rows)
         self.routers = [_router(blk.moe) for blk in model.blocks]  # small: E x H per layer
         self.counter = route_counter(self.max_rows, model.norm.weight.device)  # norm_route's, every layer
+        self.qkv = [merge_qkv(blk.attn) for blk in model.blocks]  # 5-8 rows: q, k, v as one product
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor, meta: AttnMetadata, kv) -> torch.Tensor:
         """ids, pos [B] -> logits [B, V] float32; writes each token's K/V at meta.slot_mapping."""
@@ -146,8 +169,9 @@ class GptOssDecoder:
         m = model.lm_head
         return fused_linear(h, m.raw, m.out_features, m.in_features, m.qtype, m.bias).float()
 
-    def _qkv(self, a, nrm, res: torch.Tensor) -> list[torch.Tensor]:
-        """q, k, v [B, out_i] of RMSNorm(res) * w: one launch where the norm-fused GEMV takes the batch."""
+    def _qkv(self, i: int, a, nrm, res: torch.Tensor) -> list[torch.Tensor]:
+        """q, k, v [B, out_i] of RMSNorm(res) * w: one launch where the norm-fused GEMV takes the batch;
+        above that, one product over layer i's merged q|k|v (column ranges of its output)."""
         mods = (a.q_proj, a.k_proj, a.v_proj)
         if self.int8_attn and res.shape[0] <= GEMV_MAX_N and all(int(m.qtype) == Q8_0 for m in mods):
             return q8_gemv_i8(*quantize_x(res, norm=nrm), [(m.raw, m.out_features, m.bias) for m in mods],
@@ -156,6 +180,10 @@ class GptOssDecoder:
             return fused_gemv3(res, [(m.raw, m.out_features, m.qtype, m.bias) for m in mods],
                                a.q_proj.in_features, norm=nrm)
         h = add_rmsnorm(None, res, *nrm)
+        if self.qkv[i] is not None:
+            raw, bias, outs = self.qkv[i]
+            y = fused_linear(h, raw, sum(outs), a.q_proj.in_features, a.q_proj.qtype, bias)  # [B, Nq+Nk+Nv]
+            return list(y.split(outs, dim=1))
         return [fused_linear(h, m.raw, m.out_features, m.in_features, m.qtype, m.bias) for m in mods]
 
     def _attention(self, i: int, blk, res: torch.Tensor, pos: torch.Tensor, meta: AttnMetadata,
@@ -164,7 +192,7 @@ class GptOssDecoder:
         returns that o_proj output for norm_route to add."""
         a, b = blk.attn, res.shape[0]
         rot = self.model.rotary[blk.local]
-        q, k, v = self._qkv(a, (blk.attn_norm.weight, blk.attn_norm.eps), res)
+        q, k, v = self._qkv(i, a, (blk.attn_norm.weight, blk.attn_norm.eps), res)
         q = q.view(b, a.n_heads, a.head_dim)  # rotated in place
         k, v = k.view(b, a.n_kv_heads, a.head_dim), v.view(b, a.n_kv_heads, a.head_dim)
         rope_and_write_kv(q, k, v, pos, rot.inv_freq, kv.k[i], kv.v[i], meta.slot_mapping)

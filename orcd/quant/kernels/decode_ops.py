@@ -46,9 +46,10 @@ def add_rmsnorm(delta: torch.Tensor | None, residual: torch.Tensor, weight: torc
 
 
 @triton.jit
-def _rope_kv_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, inv_ptr, kc_ptr, vc_ptr, slot_ptr, HQ, HKV, s_slot,
-                    D: tl.constexpr, HALF: tl.constexpr, PDL: tl.constexpr = 0):
-    # program (t, h): h < HQ rotates query head h in place; else KV head h - HQ: rotate K, write K and V
+def _rope_kv_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, inv_ptr, kc_ptr, vc_ptr, slot_ptr, HQ, HKV, s_slot, s_qt,
+                    s_kt, D: tl.constexpr, HALF: tl.constexpr, PDL: tl.constexpr = 0):
+    # program (t, h): h < HQ rotates query head h in place; else KV head h - HQ: rotate K, write K and V.
+    # s_qt, s_kt: elements from one token's q (k and v) to the next
     if PDL:  # launched early (programmatic dependent launch): wait for q, k, v; release the next kernel
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -59,7 +60,7 @@ def _rope_kv_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, inv_ptr, kc_ptr, vc_ptr, slot_
     c = tl.cos(f).to(q_ptr.dtype.element_ty).to(tl.float32)
     s = tl.sin(f).to(q_ptr.dtype.element_ty).to(tl.float32)
     if h < HQ:
-        base = q_ptr + (t * HQ + h) * D
+        base = q_ptr + t * s_qt + h * D
         x1 = tl.load(base + i).to(tl.float32)
         x2 = tl.load(base + HALF + i).to(tl.float32)
         tl.store(base + i, (x1 * c - x2 * s).to(q_ptr.dtype.element_ty))
@@ -67,7 +68,7 @@ def _rope_kv_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, inv_ptr, kc_ptr, vc_ptr, slot_
     else:
         kh = h - HQ
         slot = tl.load(slot_ptr + t).to(tl.int64)
-        src = (t * HKV + kh) * D
+        src = t * s_kt + kh * D
         dst = slot * s_slot + kh * D
         x1 = tl.load(k_ptr + src + i).to(tl.float32)
         x2 = tl.load(k_ptr + src + HALF + i).to(tl.float32)
@@ -81,8 +82,13 @@ def rope_and_write_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positio
                       inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                       slot_mapping: torch.Tensor) -> None:
     """q [T, Hq, D] rotated in place (NeoX halves, full head_dim); rotated k and v [T, Hkv, D] written to
-    the caches [num_blocks, page, Hkv, D] at slot_mapping [T]."""
+    the caches [num_blocks, page, Hkv, D] at slot_mapping [T]. Each token's heads must be contiguous; its
+    rows may be apart (column ranges of one q|k|v product), k's and v's the same distance."""
     t, hq, d = q.shape
     hkv = k.shape[1]
+    if any(x.stride()[1:] != (d, 1) for x in (q, k, v)) or k.stride(0) != v.stride(0):
+        raise ValueError(f"rope_and_write_kv: heads contiguous per token and k, v rows equally apart, got "
+                         f"strides {q.stride()}, {k.stride()}, {v.stride()}")
     _rope_kv_kernel[(t, hq + hkv)](q, k, v, positions, inv_freq, k_cache, v_cache, slot_mapping, hq, hkv,
-                                   k_cache.stride(1), D=d, HALF=d // 2, num_warps=1, **launch_opts(q.device))
+                                   k_cache.stride(1), q.stride(0), k.stride(0), D=d, HALF=d // 2, num_warps=1,
+                                   **launch_opts(q.device))
