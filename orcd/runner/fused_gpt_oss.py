@@ -10,9 +10,9 @@ launches. Per layer, for batches of <= GEMV_MAX_N rows, 8 kernels (model.forward
   7. expert gate/up GEMV with the clamped SwiGLU (moe_gemv);
   8. expert down GEMV, the top-k sum weighted by the router, added into the residual in place.
 Batches of up to 8 rows (32 (token, expert) pairs, the MoE GEMV's range) take 9: an add+RMSNorm kernel
-and one product over q, k and v's rows merged at construction (merge_qkv; the float GEMVs with the norm
-fused stop at GEMV_MAX_N rows), the o GEMV's residual add inside norm_route. Larger batches replay
-`model.forward` (expert-grouped MoE kernel).
+and one product over q, k and v's rows merged at construction (merge_qkv, where merge_pays; the float
+GEMVs with the norm fused stop at GEMV_MAX_N rows), the o GEMV's residual add inside norm_route. Larger
+batches replay `model.forward` (expert-grouped MoE kernel).
 Models it cannot run raise ValueError at construction.
 int8_moe: steps 7-8 with int8 activations (moe_mxfp4_int8.moe_mlp_i8: x and the SwiGLU output quantized
 per 32 by quantize_x, dp4a over the E2M1 codes), two launches more per layer; on by default
@@ -37,6 +37,9 @@ from orcd.quant.kernels import get_fused_linear
 from orcd.quant.kernels.decode_ops import add_rmsnorm, rope_and_write_kv
 from orcd.quant.kernels.fused_linear import GEMV_MAX_N, fused_gemv, fused_linear, launch_gemv
 from orcd.quant.kernels.gemv_multi import fused_gemv3
+from orcd.quant.kernels.mmq_cuda import OUT_KIND
+from orcd.quant.kernels.mmq_cuda import available as mmq_available
+from orcd.quant.kernels.mmq_legacy import ROUTED
 from orcd.quant.kernels.moe_gemv import moe_gemv
 from orcd.quant.kernels.moe_mxfp4 import GEMV_MAX_PAIRS
 from orcd.quant.kernels.moe_mxfp4_int8 import moe_mlp_i8
@@ -121,29 +124,31 @@ def _router(moe) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def merge_qkv(a) -> tuple[torch.Tensor, torch.Tensor | None, list[int]] | None:
-    """q, k and v's raw blocks as the row ranges of one [Nq + Nk + Nv, row_bytes] tensor (and their biases
-    of one [Nq + Nk + Nv]), so that a batch of 5-8 rows runs the three products as one launch (k's and v's
-    512 rows alone fill a fraction of the GPU). The three QuantLinears' raw and bias become views of those
-    (the same bytes, no copy kept; their own forward reads them as before). -> (raw, bias or None, [Nq, Nk,
-    Nv]); None where the three differ in type or row width."""
+    """q, k and v's raw blocks copied into one [Nq + Nk + Nv, row_bytes] tensor (their biases into one
+    [Nq + Nk + Nv]), so that a batch of 5-8 rows runs the three products as one launch: k's and v's 512
+    rows alone fill a fraction of the GPU. A copy: on CUDA the loaded raw tensors are views of the file's
+    one device copy (DeviceMirror), which stays whole (gpt-oss-20b: 24 x 15.7 MB = 376 MB, 3.1 % of its
+    weights). -> (raw, bias or None, [Nq, Nk, Nv]); None where the three differ in type or row width."""
     mods = (a.q_proj, a.k_proj, a.v_proj)
     if len({int(m.qtype) for m in mods}) != 1 or len({m.raw.shape[-1] for m in mods}) != 1:
         return None
     if any(m.raw.dim() != 2 or m.raw.shape[0] != m.out_features for m in mods):
         return None
-    outs = [m.out_features for m in mods]
-    raw = torch.cat([m.raw for m in mods])
     bias = torch.cat([m.bias for m in mods]) if mods[0].bias is not None else None
-    for i, m in enumerate(mods):
-        m.raw = raw.split(outs)[i]
-        if bias is not None:
-            m.bias = bias.split(outs)[i]
-    return raw, bias, outs
+    return torch.cat([m.raw for m in mods]), bias, [m.out_features for m in mods]
+
+
+def merge_pays(model) -> bool:
+    """Whether merged q|k|v products run where they were measured faster (one H200, gpt-oss-20b, 8
+    streams: 1,227 -> 1,287 tok/s, bench/results/gpt_oss_s27/): mmq_legacy's tensor-core kernel takes
+    them (Q5_0 / Q8_0, a 16-bit model on a device where it compiles)."""
+    a, w = model.blocks[0].attn, model.norm.weight
+    return int(a.q_proj.qtype) in ROUTED and w.dtype in OUT_KIND and mmq_available(w.device)
 
 
 class GptOssDecoder:
     def __init__(self, model: torch.nn.Module, int8_moe: bool | None = None, int8_attn: bool | None = None,
-                 fuse_quant: bool | str | frozenset | None = None):
+                 fuse_quant: bool | str | frozenset | None = None, merged_qkv: bool | None = None):
         check_model(model)
         self.model = model
         default = INT8_DEFAULT and model.norm.weight.dtype != torch.float32  # by the model dtype
@@ -154,7 +159,8 @@ class GptOssDecoder:
         self.act_rows = act_rows(fuse_quant, self.max_rows)
         self.routers = [_router(blk.moe) for blk in model.blocks]  # small: E x H per layer
         self.counter = route_counter(self.max_rows, model.norm.weight.device)  # norm_route's, every layer
-        self.qkv = [merge_qkv(blk.attn) for blk in model.blocks]  # 5-8 rows: q, k, v as one product
+        merged = merge_pays(model) if merged_qkv is None else merged_qkv
+        self.qkv = [merge_qkv(blk.attn) if merged else None for blk in model.blocks]  # 5-8 rows: 1 product
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor, meta: AttnMetadata, kv) -> torch.Tensor:
         """ids, pos [B] -> logits [B, V] float32; writes each token's K/V at meta.slot_mapping."""

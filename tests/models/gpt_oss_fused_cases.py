@@ -91,6 +91,12 @@ def main() -> None:
         ref = decode_step(None, model, kv, inputs)  # both write the same K/V at the step's slots
         got = decode_step(fused, model, kv, inputs)
         print(f"fused-step-b{b} {rel_err(got, ref):.3e} 1e-4")
+    # q|k|v as one product (on CUDA where mmq_legacy takes it; here forced), at 6 rows (above GEMV_MAX_N)
+    merged = GptOssDecoder(model, merged_qkv=True)
+    assert fused.qkv == [None] * len(model.blocks) and all(m is not None for m in merged.qkv)
+    inputs = step_inputs(seqs[:6])
+    ref = decode_step(None, model, kv, inputs)
+    print(f"fused-step-merged-b6 {rel_err(decode_step(merged, model, kv, inputs), ref):.3e} 1e-4")
 
 
 if __name__ == "__main__":

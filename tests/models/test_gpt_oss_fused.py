@@ -25,7 +25,7 @@ def test_fused_step_logits_equal_model_forward() -> None:
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [ln.split() for ln in proc.stdout.splitlines() if ln.strip()]
-    assert [r[0] for r in rows] == ["fused-step-b2", "fused-step-b6"]
+    assert [r[0] for r in rows] == ["fused-step-b2", "fused-step-b6", "fused-step-merged-b6"]
     for name, err, tol in rows:
         assert float(err) < float(tol), name
 
