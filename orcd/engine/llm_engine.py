@@ -276,11 +276,18 @@ class LLMEngine(OverlapSteps):
         """Device bytes of the dense weight copies (--dense-batch-rows), 0 when off."""
         return self.dense.nbytes if self.dense is not None else 0
 
+    @property
+    def step_copy_bytes(self) -> int:
+        """Device bytes of weight copies the fused decode step made for itself (gpt-oss: merged q|k|v)."""
+        step = getattr(getattr(self.runner, "graph", None), "step_fn", None)
+        return int(getattr(step, "copy_bytes", 0))
+
     def stats(self) -> dict[str, Any]:
         bm = self.block_manager
         kv = getattr(self.runner, "kv", None)
+        loaded_bytes = int(getattr(self.loaded, "weights_bytes", 0))
         return {
-            "weights_bytes": int(getattr(self.loaded, "weights_bytes", 0)) + self.dense_weights_bytes,
+            "weights_bytes": loaded_bytes + self.dense_weights_bytes + self.step_copy_bytes,
             "dense_weights_bytes": self.dense_weights_bytes,  # of those, the --dense-batch-rows copies
             "kv_cache_bytes": int(kv.nbytes) if kv is not None else 0,
             "kv_capacity_tokens": self.kv_capacity_tokens,

@@ -161,6 +161,7 @@ class GptOssDecoder:
         self.counter = route_counter(self.max_rows, model.norm.weight.device)  # norm_route's, every layer
         merged = merge_pays(model) if merged_qkv is None else merged_qkv
         self.qkv = [merge_qkv(blk.attn) if merged else None for blk in model.blocks]  # 5-8 rows: 1 product
+        self.copy_bytes = sum(r.nbytes + (0 if b is None else b.nbytes) for r, b, _ in filter(None, self.qkv))
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor, meta: AttnMetadata, kv) -> torch.Tensor:
         """ids, pos [B] -> logits [B, V] float32; writes each token's K/V at meta.slot_mapping."""
