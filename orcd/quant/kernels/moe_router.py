@@ -84,6 +84,7 @@ def _norm_route_kernel(d_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, l_ptr, cnt_ptr
     h_out = (xn * nw).to(h_ptr.dtype.element_ty)
     logit = tl.sum(w * h_out.to(tl.float32), axis=0) + bias
     tl.store(l_ptr + t * EP + e, logit.to(h_ptr.dtype.element_ty).to(tl.float32))  # the eager linear's dtype
+    tl.debug_barrier()  # every thread's reads and its store above come before the release below
     done = tl.atomic_add(cnt_ptr + t, 1, sem="acq_rel", scope="gpu")  # the logit above is visible to the last
     if done == E - 1:  # every program of token t has read the residual and stored its logit
         tl.store(cnt_ptr + t, 0)  # ready for the next launch (CUDA-graph replays reuse the counter)
