@@ -52,6 +52,11 @@ Q8_0 = 8  # GGMLQuantizationType
 # from a CUDA graph (bench/kernels/gpt_oss_q8_sweep.py, bench/results/gpt_oss_q8_sweep.json): 10.9 us
 # against 15.2 us for fused_gemv's plan (8, 4, 1, no split)
 O_LAUNCH_Q8_0 = (8, 4, 1, 2)
+# The LM head's GEMV launch (G, BO, warps, K splits) for Q8_0 at up to GEMV_MAX_N rows: one H200,
+# gpt-oss-20b's 201,088 x 2880 (616 MB), bench/kernels/gpt_oss_i8_sweep.py (bench/results/gpt_oss_s28/):
+# 216.7 µs at one row against 254.4 for fused_linear's (8, 4, 1) (2.84 against 2.42 TB/s), 820 against
+# 976 at 4 rows
+HEAD_LAUNCH_Q8_0 = (8, 8, 1, 1)
 # GptOssDecoder's int8_moe / int8_attn when not given (non-float32 models). H100, commit ae555e3, the
 # engine on the gpt-oss-20b synth (bench/peers/orcd_side.py, streams 1 / 8 / 32 / 64): float 288 / 751 /
 # 2,289 / 4,478 tok/s, int8 323 / 1,057 / 2,371 / 4,415 (bench/results/gpt_oss_engine_*_ae555e3.json);
@@ -174,6 +179,10 @@ class GptOssDecoder:
             self._moe(i, blk, res, delta)
         h = add_rmsnorm(None, res, model.norm.weight, model.norm.eps)
         m = model.lm_head
+        if h.shape[0] <= GEMV_MAX_N and int(m.qtype) == Q8_0:
+            y = torch.empty((h.shape[0], m.out_features), dtype=h.dtype, device=h.device)
+            launch_gemv(h, m.raw, y, Q8_0, m.out_features, m.in_features, *HEAD_LAUNCH_Q8_0, bias=m.bias)
+            return y.float()
         return fused_linear(h, m.raw, m.out_features, m.in_features, m.qtype, m.bias).float()
 
     def _qkv(self, i: int, a, nrm, res: torch.Tensor) -> list[torch.Tensor]:

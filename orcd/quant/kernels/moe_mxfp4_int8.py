@@ -26,10 +26,15 @@ import triton.language as tl
 from orcd.quant.kernels.moe_gemv import Split, _e8m0_scale, _epilogue
 from orcd.quant.kernels.xquant import asm_ok, dp4a, quantize_x, store_quant32
 
-# (BN weight rows, KB blocks per step, num_warps): not tuned on a GPU yet (moe_gemv's float GEMV_LAUNCH)
-I8_MOE_LAUNCH = (8, 16, 4)
+# (BN weight rows, KB blocks per step, num_warps). One H200, gpt-oss-20b's shapes, 24 layers from a CUDA
+# graph (bench/kernels/gpt_oss_i8_sweep.py; bench/results/gpt_oss_s28/), µs a layer at 1 / 4 / 8 tokens:
+# gate/up (8, 16, 4) 22.0 / 62.2 / 115.7 -> (4, 16, 1) 19.5 / 57.6 / 107.4 (within 1.2 µs of each
+# count's best; KB kept at 16, the quantized launch's, so that both sum the same KB-wide partials);
+# down (8, 16, 4) 20.9 / 45.3 / 71.7 -> (4, 32, 2) 13.6 / 37.1 / 66.6, the best at every count.
+I8_MOE_LAUNCH = (4, 16, 1)
+I8_DOWN_LAUNCH = (4, 32, 2)
 # the gate/up launch with the quantized epilogue: BN whole 32-blocks, KB as I8_MOE_LAUNCH's (the same
-# per-row sums of KB-wide partials; not tuned on a GPU)
+# per-row sums of KB-wide partials). Same sweep: 22.5 µs at 1 token, the best BN 32 / 64 launch 22.2.
 I8_GLU_QUANT_LAUNCH = (32, 16, 4)
 # twice the E2M1 values as int8 by nibble (bit 3: sign): 0x03020100, 0x0C080604 (0..3, 4 6 8 12), their
 # negatives 0xFDFEFF00, 0xF4F8FAFC; prmt picks bytes by 3-bit selectors, then by sign, then de-interleaves
@@ -173,7 +178,7 @@ def moe_gemv_i8(xq: tuple[torch.Tensor, torch.Tensor], ids: torch.Tensor, w_gate
     glu = w_up is not None
     if glu and slots != 1:
         raise ValueError("the GLU projection writes one row per pair (slots 1)")
-    launch = launch or (I8_GLU_QUANT_LAUNCH if quant_out else I8_MOE_LAUNCH)
+    launch = launch or (I8_GLU_QUANT_LAUNCH if quant_out else I8_MOE_LAUNCH if glu else I8_DOWN_LAUNCH)
     if quant_out and (not glu or launch[0] % 32 or w_gate[0].shape[1] % 32):
         raise ValueError("quant_out: the GLU projection, N and BN multiples of 32")
     words, scales = xq

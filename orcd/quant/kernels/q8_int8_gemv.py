@@ -19,8 +19,11 @@ import triton.language as tl
 from orcd.quant.kernels.gemv_int8 import _word
 from orcd.quant.kernels.xquant import asm_ok, dp4a
 
-# (BO rows per program, G blocks per K step, num_warps): not tuned on a GPU yet
-Q8_I8_LAUNCH = (4, 16, 4)
+# (BO rows per program, G blocks per K step, num_warps). One H200, gpt-oss-20b's q|k|v (4096 + 2 x 512
+# rows, K 2880) and o (2880 x 4096 + residual), 24 layers from a CUDA graph (bench/kernels/
+# gpt_oss_i8_sweep.py; bench/results/gpt_oss_s28/), µs a layer at 1 / 4 tokens: (4, 16, 4) q|k|v 11.5 /
+# 37.0, o 11.7 / 40.1 -> (2, 32, 1) 8.2 / 21.5 and 7.9 / 21.2 (the best or within 0.2 µs of it)
+Q8_I8_LAUNCH = (2, 32, 1)
 
 
 @triton.jit
