@@ -19,7 +19,7 @@ per 32 by quantize_x, dp4a over the E2M1 codes), two launches more per layer; on
 (INT8_DEFAULT, measured faster on an H100), never by default for float32 models. int8_attn (same
 default): Q8_0 q, k, v (one launch, the RMSNorm fused into x's quantization: 2 launches) and o
 (+ residual: 2) with int8 x (q8_int8_gemv), at <= GEMV_MAX_N rows.
-fuse_quant (FUSE_QUANT_DEFAULT: o, and act at batches of DEFAULT_ACT_ROWS): which of the four quantize_x
+fuse_quant (FUSE_QUANT_DEFAULT: o): which of the four quantize_x
 launches per layer are folded into their producers, bit for bit the same words and scales; parts "o" (by
 the attention's split merge, int8_attn, at <= GEMV_MAX_N rows where the attention takes more than one
 split), "h" (by norm_route, int8_moe), "act" (the SwiGLU output by the gate/up epilogue, int8_moe); True:
@@ -67,11 +67,11 @@ INT8_DEFAULT = True
 # gpt_oss_fuse_quant_s18/): none 342 / 1,114 and 340 / 1,112 tok/s; o 346 / 1,113 and 346 / 1,112; o + h
 # 347 / 1,113 and 339 / 1,113; all three 352 / 1,044 (the act fold's gate/up at BN 32 loses at 8 rows).
 # o alone gained in both (+1.5 % at 1 stream, 24 launches a token fewer); h's gain did not repeat.
-# act joined at 1 row (DEFAULT_ACT_ROWS). One H200, commit 85bf441 (norm_route per expert), the same
-# script: o 431 / 1,229 tok/s at 1 / 8 streams, o + act 439 / 1,147, o + h + act 438 / 1,154: the fold
-# gains ~2 % at one row (as 352 against 346 in session 18) and loses 7 % at 8
-FUSE_QUANT_DEFAULT: frozenset[str] = frozenset({"o", "act"})
-DEFAULT_ACT_ROWS = 1  # the default's act part: batches of at most this many rows (a named act: all)
+# One H200, commit 85bf441 (norm_route per expert), the same script: o 431 / 1,229 tok/s at 1 / 8
+# streams, o + act 439 / 1,147 (act then joined at one row). At d6d3c37 (the tuned launches: the plain
+# gate/up at 19.5 µs a layer, its quantized form 22.5) the fold lost at one row too: o 532, o + act 524,
+# none 524 (bench/results/gpt_oss_s28/): o alone again.
+FUSE_QUANT_DEFAULT: frozenset[str] = frozenset({"o"})
 FUSE_PARTS = ("o", "h", "act")
 
 
@@ -87,12 +87,6 @@ def quant_parts(fuse_quant: bool | str | frozenset | None) -> frozenset[str]:
     if not parts <= set(FUSE_PARTS):
         raise ValueError(f"fuse_quant: unknown parts {sorted(parts - set(FUSE_PARTS))} (of {FUSE_PARTS})")
     return parts
-
-
-def act_rows(fuse_quant: bool | str | frozenset | None, max_rows: int) -> int:
-    """The batches (rows <= this) whose SwiGLU output the gate/up epilogue quantizes where "act" is among
-    the parts: DEFAULT_ACT_ROWS for the default, every batch (max_rows) where fuse_quant names it."""
-    return DEFAULT_ACT_ROWS if fuse_quant is None else max_rows
 
 
 def _raw_linears(model) -> list:
@@ -161,7 +155,6 @@ class GptOssDecoder:
         self.int8_attn = default if int8_attn is None else int8_attn
         self.fuse_quant = quant_parts(fuse_quant)
         self.max_rows = GEMV_MAX_PAIRS // model.blocks[0].moe.top_k  # the MoE GEMV's range
-        self.act_rows = act_rows(fuse_quant, self.max_rows)
         self.routers = [_router(blk.moe) for blk in model.blocks]  # small: E x H per layer
         self.counter = route_counter(self.max_rows, model.norm.weight.device)  # norm_route's, every layer
         merged = merge_pays(model) if merged_qkv is None else merged_qkv
@@ -244,7 +237,7 @@ class GptOssDecoder:
         if self.int8_moe:
             moe_mlp_i8(h, flat, (g.scales, g.codes), (u.scales, u.codes), (d.scales, d.codes),
                        (g.bias, u.bias, d.bias), rw.view(-1), k, res, hq=hq[0] if fuse_h else None,
-                       fuse_quant="act" in self.fuse_quant and res.shape[0] <= self.act_rows)
+                       fuse_quant="act" in self.fuse_quant)
             return
         act = moe_gemv(h, flat, (g.scales, g.codes), (u.scales, u.codes), g.bias, u.bias, None, k)  # [P, F]
         moe_gemv(act, flat, (d.scales, d.codes), None, d.bias, None, rw.view(-1), k, slots=k, residual=res)
