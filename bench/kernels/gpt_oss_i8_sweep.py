@@ -3,12 +3,10 @@ at gpt-oss-20b's shapes (hidden 2880, expert width 2880, 32 experts, top-4), eac
 24 layers' worth of calls (24 copies of the weights, more than L2). Three paths, as GptOssDecoder runs them:
   glu   gate + up with the clamped SwiGLU, bf16 out (then quantize_x: not counted);
   gluq  the same with the output quantized in the epilogue (quant_out; BN a multiple of 32);
-  glug  gate + up one program per expert (moe_int8_mlp.moe_glu_i8_grouped; 2 tokens or more);
   down  the k slots summed per token, routed weights, added into the residual.
 Floor: the routed experts' weight bytes (each distinct expert once per layer) over the time: GB/s.
 
-usage: python bench/kernels/gpt_oss_i8_sweep.py OUT.json [--tokens 1,8] [--paths glu,down] [--quick]
-  [--warm I/N]
+usage: python bench/kernels/moe_i8_sweep.py OUT.json [--tokens 1,8] [--quick] [--warm I/N]
 Prints the default and the best launch per (path, tokens) last. --warm I/N: compile every N-th launch from
 the I-th (one call each, nothing timed or written), so that N processes fill Triton's cache in parallel
 before the timed run.
@@ -30,7 +28,6 @@ from gpu_blocks import random_blocks  # noqa: E402
 from moe_cases import random_mxfp4  # noqa: E402
 
 from orcd.quant.kernels.fused_linear import launch_gemv  # noqa: E402
-from orcd.quant.kernels.moe_int8_mlp import GROUPED_LAUNCH, moe_glu_i8_grouped  # noqa: E402
 from orcd.quant.kernels.moe_mxfp4_int8 import (  # noqa: E402
     I8_DOWN_LAUNCH,
     I8_GLU_QUANT_LAUNCH,
@@ -44,7 +41,7 @@ from orcd.runner.fused_gpt_oss import HEAD_LAUNCH_Q8_0  # noqa: E402
 
 HIDDEN, FFN, EXPERTS, TOP_K, LAYERS = 2880, 2880, 32, 4, 24
 Q_OUT, KV_OUT, VOCAB = 4096, 512, 201088
-MOE_PATHS, ATTN_PATHS = ("glu", "gluq", "glug", "down"), ("qkv", "o", "head")
+MOE_PATHS, ATTN_PATHS = ("glu", "gluq", "down"), ("qkv", "o", "head")
 
 
 def launches(path: str, quick: bool) -> list[tuple[int, int, int]]:
@@ -54,8 +51,6 @@ def launches(path: str, quick: bool) -> list[tuple[int, int, int]]:
         return list(itertools.product((2, 4, 8, 16), (8, 16, 32), (1, 2, 4)))
     if path == "head":
         return list(itertools.product((4, 8, 16), (2, 4, 8, 16), (1, 2, 4)))
-    if path == "glug":
-        return list(itertools.product((2, 4, 8, 16), (4, 8, 16, 32), (1, 2, 4)))
     bns = (32, 64) if path == "gluq" else (4, 8, 16, 32)
     kbs = (4, 8, 16) if quick else (4, 8, 16, 32)
     warps = (2, 4) if quick else (1, 2, 4, 8)
@@ -95,8 +90,6 @@ def step_fn(path: str, launch, layers, t: int, gen: torch.Generator):
             if path == "down":
                 moe_gemv_i8(aq, ids, wd, None, bias, None, rw, TOP_K, slots=TOP_K, residual=res,
                             launch=launch)
-            elif path == "glug":
-                moe_glu_i8_grouped(xq, ids, wg, wu, bias, bias, TOP_K, launch=launch)
             else:
                 moe_gemv_i8(xq, ids, wg, wu, bias, bias, None, TOP_K, launch=launch, quant_out=path == "gluq")
     distinct = ids.unique().numel()
@@ -129,7 +122,6 @@ def main() -> None:
     ap.add_argument("out")
     ap.add_argument("--tokens", default="1,8")
     ap.add_argument("--quick", action="store_true", help="fewer launches (KB <= 16, 2 or 4 warps)")
-    ap.add_argument("--paths", default=",".join(MOE_PATHS + ATTN_PATHS), help="paths timed (default: all)")
     ap.add_argument("--warm", default=None, help="I/N: compile this share of the launches and stop")
     a = ap.parse_args()
     part, parts = (int(v) for v in a.warm.split("/")) if a.warm else (0, 1)
@@ -138,7 +130,7 @@ def main() -> None:
     copies = 1 if a.warm else LAYERS
     layers = [tuple(split_blocks_(w.to("cuda")) for w in raw) for _ in range(copies)]
     expert_bytes = {"glu": raw[0][0].nbytes + raw[1][0].nbytes, "down": raw[2][0].nbytes}
-    expert_bytes["gluq"] = expert_bytes["glug"] = expert_bytes["glu"]
+    expert_bytes["gluq"] = expert_bytes["glu"]
     bias = torch.zeros(Q_OUT, device="cuda", dtype=torch.bfloat16)
 
     def q8(n: int, k: int, seed: int) -> tuple:
@@ -146,13 +138,11 @@ def main() -> None:
     attn = [([q8(Q_OUT, HIDDEN, 3 * i), q8(KV_OUT, HIDDEN, 3 * i + 1), q8(KV_OUT, HIDDEN, 3 * i + 2)],
              q8(HIDDEN, Q_OUT, 100 + i)) for i in range(copies)]
     head = random_blocks(T.Q8_0, VOCAB, HIDDEN, 7).to("cuda")
-    defaults = {"glu": I8_MOE_LAUNCH, "gluq": I8_GLU_QUANT_LAUNCH, "glug": GROUPED_LAUNCH,
-                "down": I8_DOWN_LAUNCH, "qkv": Q8_I8_LAUNCH, "o": Q8_I8_LAUNCH, "head": HEAD_LAUNCH_Q8_0[:3]}
+    defaults = {"glu": I8_MOE_LAUNCH, "gluq": I8_GLU_QUANT_LAUNCH, "down": I8_DOWN_LAUNCH,
+                "qkv": Q8_I8_LAUNCH, "o": Q8_I8_LAUNCH, "head": HEAD_LAUNCH_Q8_0[:3]}
     rows = []
     for t in [int(x) for x in a.tokens.split(",")]:
         for path in MOE_PATHS + (ATTN_PATHS if t <= 4 else ()):
-            if (path == "glug" and t < 2) or path not in a.paths.split(","):
-                continue
             tried = [defaults[path]] + [x for x in launches(path, a.quick) if x != defaults[path]]
             for j, launch in enumerate(tried):
                 if path in MOE_PATHS:

@@ -14,7 +14,7 @@ and one product over q, k and v's rows merged at construction (merge_qkv, where 
 GEMVs with the norm fused stop at GEMV_MAX_N rows), the o GEMV's residual add inside norm_route. Larger
 batches replay `model.forward` (expert-grouped MoE kernel).
 Models it cannot run raise ValueError at construction.
-int8_moe: steps 7-8 with int8 activations (moe_int8_mlp.moe_mlp_i8: x and the SwiGLU output quantized
+int8_moe: steps 7-8 with int8 activations (moe_mxfp4_int8.moe_mlp_i8: x and the SwiGLU output quantized
 per 32 by quantize_x, dp4a over the E2M1 codes), two launches more per layer; on by default
 (INT8_DEFAULT, measured faster on an H100), never by default for float32 models. int8_attn (same
 default): Q8_0 q, k, v (one launch, the RMSNorm fused into x's quantization: 2 launches) and o
@@ -41,8 +41,8 @@ from orcd.quant.kernels.mmq_cuda import OUT_KIND
 from orcd.quant.kernels.mmq_cuda import available as mmq_available
 from orcd.quant.kernels.mmq_legacy import ROUTED
 from orcd.quant.kernels.moe_gemv import moe_gemv
-from orcd.quant.kernels.moe_int8_mlp import moe_mlp_i8
 from orcd.quant.kernels.moe_mxfp4 import GEMV_MAX_PAIRS
+from orcd.quant.kernels.moe_mxfp4_int8 import moe_mlp_i8
 from orcd.quant.kernels.moe_router import norm_route, route_counter
 from orcd.quant.kernels.q8_int8_gemv import q8_gemv_i8
 from orcd.quant.kernels.xquant import quantize_x

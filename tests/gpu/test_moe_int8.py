@@ -1,6 +1,5 @@
 """The int8-activation MXFP4 MoE GEMV (moe_mxfp4_int8.py) against float64 references and the float kernel
-(moe_int8_cases.py), and the per-expert gate/up GEMV (moe_int8_mlp.py) from 2 tokens: under
-TRITON_INTERPRET=1 on the CPU (1, 3 and 8 tokens, a masked K tail), compiled on
+(moe_int8_cases.py): under TRITON_INTERPRET=1 on the CPU (1 and 3 tokens, a masked K tail), compiled on
 CUDA at gpt-oss-20b's expert shapes (2880 x 2880, top 4) for 1..8 tokens and at the small odd shapes."""
 
 from __future__ import annotations
@@ -17,14 +16,14 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 @interpreter_only
 def test_moe_int8_under_interpreter():
-    check_under_interpreter("moe_int8_cases.py", cases=19, timeout=300)
+    check_under_interpreter("moe_int8_cases.py", cases=10, timeout=300)
 
 
 def _check_cuda(capsys, **kw):
     from moe_int8_cases import run_case
 
     run_case("cuda", gen=torch.Generator().manual_seed(0), **kw)
-    check_printed(capsys.readouterr().out, 5 + 2 * (kw["tokens"] >= 2))
+    check_printed(capsys.readouterr().out, 5)
 
 
 @pytest.mark.gpu

@@ -1,8 +1,8 @@
 """Compile cases of gpt-oss (gpt-oss-20b shapes, bf16): GptOssDecoder's own step on a two-layer stand-in
 model (the attributes the step reads, weights torch.empty of the real sizes) with int8 on and off and
 fuse_quant on and off, at 1 row (the GEMV paths; CORE) and 8 (the most the MoE GEMV takes; o's output
-added by norm_route; EXTENDED), the int8 expert MLP at 2 and 8 tokens (the per-expert gate/up GEMV; CORE),
-then the MoE paths above 8 rows: topk_softmax and the expert-grouped MXFP4 kernel."""
+added by norm_route; EXTENDED), then the MoE paths above 8 rows: topk_softmax and the expert-grouped
+MXFP4 kernel."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from cases_attn import cache, meta
 from cases_dense import linear
 from gguf import GGMLQuantizationType as Q
 
-from orcd.quant.kernels.moe_int8_mlp import moe_mlp_i8
 from orcd.quant.kernels.moe_mxfp4 import moe_mxfp4
 from orcd.quant.kernels.moe_router import topk_softmax
 from orcd.runner.fused_gpt_oss import GptOssDecoder
@@ -76,16 +75,6 @@ def float_step(rows: tuple) -> None:
         decode_step(dec, n)
 
 
-def int8_mlp(tokens: tuple) -> None:
-    """moe_mlp_i8 as the int8 step calls it (its default path per batch: from 2 tokens the per-expert
-    gate/up GEMV, MAXM 2 / 8)."""
-    g, u, d = experts(FFN, H), experts(FFN, H), experts(H, FFN)
-    for t in tokens:
-        ids, rw = torch.zeros(t * TOP_K, dtype=torch.int64), torch.zeros(t * TOP_K)
-        moe_mlp_i8(torch.zeros(t, H, dtype=BF16), ids, (g.scales, g.codes), (u.scales, u.codes),
-                   (d.scales, d.codes), (g.bias, u.bias, d.bias), rw, TOP_K, torch.zeros(t, H, dtype=BF16))
-
-
 def moe_prefill() -> None:
     """Above the decode rows: the router's top-k + softmax and the expert-grouped kernel (gate/up, down)."""
     t = 64
@@ -98,11 +87,9 @@ def moe_prefill() -> None:
 
 
 def gpt_oss() -> None:
-    """One row through the int8 step with fuse_quant on and off and through the float step; the int8 expert
-    MLP at 2 and 8 tokens; prefill MoE."""
+    """One row through the int8 step with fuse_quant on and off and through the float step; prefill MoE."""
     int8_steps((1,), (True, False))
     float_step((1,))
-    int8_mlp((2, 8))
     moe_prefill()
 
 

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from orcd.quant.kernels.moe_gemv import Split, _e8m0_scale, _epilogue
-from orcd.quant.kernels.xquant import asm_ok, dp4a, store_quant32
+from orcd.quant.kernels.xquant import asm_ok, dp4a, quantize_x, store_quant32
 
 # (BN weight rows, KB blocks per step, num_warps). One H200, gpt-oss-20b's shapes, 24 layers from a CUDA
 # graph (bench/kernels/gpt_oss_i8_sweep.py; bench/results/gpt_oss_s28/), µs a layer at 1 / 4 / 8 tokens:
@@ -201,3 +201,20 @@ def moe_gemv_i8(xq: tuple[torch.Tensor, torch.Tensor], ids: torch.Tensor, w_gate
         HAS_RW=route_w is not None, BN=bn, KB=kb, RES=residual is not None, ASM=asm_ok(words.device),
         num_warps=warps, **({"QOUT": 1} if quant_out else {}))
     return (oq, os_) if quant_out else out
+
+
+def moe_mlp_i8(h: torch.Tensor, ids: torch.Tensor, gate: Split, up: Split, down: Split, biases: tuple,
+               route_w: torch.Tensor, top_k: int, residual: torch.Tensor, hq: tuple | None = None,
+               fuse_quant: bool = False) -> torch.Tensor:
+    """The expert MLP of a decode step, int8 activations: residual [T, H] += sum over each token's k
+    experts of route_w * (down(clamped SwiGLU(gate h, up h)) + b_down). h [T, H]; ids, route_w [T * k];
+    biases (b_gate, b_up, b_down) [E, *] or None each. 4 launches: quantize h, gate/up, quantize, down;
+    hq = quantize_x(h) given (norm_route(quant=True)): 3; fuse_quant (F % 32 == 0): the SwiGLU output
+    quantized in the gate/up epilogue, one fewer."""
+    bg, bu, bd = biases
+    xq = hq if hq is not None else quantize_x(h)
+    if fuse_quant and gate[0].shape[1] % 32 == 0:
+        aq = moe_gemv_i8(xq, ids, gate, up, bg, bu, None, top_k, out_dtype=h.dtype, quant_out=True)
+    else:
+        aq = quantize_x(moe_gemv_i8(xq, ids, gate, up, bg, bu, None, top_k, out_dtype=h.dtype))  # [P, F]
+    return moe_gemv_i8(aq, ids, down, None, bd, None, route_w, top_k, slots=top_k, residual=residual)
