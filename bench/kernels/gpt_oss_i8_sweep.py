@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "gpu"))
 from gguf import GGMLQuantizationType as T  # noqa: E402
 from gpu_blocks import random_blocks  # noqa: E402
 from moe_cases import random_mxfp4  # noqa: E402
+from moe_mxfp4_times import graph_ms  # noqa: E402 - this folder: the script's own
 
 from orcd.quant.kernels.fused_linear import launch_gemv  # noqa: E402
 from orcd.quant.kernels.moe_mxfp4_int8 import (  # noqa: E402
@@ -55,24 +56,6 @@ def launches(path: str, quick: bool) -> list[tuple[int, int, int]]:
     kbs = (4, 8, 16) if quick else (4, 8, 16, 32)
     warps = (2, 4) if quick else (1, 2, 4, 8)
     return list(itertools.product(bns, kbs, warps))
-
-
-def graph_us(fn, reps: int = 10) -> float:
-    """fn() captured once in a CUDA graph; median µs per replay."""
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000)
-    return sorted(times)[len(times) // 2]
 
 
 def step_fn(path: str, launch, layers, t: int, gen: torch.Generator):
@@ -156,7 +139,7 @@ def main() -> None:
                     continue
                 row = {"tokens": t, "path": path, "launch": list(launch), "default": launch == defaults[path]}
                 try:
-                    us = graph_us(fn)
+                    us = graph_ms(fn) * 1000
                     row |= {"us_per_layer": round(us / (1 if path == "head" else LAYERS), 2),
                             "GB_s": round(read / us / 1e3, 1)}
                 except Exception as err:  # noqa: BLE001 - a launch that does not compile is a row too
