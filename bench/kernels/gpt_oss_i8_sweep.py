@@ -1,15 +1,18 @@
-"""The int8-activation MXFP4 MoE GEMV (orcd/quant/kernels/moe_mxfp4_int8.py) per launch (BN, KB, num_warps)
-at gpt-oss-20b's shapes (hidden 2880, expert width 2880, 32 experts, top-4), each timed from a CUDA graph of
-24 layers' worth of calls (24 copies of the weights, more than L2). Three paths, as GptOssDecoder runs them:
+"""gpt-oss-20b's decode GEMVs per launch shape, each timed from a CUDA graph of 24 layers' worth of calls
+(24 copies of the weights, more than L2). The int8-activation MXFP4 MoE GEMV (moe_mxfp4_int8.py, launch
+(BN, KB, num_warps); hidden 2880, expert width 2880, 32 experts, top-4), as GptOssDecoder runs it:
   glu   gate + up with the clamped SwiGLU, bf16 out (then quantize_x: not counted);
   gluq  the same with the output quantized in the epilogue (quant_out; BN a multiple of 32);
   down  the k slots summed per token, routed weights, added into the residual.
-Floor: the routed experts' weight bytes (each distinct expert once per layer) over the time: GB/s.
+The Q8_0 attention GEMVs with int8 x (q8_int8_gemv.py, launch (BO, G, num_warps); up to 4 tokens):
+  qkv   q, k, v (4096, 512, 512 x 2880) in one launch;  o   2880 x 4096 added into the residual.
+The LM head, Q8_0 201,088 x 2880, one copy (616 MB), fused_linear's GEMV (launch (G, BO, num_warps)).
+Floor: the weight bytes read (MoE: each distinct routed expert once per layer) over the time: GB/s.
 
-usage: python bench/kernels/moe_i8_sweep.py OUT.json [--tokens 1,8] [--quick] [--warm I/N]
-Prints the default and the best launch per (path, tokens) last. --warm I/N: compile every N-th launch from
-the I-th (one call each, nothing timed or written), so that N processes fill Triton's cache in parallel
-before the timed run.
+usage: python bench/kernels/gpt_oss_i8_sweep.py OUT.json [--tokens 1,8] [--quick] [--warm I/N]
+Prints the default and the best launch per (path, tokens) last (µs a layer; the head: µs a call).
+--warm I/N: compile every N-th launch from the I-th (one call each, nothing timed or written), so that N
+processes fill Triton's cache in parallel before the timed run.
 """
 
 from __future__ import annotations
