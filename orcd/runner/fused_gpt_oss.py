@@ -19,12 +19,12 @@ per 32 by quantize_x, dp4a over the E2M1 codes), two launches more per layer; on
 (INT8_DEFAULT, measured faster on an H100), never by default for float32 models. int8_attn (same
 default): Q8_0 q, k, v (one launch, the RMSNorm fused into x's quantization: 2 launches) and o
 (+ residual: 2) with int8 x (q8_int8_gemv), at <= GEMV_MAX_N rows.
-fuse_quant (FUSE_QUANT_DEFAULT: o): which of the four quantize_x
-launches per layer are folded into their producers, bit for bit the same words and scales; parts "o" (by
-the attention's split merge, int8_attn, at <= GEMV_MAX_N rows where the attention takes more than one
-split), "h" (by norm_route, int8_moe), "act" (the SwiGLU output by the gate/up epilogue, int8_moe); True:
-all three, False: none. The q, k, v input keeps its own: its producer is the down GEMV's sum over the
-top-k pairs.
+fuse_quant (FUSE_QUANT_DEFAULT: o): which of the four quantize_x launches per layer are folded into their
+producers, bit for bit the same words and scales; parts "o" (by the attention's split merge, int8_attn, at
+<= GEMV_MAX_N rows where the attention takes more than one split), "h" (by norm_route, int8_moe), "act"
+(the SwiGLU output by the gate/up epilogue, int8_moe); True: all three, False: none. The q, k, v input
+keeps its own: its producer is the down GEMV's sum over the top-k pairs.
+The LM head at <= GEMV_MAX_N rows takes its own launch where it is Q8_0 (HEAD_LAUNCH_Q8_0).
 """
 
 from __future__ import annotations
