@@ -197,11 +197,12 @@ def _kernel(name: str, nw: int, mt: int, tt: int, out_kind: int, has_bias: int, 
     return kernel
 
 
-def bias_arg(bias: torch.Tensor | None, x: torch.Tensor) -> tuple[torch.Tensor | None, int]:
-    """(the bias as the kernels read it, its HAS_BIAS kind): 0 none; 2 a bias in x's dtype, read as it is
-    (a model's own: no float32 copy launched each call); 1 any other, as a float32 copy."""
+def bias_arg(bias: torch.Tensor | None, x: torch.Tensor, none: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(the bias as the kernels read it, its HAS_BIAS kind): 0 none (`none` passed in its place, never
+    read); 2 a bias in x's dtype, read as it is (a model's own: no float32 copy launched each call); 1 any
+    other, as a float32 copy."""
     if bias is None:
-        return None, 0
+        return none, 0
     if bias.dtype == x.dtype:
         return bias.contiguous(), 2
     return bias.float().contiguous(), 1
@@ -242,8 +243,7 @@ def mmq_cuda_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_fe
     if x.data_ptr() % 16:  # rows are 16-byte aligned when the tensor is (K % 256 == 0)
         x = x.clone()
     y = torch.empty((m, out_features), dtype=x.dtype, device=x.device)
-    b, has_bias = bias_arg(bias, x)
-    b = y if b is None else b
+    b, has_bias = bias_arg(bias, x, y)
     kern = _kernel(KERNELS[qt], nw, mt, tt, OUT_KIND[x.dtype], has_bias, x.device.index or 0, ks > 0)
     scales = [q6k_tail(raw)] if qt == Q.Q6_K else []  # Q6_K: the d's, apart from the 208-byte blocks
     nb = k // 256

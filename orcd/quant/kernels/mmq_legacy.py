@@ -117,8 +117,7 @@ def mmq_legacy_linear(x: torch.Tensor, raw: torch.Tensor, out_features: int, in_
     if x.data_ptr() % 16:  # 16-byte x pieces (WIDE's copies; rows are 64-byte multiples)
         x = x.clone()
     y = torch.empty((m, out_features), dtype=x.dtype, device=x.device)
-    b, has_bias = bias_arg(bias, x)
-    b = y if b is None else b
+    b, has_bias = bias_arg(bias, x, y)
     kern = _kernel(qt, nw, mt, tt, OUT_KIND[x.dtype], has_bias, u, ks > 0, x.device.index or 0)
     if ks == 0:
         grid = (-(-out_features // (16 * mt)), 1, 1)
