@@ -66,7 +66,7 @@ def plot(rows: list[dict], path: Path) -> str | None:
         ax.set_xticks(list(xs), [str(r["streams"]) for r in dec])
         ax.set_xlabel("streams")
         ax.set_ylabel("decode tok/s")
-        ax.set_title(f"{model} Q4_K_M")
+        ax.set_title(model)
         ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
