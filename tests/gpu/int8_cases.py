@@ -62,6 +62,7 @@ def gemv_cases(dev: str, shapes, ms, dtype=torch.float32, qt=T.Q4_K, launch=None
             extra = (bias.cpu().double() if bias is not None else 0) + (
                 res0.cpu().double() if res0 is not None else 0)
             name = f"gemv_{qt.name}_n{n}_k{k}_m{m}_nt{launch[3] if launch else 'auto'}_{str(dtype)[6:]}"
+            name += f"_s{launch[4]}" if launch and len(launch) > 4 else ""
             exact_tol = EXACT_TOL if dtype == torch.float32 else 1e-2  # bf16 y: its own rounding
             yield name + "_f64", rel_err(y, reference(x.float(), raw, qt, n, k) + extra), INT8_TOL
             yield name + "_exact", rel_err(y, exact_reference(x, xq, xs, raw, n, k, qt) + extra), exact_tol

@@ -23,7 +23,7 @@ def _check(cases):
 
 @interpreter_only
 def test_int8_kernels_under_interpreter():
-    check_under_interpreter("interp_int8.py", cases=40, timeout=180)
+    check_under_interpreter("interp_int8.py", cases=46, timeout=240)
 
 
 @pytest.mark.gpu
@@ -46,6 +46,17 @@ def test_gemv_q4k_i8_cuda(shape):
 def test_gemv_q6k_i8_cuda(shape):
     ms = MS if shape[0] < 3584 else BIG_MS if shape[0] < 100_000 else [1, 8]  # LM head: CPU reference time
     _check(gemv_cases("cuda", [shape], ms, qt=T.Q6_K))
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("qt", [T.Q4_K, T.Q6_K])
+@pytest.mark.parametrize("splits", [2, 3, 8])
+def test_gemv_i8_k_split_cuda(qt, splits):
+    """The 7B down's shape with K split explicitly (launch's fifth entry), one row and three (NT 4)."""
+    g = 64 if qt == T.Q4_K else 8
+    _check(gemv_cases("cuda", [(3584, 18944)], [1], qt=qt, launch=(g, 4, 4, 1, splits)))
+    _check(gemv_cases("cuda", [(3584, 18944)], [3], qt=qt, launch=(g, 4, 4, 4, splits)))
 
 
 @pytest.mark.gpu

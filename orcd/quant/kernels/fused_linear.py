@@ -33,7 +33,7 @@ from orcd.quant.kernels.layout import BLOCK_SIZE, TYPE_SIZE, q6k_tail
 from orcd.quant.kernels.mmq import mmq_linear, mmq_routed
 from orcd.quant.kernels.mmq_cuda import mmq_cuda_linear, mmq_cuda_routed
 from orcd.quant.kernels.mmq_legacy import mmq_legacy_linear, mmq_legacy_routed
-from orcd.quant.kernels.split_k import split_counters
+from orcd.quant.kernels.split_k import split_counters, split_sum
 
 # Tables are read-only and keyed by GGMLQuantizationType (an IntEnum: t[12] finds t[Q.Q4_K] too).
 # GEMV: type -> (inputs per group EPG, load units per group U); see gemv_tiles.py
@@ -108,19 +108,10 @@ def gemv_epilogue(out, rows, n, y_ptr, OUT, stride_yn, b_ptr, HAS_BIAS: tl.const
 @triton.jit
 def split_reduce(out, rows, pid_o, n, s, OUT, ws_ptr, cnt_ptr, S: tl.constexpr):
     """Split-K: each split stores its partial [BO] to ws[n, s, rows]; the last of the S programs of a
-    row block to arrive (a counter, reset after use) sums the S partials in split order, so the result
-    does not depend on arrival order. Returns (the sum, whether this program is that last one)."""
-    ws = ws_ptr + (n * S) * OUT + rows
-    tl.store(ws + s * OUT, out, mask=rows < OUT)
-    tl.debug_barrier()
+    row block to arrive sums the S partials in split order (split_k.split_sum). Returns (the sum,
+    whether this program is that last one)."""
     cnt = cnt_ptr + n * tl.num_programs(0) + pid_o
-    arrived = tl.atomic_add(cnt, 1, sem="acq_rel")
-    total = tl.zeros_like(out)
-    if arrived == S - 1:
-        for j in tl.static_range(S):
-            total += tl.load(ws + j * OUT, mask=rows < OUT, other=0.0, cache_modifier=".cg")
-        tl.atomic_xchg(cnt, 0, sem="relaxed")
-    return total, arrived == S - 1
+    return split_sum(out, ws_ptr + (n * S) * OUT + rows, OUT, rows < OUT, cnt, s, S)
 
 
 @triton.jit

@@ -27,6 +27,7 @@ from orcd.quant.kernels.fused_linear import _views, launch_opts
 from orcd.quant.kernels.gemv_tiles import _f16
 from orcd.quant.kernels.layout import q6k_views
 from orcd.quant.kernels.q4k_head import q4k_scales, q4k_words
+from orcd.quant.kernels.split_k import split_counters, split_sum
 from orcd.quant.kernels.xquant import asm_ok, dp4a, quantize_x, store_quant32
 
 # (G groups per pass: 64-input chunks for Q4_K, 128-input halves for Q6_K; BO rows per program; warps),
@@ -43,11 +44,25 @@ I8_LAUNCH = MappingProxyType({
     8: MappingProxyType({12: (16, 4, 4), 14: (1, 8, 4), "glu": (8, 4, 4)}),
 })
 NT_MAX = 8  # tokens per program at most (NT 16 lost to 2 x NT 8 at M = 16); more rows: ceil(N / 8) programs
+# K split for one token (NT 1) where K is long (the 7B's down: K 18,944) and the row blocks are few (the
+# 7B's down: 896 Q4_K, 448 Q6_K programs of 4 warps for 132 SMs): splits until about this many programs,
+# by type; the last split of a row block to finish adds the partials in split order (split_k.split_sum).
+I8_SPLIT_TARGET = MappingProxyType({12: 1792, 14: 1792})
+I8_SPLIT_MIN_K = 8192  # shorter K (q/k/v, o, the heads, the 0.5B's down): never split
+I8_SPLIT_MAX = 8
 
 
 def tokens_per_program(n: int) -> int:
     """NT for an N-row product: the power of two >= N, at most NT_MAX."""
     return min(triton.next_power_of_2(max(n, 1)), NT_MAX)
+
+
+def i8_splits(qt: int, n: int, k: int, programs: int, passes: int) -> int:
+    """K splits for gemv_i8's n-row product of `programs` programs, each of `passes` passes over K."""
+    target = I8_SPLIT_TARGET.get(qt, 0)
+    if n > 1 or k < I8_SPLIT_MIN_K or passes < 2 or programs * 2 > target:
+        return 1
+    return min(I8_SPLIT_MAX, passes, target // programs)
 
 
 def i8_launch(key, n: int, launch: tuple | None = None) -> tuple[int, int, int, int]:
@@ -182,18 +197,29 @@ def _epilogue(out, rows, tok, N, y_ptr, OUT, stride_yn, b_ptr, HAS_BIAS: tl.cons
 def gemv_i8_program(pid, nb, N, xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_yn, b_ptr,
                     QT: tl.constexpr, G: tl.constexpr, BO: tl.constexpr, NT: tl.constexpr, ASM: tl.constexpr,
                     HAS_BIAS: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr,
-                    SPLIT: tl.constexpr = False):
-    """Rows [pid * BO, (pid + 1) * BO) of tokens [nb * NT, (nb + 1) * NT) (< N) over all of K; QT 12
-    Q4_K, 14 Q6_K (SPLIT: in layout.split_q6_k's layout, pointers from layout.q6k_views)."""
+                    SPLIT: tl.constexpr = False, s=0, ws_ptr=None, cnt_ptr=None, S: tl.constexpr = 1):
+    """Rows [pid * BO, (pid + 1) * BO) of tokens [nb * NT, (nb + 1) * NT) (< N) over all of K, or with
+    S > 1 over split s's share of K's passes (ws_ptr: fp32 partials [S, N, OUT]; cnt_ptr: the arrival
+    counters, split_k.split_sum); QT 12 Q4_K, 14 Q6_K (SPLIT: in layout.split_q6_k's layout, pointers
+    from layout.q6k_views)."""
     rows = pid * BO + tl.arange(0, BO)
     tok = nb * NT + tl.arange(0, NT)
+    if QT == 12:  # P: inputs per pass
+        P = G * 64
+    else:
+        P = G * 128
+    k_lo = 0
+    k_hi = K
+    if S > 1:  # split s: whole passes [k_lo, k_hi); a split past K reads nothing (its loads are masked)
+        k_lo = s * (tl.cdiv(tl.cdiv(K, P), S) * P)
+        k_hi = tl.minimum(K, k_lo + tl.cdiv(tl.cdiv(K, P), S) * P)
     if QT == 12:
         t4 = tok[:, None, None, None]
         xq, xs, tm = xq_ptr + t4 * (K // 4), xs_ptr + t4 * (K // 8), t4 < N
         rmask = (rows < OUT)[None, :, None, None]
         row16 = rows.to(tl.int64)[None, :, None, None] * (row_bytes // 2)
-        acc, _ = _q4k_pass(p32, row16, rmask, xq, xs, tm, 0, K, G, ASM, True, PDL)
-        for k0 in range(G * 64, K, G * 64):
+        acc, _ = _q4k_pass(p32, row16, rmask, xq, xs, tm, k_lo, K, G, ASM, True, PDL)
+        for k0 in range(k_lo + P, k_hi, P):
             acc += _q4k_pass(p32, row16, rmask, xq, xs, tm, k0, K, G, ASM, False, PDL)[0]
         out = tl.sum(tl.sum(acc, axis=3), axis=2)
     else:
@@ -201,20 +227,28 @@ def gemv_i8_program(pid, nb, N, xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K, row
         xq, xs, tm = xq_ptr + t5 * (K // 4), xs_ptr + t5 * (K // 8), t5 < N
         rmask = (rows < OUT)[None, :, None, None, None]
         row16 = rows.to(tl.int64)[None, :, None, None, None] * (K // 256 if SPLIT else row_bytes // 2)
-        acc = _q6k_pass(p8, p16, p32, row16, rmask, xq, xs, tm, 0, K, G, NT, BO, ASM, True, PDL, SPLIT)
-        for k0 in range(G * 128, K, G * 128):
+        acc = _q6k_pass(p8, p16, p32, row16, rmask, xq, xs, tm, k_lo, K, G, NT, BO, ASM, True, PDL, SPLIT)
+        for k0 in range(k_lo + P, k_hi, P):
             acc += _q6k_pass(p8, p16, p32, row16, rmask, xq, xs, tm, k0, K, G, NT, BO, ASM, False, PDL, SPLIT)
         out = tl.sum(tl.sum(tl.sum(acc, axis=4), axis=3), axis=2)
-    _epilogue(out, rows, tok, N, y_ptr, OUT, stride_yn, b_ptr, HAS_BIAS, RES)
+    if S > 1:
+        m = (tok < N)[:, None] & (rows < OUT)[None, :]
+        ws = ws_ptr + tok[:, None] * OUT + rows[None, :]  # [NT, BO], split 0's slots
+        total, last = split_sum(out, ws, N * OUT, m, cnt_ptr + nb * tl.num_programs(0) + pid, s, S)
+        if last:  # the program that summed the partials
+            _epilogue(total, rows, tok, N, y_ptr, OUT, stride_yn, b_ptr, HAS_BIAS, RES)
+    else:
+        _epilogue(out, rows, tok, N, y_ptr, OUT, stride_yn, b_ptr, HAS_BIAS, RES)
 
 
 @triton.jit
 def _gemv_i8_kernel(xq_ptr, xs_ptr, p8, p16, p32, y_ptr, N, OUT, K, row_bytes, stride_yn, b_ptr,
                     QT: tl.constexpr, G: tl.constexpr, BO: tl.constexpr, NT: tl.constexpr, ASM: tl.constexpr,
                     HAS_BIAS: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr = 0,
-                    SPLIT: tl.constexpr = False):
+                    SPLIT: tl.constexpr = False, ws_ptr=None, cnt_ptr=None, S: tl.constexpr = 1):
     gemv_i8_program(tl.program_id(0), tl.program_id(1), N, xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K,
-                    row_bytes, stride_yn, b_ptr, QT, G, BO, NT, ASM, HAS_BIAS, RES, PDL, SPLIT)
+                    row_bytes, stride_yn, b_ptr, QT, G, BO, NT, ASM, HAS_BIAS, RES, PDL, SPLIT,
+                    tl.program_id(2), ws_ptr, cnt_ptr, S)
 
 
 @triton.jit
@@ -251,19 +285,30 @@ def gemv_i8(xq: torch.Tensor, xs: torch.Tensor, raw: torch.Tensor, out_features:
             split: bool = False) -> torch.Tensor:
     """y [N, out] = x @ W.T for x from quantize_x (xq [N, K / 4], xs [N, K / 32, 4]) and W raw Q4_K (12)
     or Q6_K (14) [out, row_bytes]; + bias; residual [N, out]: added into it in place and returned.
-    launch: (G, BO, warps[, NT]) instead of I8_LAUNCH's. split: W is Q6_K in layout.split_q6_k's layout."""
+    launch: (G, BO, warps[, NT[, K splits]]) instead of I8_LAUNCH's (and i8_splits'). split: W is Q6_K in
+    layout.split_q6_k's layout."""
     qt = int(qtype)
     if split and qt != 14:
         raise ValueError(f"the split layout is Q6_K's (14), not type {qt}")
     n = xq.shape[0]
     y = residual if residual is not None else torch.empty((n, out_features), dtype=dtype, device=xq.device)
-    g, bo, warps, nt = i8_launch(qt, n, launch)
+    g, bo, warps, nt = i8_launch(qt, n, launch[:4] if launch else None)
     g = min(g, triton.next_power_of_2(triton.cdiv(in_features, 64 if qt == 12 else 128)))
+    grid = (triton.cdiv(out_features, bo), triton.cdiv(n, nt))
+    passes = triton.cdiv(in_features, g * (64 if qt == 12 else 128))
+    if launch and len(launch) > 4:
+        splits = launch[4]
+    else:
+        splits = i8_splits(qt, n, in_features, grid[0] * grid[1], passes)
+    cnt = split_counters(xq.device, grid[0] * grid[1]) if splits > 1 else None
+    splits = splits if cnt is not None else 1  # capturing before the counters exist: no split
+    ws = torch.empty((splits, n, out_features), dtype=torch.float32, device=xq.device) if splits > 1 else None
     row_bytes = in_features // 256 * (144 if qt == 12 else 210)
-    _gemv_i8_kernel[(triton.cdiv(out_features, bo), triton.cdiv(n, nt))](
+    _gemv_i8_kernel[(*grid, splits)](
         xq, xs, *(q6k_views(raw) if split else _views(raw, qt)), y, n, out_features, in_features, row_bytes,
         y.stride(0), bias, QT=qt, G=g, BO=bo, NT=nt, ASM=asm_ok(xq.device), HAS_BIAS=bias is not None,
-        RES=residual is not None, SPLIT=split, num_warps=warps, **launch_opts(xq.device))
+        RES=residual is not None, SPLIT=split, ws_ptr=ws, cnt_ptr=cnt, S=splits, num_warps=warps,
+        **launch_opts(xq.device))
     return y
 
 

@@ -71,6 +71,24 @@ def reduce_partials(ws: torch.Tensor | None, bias: torch.Tensor | None, y: torch
         RES=residual, num_warps=4)
 
 
+@triton.jit
+def split_sum(part, ws, stride_s, mask, cnt, s, S: tl.constexpr):
+    """In-kernel split-K (the GEMVs): split s's program stores its partial sum `part` (any shape) at
+    ws + s * stride_s (ws: pointers shaped like part, split 0's slots) and counts its arrival on the
+    int32 counter cnt; the last of the S programs to arrive sums the S partials in split order, so the
+    result does not depend on arrival order, and resets the counter. Returns (that sum, whether this
+    program is the last one)."""
+    tl.store(ws + s * stride_s, part, mask=mask)
+    tl.debug_barrier()
+    arrived = tl.atomic_add(cnt, 1, sem="acq_rel")
+    total = tl.zeros_like(part)
+    if arrived == S - 1:
+        for j in tl.static_range(S):
+            total += tl.load(ws + j * stride_s, mask=mask, other=0.0, cache_modifier=".cg")
+        tl.atomic_xchg(cnt, 0, sem="relaxed")
+    return total, arrived == S - 1
+
+
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
 
 
