@@ -19,7 +19,8 @@ from gpu_blocks import reference, rel_err
 from products import DEV, blocks, copies_for, graph_time
 
 from orcd.quant.kernels.fused_linear import GEMV_MAX_N, fused_glu, fused_linear
-from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8, i8_launch
+from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8
+from orcd.quant.kernels.int8_launch import i8_launch
 from orcd.quant.kernels.xquant import quantize_x
 
 # (name, kernel key, out, in, calls per 7B token: gate/up as one SwiGLU call per layer); Q4_K_M's

@@ -42,8 +42,9 @@ from orcd.quant.kernels.batched_qkv import batched_qkv, qkv_one_launch  # noqa: 
 from orcd.quant.kernels.dequant_kernel import dequantize_raw  # noqa: E402
 from orcd.quant.kernels.fused_linear import fused_gemv, fused_linear, launch_gemv  # noqa: E402
 from orcd.quant.kernels.gemv3_int8 import gemv3_i8  # noqa: E402
-from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8, tokens_per_program  # noqa: E402
+from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8  # noqa: E402
 from orcd.quant.kernels.gemv_legacy_int8 import LEGACY_I8_LAUNCH, gemv_legacy_i8  # noqa: E402
+from orcd.quant.kernels.int8_launch import tokens_per_program  # noqa: E402
 from orcd.quant.kernels.layout import row_bytes, split_q6_k  # noqa: E402
 from orcd.quant.kernels.mmq_legacy import mmq_legacy_linear  # noqa: E402
 from orcd.quant.kernels.q8_int8_gemv import q8_gemv_i8  # noqa: E402

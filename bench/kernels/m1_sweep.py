@@ -29,7 +29,8 @@ import products  # noqa: E402
 from products import blocks, copies_for, copy_bandwidth, graph_time  # noqa: E402
 
 from orcd.quant.kernels.gemv3_int8 import BO3, gemv3_i8  # noqa: E402
-from orcd.quant.kernels.gemv_int8 import I8_LAUNCH, gemv_i8  # noqa: E402
+from orcd.quant.kernels.gemv_int8 import gemv_i8  # noqa: E402
+from orcd.quant.kernels.int8_launch import I8_LAUNCH  # noqa: E402
 from orcd.quant.kernels.layout import split_q6_k  # noqa: E402
 from orcd.quant.kernels.xquant import quantize_x  # noqa: E402
 

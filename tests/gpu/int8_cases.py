@@ -14,7 +14,8 @@ from gpu_blocks import random_blocks, reference, rel_err
 
 from orcd.quant import dequantize
 from orcd.quant.kernels.gemv3_int8 import BO3, gemv3_i8
-from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8, i8_launch
+from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8
+from orcd.quant.kernels.int8_launch import i8_launch
 from orcd.quant.kernels.xquant import quantize_x
 
 INT8_TOL = 2e-2  # vs float64 with x unrounded

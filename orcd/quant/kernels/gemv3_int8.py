@@ -1,6 +1,6 @@
 """Attention's q, k, v products in one launch with int8 x (gemv_int8.py's programs; Q4_K or Q6_K each):
 programs 0..na-1 compute q, the next nb k, the rest v, all from the same quantized x; each program
-takes NT tokens (gemv_int8.tokens_per_program), so N <= NT rows read each weight once."""
+takes NT tokens (int8_launch.tokens_per_program), so N <= NT rows read each weight once."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import triton
 import triton.language as tl
 
 from orcd.quant.kernels.fused_linear import _views, launch_opts
-from orcd.quant.kernels.gemv_int8 import gemv_i8_program, i8_launch
+from orcd.quant.kernels.gemv_int8 import gemv_i8_program
+from orcd.quant.kernels.int8_launch import i8_launch
 from orcd.quant.kernels.layout import q6k_views
 from orcd.quant.kernels.xquant import asm_ok
 

@@ -17,60 +17,17 @@ tokens' x words (a leading token axis on every tile), so N <= NT rows read each 
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 import torch
 import triton
 import triton.language as tl
 
 from orcd.quant.kernels.fused_linear import _views, launch_opts
 from orcd.quant.kernels.gemv_tiles import _f16
+from orcd.quant.kernels.int8_launch import i8_launch, i8_splits
 from orcd.quant.kernels.layout import q6k_views
 from orcd.quant.kernels.q4k_head import q4k_scales, q4k_words
 from orcd.quant.kernels.split_k import split_counters, split_sum
 from orcd.quant.kernels.xquant import asm_ok, dp4a, quantize_x, store_quant32
-
-# (G groups per pass: 64-input chunks for Q4_K, 128-input halves for Q6_K; BO rows per program; warps),
-# by NT tokens per program. NT 1, H100 sweep (bench/kernels/int8_gemv.py, docs/performance.md), 7B
-# shapes: Q4_K G 64 / BO 4 / 4 warps, Q6_K G 8 / BO 8 / 4 warps (LM head 287 us, down 52 us). "glu":
-# the SwiGLU kernel, G 32 / BO 4 (its output then quantized by quantize_x: 46.7 us together) beat BO 32
-# with the quantization in its epilogue (62.6 us), which stays available (launch=(8, 32, 4)).
-# NT 2, 4, 8: the best of an H100 sweep at M = NT on the 7B shapes (bench/results/int8_gemv_7b_multi.md),
-# weighted by calls per token; the largest G tried won nearly everywhere (smaller G: more passes).
-I8_LAUNCH = MappingProxyType({
-    1: MappingProxyType({12: (64, 4, 4), 14: (8, 8, 4), "glu": (32, 4, 4)}),
-    2: MappingProxyType({12: (32, 4, 4), 14: (8, 8, 4), "glu": (32, 4, 4)}),
-    4: MappingProxyType({12: (32, 4, 4), 14: (4, 8, 4), "glu": (16, 4, 4)}),
-    8: MappingProxyType({12: (16, 4, 4), 14: (1, 8, 4), "glu": (8, 4, 4)}),
-})
-NT_MAX = 8  # tokens per program at most (NT 16 lost to 2 x NT 8 at M = 16); more rows: ceil(N / 8) programs
-# K split for one token (NT 1) where K is long (the 7B's down: K 18,944) and the row blocks are few (the
-# 7B's down: 896 Q4_K, 448 Q6_K programs of 4 warps for 132 SMs): splits until about this many programs,
-# by type; the last split of a row block to finish adds the partials in split order (split_k.split_sum).
-I8_SPLIT_TARGET = MappingProxyType({12: 1792, 14: 1792})
-I8_SPLIT_MIN_K = 8192  # shorter K (q/k/v, o, the heads, the 0.5B's down): never split
-I8_SPLIT_MAX = 8
-
-
-def tokens_per_program(n: int) -> int:
-    """NT for an N-row product: the power of two >= N, at most NT_MAX."""
-    return min(triton.next_power_of_2(max(n, 1)), NT_MAX)
-
-
-def i8_splits(qt: int, n: int, k: int, programs: int, passes: int) -> int:
-    """K splits for gemv_i8's n-row product of `programs` programs, each of `passes` passes over K."""
-    target = I8_SPLIT_TARGET.get(qt, 0)
-    if n > 1 or k < I8_SPLIT_MIN_K or passes < 2 or programs * 2 > target:
-        return 1
-    return min(I8_SPLIT_MAX, passes, target // programs)
-
-
-def i8_launch(key, n: int, launch: tuple | None = None) -> tuple[int, int, int, int]:
-    """(G, BO, warps, NT) for N rows: launch (G, BO, warps[, NT]) if given, else the table's."""
-    if launch is not None:
-        return (*launch, tokens_per_program(n)) if len(launch) == 3 else tuple(launch)
-    nt = tokens_per_program(n)
-    return (*I8_LAUNCH[nt][key], nt)
 
 
 @triton.jit

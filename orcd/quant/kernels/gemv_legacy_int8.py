@@ -26,8 +26,9 @@ import triton.language as tl
 from gguf import GGMLQuantizationType as Q
 
 from orcd.quant.kernels.fused_linear import launch_opts
-from orcd.quant.kernels.gemv_int8 import _epilogue, _word, tokens_per_program
+from orcd.quant.kernels.gemv_int8 import _epilogue, _word
 from orcd.quant.kernels.gemv_tiles import _f16
+from orcd.quant.kernels.int8_launch import tokens_per_program
 from orcd.quant.kernels.layout import row_bytes
 from orcd.quant.kernels.xquant import asm_ok, dp4a
 
