@@ -14,6 +14,7 @@ Variants (the launches removed per token, for a 28-layer qwen2 7B; counted from 
   rope   RoPE + K/V write (28)     attn   the paged attention, split + merge (56)
   qkv    the q/k/v GEMV (28)       o      the o GEMV (28)
   glu    the SwiGLU GEMV (28)      down   the down GEMV (28)      head   the LM head GEMV (1)
+  down_q4k, down_q6k   the down GEMVs of one type only (a Q4_K_M 7B: 14 of each)
 Each round replays every variant in turn (`steps` replays, after 3 warm-ups); the table gives the median
 over rounds of ms per token, the saving against the whole step, and the saving per removed launch.
 """
@@ -26,7 +27,8 @@ import statistics
 import time
 from contextlib import contextmanager
 
-VARIANTS = ("quant", "rope", "attn", "qkv", "o", "glu", "down", "head")
+VARIANTS = ("quant", "rope", "attn", "qkv", "o", "glu", "down", "down_q4k", "down_q6k", "head")
+DOWN_TYPES = {"down_q4k": 12, "down_q6k": 14}  # variant -> the GGML type of the downs it leaves out
 
 
 CALLS: dict[str, int] = {}  # variant -> stand-in calls while its graph was built (warm-up + capture)
@@ -54,6 +56,18 @@ def counted_noop(variant: str):
     return stand_in
 
 
+def downs_of_type_left_out(down, qtype: int, variant: str):
+    """DecodeProducts.down with the layers whose down weight is of GGML type qtype launching nothing."""
+
+    def stand_in(lin, act, res, partial=False):
+        if int(lin.down.qtype) != qtype:
+            return down(lin, act, res, partial)
+        CALLS[variant] = CALLS.get(variant, 0) + 1
+        return res
+
+    return stand_in
+
+
 def _shape_key(x, *args, **kw):
     return tuple(x.shape), kw.get("norm") is None
 
@@ -76,6 +90,8 @@ def left_out(fd, variant: str):
                                            variant)
     elif variant in ("o", "down"):
         setattr(products, variant, counted_noop(variant))
+    elif variant in DOWN_TYPES:
+        products.down = downs_of_type_left_out(saved_obj["down"], DOWN_TYPES[variant], variant)
     elif variant in ("qkv", "glu", "head"):
         by_rows = lambda lin, res, nrm: tuple(res.shape)  # noqa: E731 - the cache key
         setattr(products, variant, cached(saved_obj[variant], by_rows, variant))
