@@ -21,6 +21,7 @@ I8_LAUNCH = MappingProxyType({
     8: MappingProxyType({12: (16, 4, 4), 14: (1, 8, 4), "glu": (8, 4, 4)}),
 })
 NT_MAX = 8  # tokens per program at most (NT 16 lost to 2 x NT 8 at M = 16); more rows: ceil(N / 8) programs
+
 # K split for one token (NT 1) where K is long (the 7B's down: K 18,944) and the row blocks are few (the
 # 7B's down: 896 Q4_K, 448 Q6_K programs of 4 warps for 132 SMs): splits until about this many programs,
 # by type (0: never); the last split of a row block to finish adds the partials in split order
@@ -30,6 +31,10 @@ NT_MAX = 8  # tokens per program at most (NT 16 lost to 2 x NT 8 at M = 16); mor
 I8_SPLIT_TARGET = MappingProxyType({12: 0, 14: 1792})
 I8_SPLIT_MIN_K = 8192  # shorter K (q/k/v, o, the heads, the 0.5B's down): never split
 I8_SPLIT_MAX = 8
+
+# NT values at which the Q4_K GEMV loads the next pass's weights before this pass's dot products
+# (gemv_int8._q4k_prefetched). Off until measured: built in session 29, when no device time was left.
+I8_PREFETCH_NT: frozenset[int] = frozenset()
 
 
 def tokens_per_program(n: int) -> int:
