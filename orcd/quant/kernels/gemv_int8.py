@@ -201,8 +201,9 @@ def gemv_i8_program(pid, nb, N, xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K, row
     k_lo = 0
     k_hi = K
     if S > 1:  # split s: whole passes [k_lo, k_hi); a split past K reads nothing (its loads are masked)
-        k_lo = s * (tl.cdiv(tl.cdiv(K, P), S) * P)
-        k_hi = tl.minimum(K, k_lo + tl.cdiv(tl.cdiv(K, P), S) * P)
+        span = tl.cdiv(tl.cdiv(K, P), S) * P  # inputs per split
+        k_lo = s * span
+        k_hi = tl.minimum(K, k_lo + span)
     if QT == 12:
         t4 = tok[:, None, None, None]
         xq, xs, tm = xq_ptr + t4 * (K // 4), xs_ptr + t4 * (K // 8), t4 < N
@@ -288,9 +289,10 @@ def gemv_i8(xq: torch.Tensor, xs: torch.Tensor, raw: torch.Tensor, out_features:
     n = xq.shape[0]
     y = residual if residual is not None else torch.empty((n, out_features), dtype=dtype, device=xq.device)
     g, bo, warps, nt = i8_launch(qt, n, launch[:4] if launch else None)
-    g = min(g, triton.next_power_of_2(triton.cdiv(in_features, 64 if qt == 12 else 128)))
+    group = 64 if qt == 12 else 128  # inputs per group: a Q4_K chunk, a Q6_K half block
+    g = min(g, triton.next_power_of_2(triton.cdiv(in_features, group)))
     grid = (triton.cdiv(out_features, bo), triton.cdiv(n, nt))
-    passes = triton.cdiv(in_features, g * (64 if qt == 12 else 128))
+    passes = triton.cdiv(in_features, g * group)
     if launch and len(launch) > 4:
         splits = launch[4]
     else:
