@@ -45,10 +45,9 @@ def exact_reference(x: torch.Tensor, xq, xs, raw: torch.Tensor, n: int, k: int, 
     return xhat(xq, xs) @ (w - off).T + x.cpu().double() @ off.T
 
 
-def gemv_cases(dev: str, shapes, ms, dtype=torch.float32, qt=T.Q4_K, launch=None, prefetch=None):
-    """M rows through gemv_i8 (launch: (G, BO, warps, NT) to force NT tokens per program; prefetch: the
-    Q4_K loop that loads the next pass first, or None for the default); bias at M = 3, a residual at
-    M = 1 and M >= 5."""
+def gemv_cases(dev: str, shapes, ms, dtype=torch.float32, qt=T.Q4_K, launch=None):
+    """M rows through gemv_i8 (launch: (G, BO, warps, NT) to force NT tokens per program); bias at M = 3,
+    a residual at M = 1 and M >= 5."""
     seed = 100
     for n, k in shapes:
         raw = random_blocks(qt, n, k, seed).to(dev)
@@ -60,13 +59,11 @@ def gemv_cases(dev: str, shapes, ms, dtype=torch.float32, qt=T.Q4_K, launch=None
             res = torch.randn(m, n).to(dev, dtype) if m == 1 or m >= 5 else None
             res0 = res.clone() if res is not None else None
             xq, xs = quantize_x(x)
-            y = gemv_i8(xq, xs, raw, n, k, qt, bias=bias, residual=res, dtype=dtype, launch=launch,
-                        prefetch=prefetch)
+            y = gemv_i8(xq, xs, raw, n, k, qt, bias=bias, residual=res, dtype=dtype, launch=launch)
             extra = (bias.cpu().double() if bias is not None else 0) + (
                 res0.cpu().double() if res0 is not None else 0)
             name = f"gemv_{qt.name}_n{n}_k{k}_m{m}_nt{launch[3] if launch else 'auto'}_{str(dtype)[6:]}"
             name += f"_s{launch[4]}" if launch and len(launch) > 4 else ""
-            name += "" if prefetch is None else f"_prefetch{int(prefetch)}"
             exact_tol = EXACT_TOL if dtype == torch.float32 else 1e-2  # bf16 y: its own rounding
             yield name + "_f64", rel_err(y, reference(x.float(), raw, qt, n, k) + extra), INT8_TOL
             yield name + "_exact", rel_err(y, exact_reference(x, xq, xs, raw, n, k, qt) + extra), exact_tol

@@ -4,7 +4,7 @@ Prints one line per check: `name error tolerance`. Odd shapes only (small, fast)
 (NT = 1, 2, 4, 8 tokens per program), M = 5 at NT 2 and M = 9 at NT 8 (a last program with fewer
 tokens); K = 768 (12 chunks: the last pass of G = 16 is partial; NT 8's G 8 and Q6_K's G 2..8: partial
 or whole), out not a multiple of BO; K split in 2, 3 and 4 (launch's fifth entry: 4 splits of 6 passes
-leave the last one empty); the Q4_K loop that prefetches the next pass (3 passes, and split).
+leave the last one empty).
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ if __name__ == "__main__":
              *gemv_cases("cpu", [(37, 768)], [1], launch=(2, 4, 4, 1, 3)),
              *gemv_cases("cpu", [(37, 768)], [3], launch=(2, 4, 4, 4, 4)),
              *gemv_cases("cpu", [(21, 768)], [1], qt=T.Q6_K, launch=(2, 8, 4, 1, 2)),
-             *gemv_cases("cpu", [(37, 768)], [1], launch=(4, 4, 4, 1), prefetch=True),
-             *gemv_cases("cpu", [(37, 768)], [3], launch=(2, 4, 4, 4, 4), prefetch=True),
              *glu_cases("cpu", [(64, 512)], [1]), *glu_cases("cpu", [(64, 512)], [5], nt=2),
              *gemv3_cases("cpu", [40, 8, 8], 512, [T.Q4_K, T.Q4_K, T.Q6_K], [2, 5])]
     for name, err, tol in cases:

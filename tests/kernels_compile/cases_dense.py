@@ -126,15 +126,11 @@ def int8_tables(nts: tuple, types: tuple = (Q.Q4_K, Q.Q6_K), glu: bool = True) -
 
 def int8_decode() -> None:
     """One row through the int8 products (NT 1), the SwiGLU at BO 32 quantizing its output in its
-    epilogue (QOUT: not the default launch, kept available), the Q4_K down with the prefetching loop
-    (off by default), the Q4_K GEMV at NT 8."""
+    epilogue (QOUT: not the default launch, kept available), the Q4_K GEMV at NT 8."""
     step(True, (1,), (Q.Q6_K,), head=False)
     xq, xs = quantize_x(torch.zeros(1, H, dtype=BF16))
     g = raw(Q.Q4_K, FFN, H)
     glu_q4k_i8(xq, xs, g, g, FFN, H, BF16, launch=(8, 32, 4))
-    aq, asc = quantize_x(torch.zeros(1, FFN, dtype=BF16))
-    res = torch.zeros(1, H, dtype=BF16)
-    gemv_i8(aq, asc, raw(Q.Q4_K, H, FFN), H, FFN, Q.Q4_K, residual=res, prefetch=True)
     int8_tables((8,), (Q.Q4_K,), glu=False)
 
 

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from orcd.quant.kernels.fused_linear import _views, launch_opts
 from orcd.quant.kernels.gemv_tiles import _f16
-from orcd.quant.kernels.int8_launch import I8_PREFETCH_NT, i8_launch, i8_splits
+from orcd.quant.kernels.int8_launch import i8_launch, i8_splits
 from orcd.quant.kernels.layout import q6k_views
 from orcd.quant.kernels.q4k_head import q4k_scales, q4k_words
 from orcd.quant.kernels.split_k import split_counters, split_sum
@@ -54,49 +54,17 @@ def _q4k_pass(p32, row16, rmask, xq, xs, tm, k0, K, G: tl.constexpr, ASM: tl.con
     xm = km & tm
     if DUAL:  # x read per row, in the weights' layout: no layout conversions (sm_90, SwiGLU NT 1: 80 -> 72
         xm = tl.broadcast_to(xm, (xm.shape[0], rmask.shape[1], xm.shape[2], 1))  # regs, 53 -> 17 bar.sync)
-    xt = _q4k_x(xq, xs, ch, w, xm)
+    xlo = tl.load(xq + ch * 16 + w, mask=xm, other=0)
+    xhi = tl.load(xq + ch * 16 + 8 + w, mask=xm, other=0)
+    s = xs + ch * 8  # sub-block 2ch: (dx, sum, sum, 0) at 8ch..8ch+3; 2ch + 1 at 8ch + 4..
+    xt = (xlo, xhi, tl.load(s, mask=xm, other=0.0), tl.load(s + 1, mask=xm, other=0.0)
+          + tl.load(s + 2, mask=xm, other=0.0), tl.load(s + 4, mask=xm, other=0.0),
+          tl.load(s + 5, mask=xm, other=0.0) + tl.load(s + 6, mask=xm, other=0.0))
     a = _dot_q4k(wa, c, xt, ASM)
     b = a
     if DUAL:
         b = _dot_q4k(wb, c, xt, ASM)
     return a, b
-
-
-@triton.jit
-def _q4k_x(xq, xs, ch, w, xm):
-    """x's int8 words and (dx, sum) scales for 64-input chunks ch, as _dot_q4k takes them."""
-    xlo = tl.load(xq + ch * 16 + w, mask=xm, other=0)
-    xhi = tl.load(xq + ch * 16 + 8 + w, mask=xm, other=0)
-    s = xs + ch * 8  # sub-block 2ch: (dx, sum, sum, 0) at 8ch..8ch+3; 2ch + 1 at 8ch + 4..
-    return (xlo, xhi, tl.load(s, mask=xm, other=0.0), tl.load(s + 1, mask=xm, other=0.0)
-            + tl.load(s + 2, mask=xm, other=0.0), tl.load(s + 4, mask=xm, other=0.0),
-            tl.load(s + 5, mask=xm, other=0.0) + tl.load(s + 6, mask=xm, other=0.0))
-
-
-@triton.jit
-def _q4k_prefetched(p32, row16, rmask, xq, xs, tm, k_lo, k_hi, G: tl.constexpr, NT: tl.constexpr,
-                    BO: tl.constexpr, ASM: tl.constexpr, PDL: tl.constexpr):
-    """Every pass of G 64-input chunks in [k_lo, k_hi) (whole passes; k_hi <= K), each pass's dot
-    products computed while the next pass's weight words are already in flight (loaded first, carried
-    to the next iteration): partial sums [NT, BO, G, 1]. For few programs over a long K (the 7B's down),
-    where the passes of one program otherwise wait on memory one after another."""
-    gc = tl.arange(0, G)[None, None, :, None]
-    w = tl.arange(0, 8)[None, None, None, :]
-    ch = k_lo // 64 + gc
-    w0, w1, w2, w3, q = q4k_words(p32, row16 + (ch // 4) * 72, ch % 4, w, rmask & (ch * 64 < k_hi))
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        if PDL == 3:
-            tl.extra.cuda.gdc_launch_dependents()
-    acc = tl.zeros((NT, BO, G, 1), tl.float32)
-    for k0 in range(k_lo, k_hi, G * 64):
-        ch = k0 // 64 + gc
-        cn = ch + G  # the next pass's chunks (past k_hi: masked, nothing read)
-        n0, n1, n2, n3, nq = q4k_words(p32, row16 + (cn // 4) * 72, cn % 4, w, rmask & (cn * 64 < k_hi))
-        xt = _q4k_x(xq, xs, ch, w, (ch * 64 < k_hi) & tm)
-        acc += _dot_q4k((w0, w1, w2, w3, q), ch % 4, xt, ASM)
-        w0, w1, w2, w3, q = n0, n1, n2, n3, nq
-    return acc
 
 
 @triton.jit
@@ -186,12 +154,11 @@ def _epilogue(out, rows, tok, N, y_ptr, OUT, stride_yn, b_ptr, HAS_BIAS: tl.cons
 def gemv_i8_program(pid, nb, N, xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K, row_bytes, stride_yn, b_ptr,
                     QT: tl.constexpr, G: tl.constexpr, BO: tl.constexpr, NT: tl.constexpr, ASM: tl.constexpr,
                     HAS_BIAS: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr,
-                    SPLIT: tl.constexpr = False, s=0, ws_ptr=None, cnt_ptr=None, S: tl.constexpr = 1,
-                    PREFETCH: tl.constexpr = False):
+                    SPLIT: tl.constexpr = False, s=0, ws_ptr=None, cnt_ptr=None, S: tl.constexpr = 1):
     """Rows [pid * BO, (pid + 1) * BO) of tokens [nb * NT, (nb + 1) * NT) (< N) over all of K, or with
     S > 1 over split s's share of K's passes (ws_ptr: fp32 partials [S, N, OUT]; cnt_ptr: the arrival
     counters, split_k.split_sum); QT 12 Q4_K, 14 Q6_K (SPLIT: in layout.split_q6_k's layout, pointers
-    from layout.q6k_views). PREFETCH (Q4_K): _q4k_prefetched's loop."""
+    from layout.q6k_views)."""
     rows = pid * BO + tl.arange(0, BO)
     tok = nb * NT + tl.arange(0, NT)
     if QT == 12:  # P: inputs per pass
@@ -209,12 +176,9 @@ def gemv_i8_program(pid, nb, N, xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K, row
         xq, xs, tm = xq_ptr + t4 * (K // 4), xs_ptr + t4 * (K // 8), t4 < N
         rmask = (rows < OUT)[None, :, None, None]
         row16 = rows.to(tl.int64)[None, :, None, None] * (row_bytes // 2)
-        if PREFETCH:
-            acc = _q4k_prefetched(p32, row16, rmask, xq, xs, tm, k_lo, k_hi, G, NT, BO, ASM, PDL)
-        else:
-            acc, _ = _q4k_pass(p32, row16, rmask, xq, xs, tm, k_lo, K, G, ASM, True, PDL)
-            for k0 in range(k_lo + P, k_hi, P):
-                acc += _q4k_pass(p32, row16, rmask, xq, xs, tm, k0, K, G, ASM, False, PDL)[0]
+        acc, _ = _q4k_pass(p32, row16, rmask, xq, xs, tm, k_lo, K, G, ASM, True, PDL)
+        for k0 in range(k_lo + P, k_hi, P):
+            acc += _q4k_pass(p32, row16, rmask, xq, xs, tm, k0, K, G, ASM, False, PDL)[0]
         out = tl.sum(tl.sum(acc, axis=3), axis=2)
     else:
         t5 = tok[:, None, None, None, None]
@@ -239,11 +203,10 @@ def gemv_i8_program(pid, nb, N, xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K, row
 def _gemv_i8_kernel(xq_ptr, xs_ptr, p8, p16, p32, y_ptr, N, OUT, K, row_bytes, stride_yn, b_ptr,
                     QT: tl.constexpr, G: tl.constexpr, BO: tl.constexpr, NT: tl.constexpr, ASM: tl.constexpr,
                     HAS_BIAS: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr = 0,
-                    SPLIT: tl.constexpr = False, ws_ptr=None, cnt_ptr=None, S: tl.constexpr = 1,
-                    PREFETCH: tl.constexpr = False):
+                    SPLIT: tl.constexpr = False, ws_ptr=None, cnt_ptr=None, S: tl.constexpr = 1):
     gemv_i8_program(tl.program_id(0), tl.program_id(1), N, xq_ptr, xs_ptr, p8, p16, p32, y_ptr, OUT, K,
                     row_bytes, stride_yn, b_ptr, QT, G, BO, NT, ASM, HAS_BIAS, RES, PDL, SPLIT,
-                    tl.program_id(2), ws_ptr, cnt_ptr, S, PREFETCH)
+                    tl.program_id(2), ws_ptr, cnt_ptr, S)
 
 
 @triton.jit
@@ -277,12 +240,11 @@ def _glu_i8_kernel(xq_ptr, xs_ptr, g32, u32, y_ptr, yq_ptr, ys_ptr, N, OUT, K, r
 def gemv_i8(xq: torch.Tensor, xs: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int,
             qtype: int, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
             dtype: torch.dtype = torch.bfloat16, launch: tuple | None = None,
-            split: bool = False, prefetch: bool | None = None) -> torch.Tensor:
+            split: bool = False) -> torch.Tensor:
     """y [N, out] = x @ W.T for x from quantize_x (xq [N, K / 4], xs [N, K / 32, 4]) and W raw Q4_K (12)
     or Q6_K (14) [out, row_bytes]; + bias; residual [N, out]: added into it in place and returned.
     launch: (G, BO, warps[, NT[, K splits]]) instead of I8_LAUNCH's (and i8_splits'). split: W is Q6_K in
-    layout.split_q6_k's layout. prefetch (Q4_K): the next pass's weights in flight during this pass's
-    dot products; None: where int8_launch.I8_PREFETCH_NT holds the launch's NT."""
+    layout.split_q6_k's layout."""
     qt = int(qtype)
     if split and qt != 14:
         raise ValueError(f"the split layout is Q6_K's (14), not type {qt}")
@@ -304,8 +266,7 @@ def gemv_i8(xq: torch.Tensor, xs: torch.Tensor, raw: torch.Tensor, out_features:
     _gemv_i8_kernel[(*grid, splits)](
         xq, xs, *(q6k_views(raw) if split else _views(raw, qt)), y, n, out_features, in_features, row_bytes,
         y.stride(0), bias, QT=qt, G=g, BO=bo, NT=nt, ASM=asm_ok(xq.device), HAS_BIAS=bias is not None,
-        RES=residual is not None, SPLIT=split, ws_ptr=ws, cnt_ptr=cnt, S=splits,
-        PREFETCH=qt == 12 and (nt in I8_PREFETCH_NT if prefetch is None else prefetch), num_warps=warps,
+        RES=residual is not None, SPLIT=split, ws_ptr=ws, cnt_ptr=cnt, S=splits, num_warps=warps,
         **launch_opts(xq.device))
     return y
 

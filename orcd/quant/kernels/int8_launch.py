@@ -31,10 +31,9 @@ NT_MAX = 8  # tokens per program at most (NT 16 lost to 2 x NT 8 at M = 16); mor
 I8_SPLIT_TARGET = MappingProxyType({12: 0, 14: 1792})
 I8_SPLIT_MIN_K = 8192  # shorter K (q/k/v, o, the heads, the 0.5B's down): never split
 I8_SPLIT_MAX = 8
-
-# NT values at which the Q4_K GEMV loads the next pass's weights before this pass's dot products
-# (gemv_int8._q4k_prefetched). Off until measured: built in session 29, when no device time was left.
-I8_PREFETCH_NT: frozenset[int] = frozenset()
+# Tried and removed (session 30, one H200): the Q4_K loop that loads the next pass's weights before this
+# pass's dot products (built in 757e734). The 7B engine at 1 / 2 / 4 streams, twice each: 413 / 465 / 529
+# without, 407-408 / 464 / 528 with it at NT 1, 408 / 462 / 524 at NT 1, 2 and 4 (bench/results/gemv_i8_s30/).
 
 
 def tokens_per_program(n: int) -> int:
