@@ -12,6 +12,7 @@ from gguf import GGMLQuantizationType as Q
 
 from orcd.quant.kernels.batched_fused import batched_fused
 from orcd.quant.kernels.batched_linear import batched_linear
+from orcd.quant.kernels.batched_qkv import batched_qkv
 from orcd.quant.kernels.dequant_kernel import dequantize_raw
 from orcd.quant.kernels.fused_linear import fused_gemv, fused_glu, fused_linear
 from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8
@@ -22,6 +23,7 @@ from orcd.quant.kernels.q6k_split import split_linear
 from orcd.quant.kernels.xquant import quantize_x
 from orcd.runner.decode_products import BlockLinears, DecodeProducts, QuantRows
 from orcd.runner.decode_products import linear as decode_linear
+from orcd.runner.decode_products import split as is_split
 
 H, FFN, Q_OUT, KV_OUT, VOCAB = 3584, 18944, 3584, 512, 152064  # qwen2.5-7B
 BF16 = torch.bfloat16
@@ -100,15 +102,17 @@ def q6k_split_fused() -> None:
 
 
 def unfused_rows(rows: tuple, split: bool = False) -> None:
-    """Above the norm-fused rows: batched_qkv, MMQ (float_w) and batched_linear products (split: v and
-    down in q6k_layout='split')."""
+    """Above the norm-fused rows: batched_qkv (and q/k/v as three products), MMQ (float_w) and
+    batched_linear products (split: v and down in q6k_layout='split')."""
     for n in rows:
         lin = block(Q.Q6_K)
         for m in lin.all():
             m.layout = "split" if split and m.qtype == Q.Q6_K else "gguf"
         rs = QuantRows(lin, DecodeProducts(int8_x=True, int8_attn=True, batched_qkv=True))
         h = torch.zeros(n, H, dtype=BF16)
-        rs.qkv(h)
+        rs.qkv(h)  # at <= 32 rows three products (batched_qkv.qkv_one_launch), so also the one launch:
+        weights = [(m.raw, m.out_features, m.qtype, m.bias) for m in lin.qkv()]
+        batched_qkv(h, weights, H, split=tuple(is_split(m) for m in lin.qkv()))
         rs.o_proj(torch.zeros(n, Q_OUT, dtype=BF16))
         rs.mlp(h)
 

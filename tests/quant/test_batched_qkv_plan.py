@@ -34,13 +34,13 @@ def test_routed_sets():
     assert not qkv_routed([_w(T.Q4_K, 512, k, bias=True), _w(T.Q4_K, 512, k), _w(T.Q4_K, 512, k)], k)
 
 
-def test_one_launch_for_the_7b_not_for_a_large_qkv_at_few_rows():
+def test_one_launch_past_32_rows_or_for_a_small_qkv():
     seven = [_w(T.Q4_K, 3584, 3584), _w(T.Q4_K, 512, 3584), _w(T.Q6_K, 512, 3584)]
-    assert all(qkv_one_launch(seven, m, 3584) for m in (5, 8, 32, 64))
+    assert [qkv_one_launch(seven, m, 3584) for m in (5, 8, 32, 33, 64)] == [False, False, False, True, True]
     big = [_w(T.Q4_K, 8192, 8192), _w(T.Q4_K, 1024, 8192), _w(T.Q4_K, 1024, 8192)]  # the 72B on one GPU
     assert [qkv_one_launch(big, m, 8192) for m in (5, 8, 32, 33, 64)] == [False, False, False, True, True]
     rank4 = [_w(T.Q4_K, 2048, 8192), _w(T.Q4_K, 256, 8192), _w(T.Q4_K, 256, 8192)]  # a TP 4 rank's
-    assert qkv_one_launch(rank4, 8, 8192)
+    assert all(qkv_one_launch(rank4, m, 8192) for m in (5, 8, 32, 64))  # 2560 rows: one launch
     assert not qkv_one_launch(big[:2], 64, 8192)  # not routed at all: two weights
 
 

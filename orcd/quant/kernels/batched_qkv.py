@@ -34,8 +34,11 @@ from orcd.quant.kernels.split_k import (
 # bench/results/tp4_s25/): 10240 rows (one GPU) batched_qkv 90.8 / 91.6 / 80.5 us at 8 / 16 / 32 rows, three
 # products 42.2 / 52.8 / 56.5; a TP 2 rank's 5120 rows 49.2 / 49.5 / 43.7 against 33.9 / 39.1 / 42.1. At
 # 64 rows (TP 2: 61.8 against more) and at a TP 4 rank's 2560 rows (21.6 against 32.1 at 8) one launch
-# wins, and the 7B's 4608 x 3584 (16.5 M weights) stays on it, where it was tuned.
-THREE_MIN_WEIGHTS = 1 << 25
+# wins. The 7B's 4608 x 3584, the engine on one H200, twice each (bench/results/gemv_i8_s30/): three
+# products 2,218 / 2,222 tok/s at 8 streams against one launch's 2,171 / 2,171, at 32 6,178 / 6,169 against
+# 6,158 / 6,151; at 64 streams three lose (8,580 / 8,571 against 8,865 / 8,863). So the rule is by output
+# rows: 4608 and more take three products at <= 32 rows, 2560 (the TP 4 rank) one launch.
+THREE_MIN_OUT = 4096
 THREE_MAX_ROWS = 32
 SPLIT_STEP = 256  # inputs: split ranges are whole multiples of this (every MM_TILES K step divides it)
 Weight = tuple[torch.Tensor, int, int, torch.Tensor | None]  # (raw [out, row_bytes], out, qtype, bias)
@@ -128,8 +131,8 @@ def qkv_routed(weights: list[Weight], in_features: int) -> bool:
 def qkv_one_launch(weights: list[Weight], m: int, in_features: int) -> bool:
     """Whether the unfused decode step (DecodeProducts.qkv_rows) runs these three weights for an m-row
     batch in one batched_qkv launch (qkv_routed) rather than three fused_linear calls: not for large
-    q/k/v (>= THREE_MIN_WEIGHTS together) at <= THREE_MAX_ROWS rows."""
-    big = sum(o for _r, o, _q, _b in weights) * in_features >= THREE_MIN_WEIGHTS
+    q/k/v (>= THREE_MIN_OUT output rows together) at <= THREE_MAX_ROWS rows."""
+    big = sum(o for _r, o, _q, _b in weights) >= THREE_MIN_OUT
     return qkv_routed(weights, in_features) and not (big and m <= THREE_MAX_ROWS)
 
 
