@@ -100,7 +100,7 @@ class FusedDecoder:
         GEMV that writes it (~7 kernels per layer), for batches of <= fused_rows() raw-weight models.
         int8_x (with fuse_norm): the Q4_K/Q6_K products read x quantized to int8 (DecodeProducts); not
         for float32 models (they are run for exactness: they keep float x).
-        batched_qkv: at 5..64 rows (the unfused step) q/k/v in one launch (DecodeProducts.qkv_rows);
+        batched_qkv: at 5..64 rows (the unfused step) q/k/v in one launch where qkv_one_launch picks it;
         on by default since session 9's H100 run (7B engine, 8 streams: 1,078 -> 1,153 tok/s).
         dense_rows: batches of >= dense_rows rows run on dense copies of the weights made here (None: off);
         dense: copies already made (dense_copies; their .rows is the threshold) instead."""
