@@ -122,7 +122,8 @@ async def _chat(hub: JobHub, slot: ModelSlot, body: ChatCompletionRequest, messa
                 request: Request):
     tools = checked_tools(body)
     use = tools if body.tool_choice != "none" else None  # "none": the model is not told of them
-    extra = {**template_kwargs(body.chat_template_kwargs), **({"tools": use} if use else {})}
+    extra = template_kwargs(body.chat_template_kwargs, body.reasoning_effort)
+    extra |= {"tools": use} if use else {}
     ids = await encode_chat(slot.engine.tokenizer, messages, hub.context_length(slot), **extra)
     max_param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = hub.resolve_max_tokens(slot, getattr(body, max_param), len(ids), None, "messages", max_param)

@@ -142,11 +142,31 @@ _RESERVED = frozenset({"messages", "add_generation_prompt", "tools", "documents"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
-def template_kwargs(kwargs: dict[str, Any] | None) -> dict[str, Any]:
+def template_kwargs(kwargs: dict[str, Any] | None, effort: str | None = None) -> dict[str, Any]:
     """`chat_template_kwargs` (vLLM's and llama.cpp's extension: `{"enable_thinking": false}` for Qwen3,
-    QwQ): extra variables for the chat template. What the server itself sets is refused, naming the key."""
+    QwQ): extra variables for the chat template. What the server itself sets is refused, naming the key.
+    effort: the chat route's `reasoning_effort` (effort_kwargs); given in both places, the values agree."""
     for key in kwargs or {}:
         if not _NAME.match(key) or key in _RESERVED:
             raise RequestError(f"chat_template_kwargs.{key}: not a variable a request may set",
                                param=f"chat_template_kwargs.{key}")
-    return dict(kwargs or {})
+    out = dict(kwargs or {})
+    for key, value in effort_kwargs(effort, "reasoning_effort").items():
+        if out.setdefault(key, value) != value:
+            raise RequestError("reasoning_effort: disagrees with chat_template_kwargs.reasoning_effort",
+                               param="reasoning_effort")
+    return out
+
+
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")  # OpenAI's reasoning effort values
+
+
+def effort_kwargs(effort: str | None, param: str) -> dict[str, str]:
+    """OpenAI's reasoning effort (chat `reasoning_effort`, Responses `reasoning.effort`) as the chat
+    template's `reasoning_effort` variable, as transformers passes it: gpt-oss's Harmony template writes it
+    into the system message (`Reasoning: high`); templates that do not read it ignore it. None: unset."""
+    if effort is None:
+        return {}
+    if effort not in EFFORTS:
+        raise RequestError(f"{param}: {effort!r} is not one of {', '.join(EFFORTS)}", param=param)
+    return {"reasoning_effort": effort}

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orcd.errors import RequestError
+from orcd.server.reasoning import effort_kwargs
 from orcd.server.schemas import Bool, Float, Int, Str
 from orcd.server.text_checks import check_no_surrogates
 from orcd.structured.grammars import response_format_grammar
@@ -94,8 +95,17 @@ def check_request(body: ResponsesRequest) -> None:
     extra = sorted(set(body.reasoning or {}) - {"effort", "summary", "generate_summary"})
     if extra:
         _refuse(f"reasoning.{extra[0]}", "unrecognized field")
+    effort_vars(body)
     if set(body.stream_options or {}) - {"include_obfuscation"}:
         _refuse("stream_options", "only include_obfuscation is accepted (orcd never pads events)")
+
+
+def effort_vars(body: ResponsesRequest) -> dict[str, str]:
+    """`reasoning.effort` as the chat template's reasoning_effort variable (reasoning.effort_kwargs)."""
+    effort = (body.reasoning or {}).get("effort")
+    if effort is not None and not isinstance(effort, str):
+        _refuse("reasoning.effort", "must be a string")
+    return effort_kwargs(effort, "reasoning.effort")
 
 
 def text_format(text: dict[str, Any] | None) -> dict[str, Any] | None:

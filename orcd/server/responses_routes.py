@@ -25,6 +25,7 @@ from orcd.server.responses_format import (
     ResponsesRequest,
     chat_tool_choice,
     check_request,
+    effort_vars,
     format_grammar,
     input_messages,
     template_tools,
@@ -89,7 +90,7 @@ async def _run(hub: JobHub, slot: ModelSlot, body: ResponsesRequest, messages: l
                tools: list[dict] | None, request: Request):
     use = tools if body.tool_choice != "none" else None  # "none": the model is not told of them
     ids = await encode_chat(slot.engine.tokenizer, messages, hub.context_length(slot), param="input",
-                            **({"tools": use} if use else {}))
+                            **effort_vars(body), **({"tools": use} if use else {}))
     max_tokens = hub.resolve_max_tokens(slot, body.max_output_tokens, len(ids), None, "input",
                                         "max_output_tokens")
     sampling = dataclasses.replace(build_sampling(_sampling_fields(body), max_tokens),

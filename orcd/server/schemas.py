@@ -128,6 +128,8 @@ class ChatCompletionRequest(_OpenAIFields):
     function_call: Any = None
     chat_template_kwargs: dict[str, Any] | None = Field(default=None, description="extra chat template "
                                                         "variables, e.g. {\"enable_thinking\": false}")
+    reasoning_effort: Str | None = Field(default=None, description="the chat template's reasoning_effort "
+                                         "variable (gpt-oss: low, medium, high)")
 
 
 class TokenizeRequest(_Body):

@@ -19,7 +19,9 @@ from orcd.gguf.synth_vocab import synthetic_tokenizer_metadata
 from orcd.server.reasoning import HarmonySplitter, ThinkSplitter, split_all
 
 V = TINY["vocab_size"]
-THINK_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+THINK_TEMPLATE = ("{% if reasoning_effort is defined %}<|im_start|>system\nReasoning: {{ reasoning_effort }}"
+                  "<|im_end|>\n{% endif %}"
+                  "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
                   "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n"
                   "{% if enable_thinking is defined and not enable_thinking %}</think>\n\n{% endif %}"
                   "{% endif %}")
@@ -114,3 +116,31 @@ def test_chat_template_kwargs_switch_thinking_off(server):
     with httpx.Client(base_url=server.url, headers=server.headers, timeout=60) as c:
         r = c.post("/v1/chat/completions", json={**kw, "chat_template_kwargs": {"messages": []}})
     assert r.status_code == 400 and r.json()["error"]["param"] == "chat_template_kwargs.messages"
+
+
+def test_reasoning_effort_is_the_templates_variable(server):
+    """Chat `reasoning_effort` and Responses `reasoning.effort` reach the chat template as its
+    `reasoning_effort` variable (the "t" template then writes a system line), as chat_template_kwargs
+    does; a value outside OpenAI's set, or one that disagrees with chat_template_kwargs, is a 400. (gpt-oss's
+    real template with that variable: tests/tokenizer/test_harmony_template.py, against transformers.)"""
+    client = OpenAI(base_url=server.url + "/v1", api_key=server.api_key, max_retries=0)
+    kw = dict(model="t", messages=ASK, max_tokens=6, seed=4)
+    plain = client.chat.completions.create(**kw)
+    high = client.chat.completions.create(**kw, reasoning_effort="high")
+    as_kwarg = {"chat_template_kwargs": {"reasoning_effort": "high"}}
+    same = client.chat.completions.create(**kw, extra_body=as_kwarg)
+    assert high.usage.prompt_tokens > plain.usage.prompt_tokens  # "<|im_start|>system\nReasoning: high…"
+    assert high.usage.prompt_tokens == same.usage.prompt_tokens
+    assert high.choices[0].message == same.choices[0].message  # the same prompt and seed
+    resp = client.responses.create(model="t", input=ASK[0]["content"], reasoning={"effort": "high"},
+                                   max_output_tokens=6)
+    assert resp.usage.input_tokens == high.usage.prompt_tokens
+    bad = [{"reasoning_effort": "extreme"}, {"reasoning_effort": 2},
+           {"reasoning_effort": "low", **as_kwarg}]  # disagrees with chat_template_kwargs
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=60) as c:
+        for change in bad:
+            r = c.post("/v1/chat/completions", json={**kw, **change})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "reasoning_effort", r.text
+        agree = c.post("/v1/chat/completions", json={**kw, "reasoning_effort": "high", **as_kwarg})
+    assert agree.status_code == 200 and agree.json()["usage"]["prompt_tokens"] == high.usage.prompt_tokens
+

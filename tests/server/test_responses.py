@@ -153,6 +153,8 @@ def test_disconnect_cancels(server):
     ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": 5}}}}, "text.format.schema"),
     ({"include": ["reasoning.encrypted_content", "message.output_text.logprobs"]}, "include.1"),
     ({"reasoning": {"effort": "low", "budget": 3}}, "reasoning.budget"),
+    ({"reasoning": {"effort": "extreme"}}, "reasoning.effort"),
+    ({"reasoning": {"effort": 3}}, "reasoning.effort"),
     ({"max_output_tokens": 10 ** 6}, "max_output_tokens"),
     ({"temperature": -1}, "temperature"),
     ({"max_output_tokens": "5"}, "max_output_tokens"),
