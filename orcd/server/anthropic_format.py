@@ -18,11 +18,12 @@ from orcd.server.anthropic_tools import (
     tool_use_block,
 )
 from orcd.server.errors import MAX_MESSAGE, APIError
-from orcd.server.reasoning import REASONING, Splitter
+from orcd.server.reasoning import REASONING, Splitter, effort_kwargs
 from orcd.server.schemas import Bool, Float, Int, Str
 from orcd.server.sse import sse_event
 from orcd.server.text_checks import check_no_surrogates, printable
 from orcd.server.tool_scanners import CALL_ARGS, CALL_BEGIN
+from orcd.structured.grammars import json_schema_grammar
 from orcd.tokenizer.harmony import TOOL_CALL
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -57,6 +58,7 @@ class MessagesRequest(_Strict):
     cache_control: dict[str, Any] | None = Field(default=None, description="accepted; prefix caching is "
                                                  "automatic")
     thinking: dict[str, Any] | None = None
+    output_config: dict[str, Any] | None = None
     tools: list[Any] | None = None
     tool_choice: dict[str, Any] | None = None
 
@@ -103,15 +105,13 @@ def block_text(blocks: str | list[dict[str, Any]], where: str) -> str:
     return "".join(parts)
 
 
-def template_messages(body: MessagesRequest) -> tuple[list[dict], str | None, list[dict] | None]:
-    """(chat-template messages, the assistant prefill to continue or None, the template's tools or None).
-    Unsupported features are refused with a 400 naming the field, never dropped."""
+def template_messages(body: MessagesRequest) -> tuple[list[dict], str | None, list[dict] | None, dict]:
+    """(chat-template messages, the assistant prefill to continue or None, the template's tools or None,
+    other template variables: output_config's effort). Unsupported features are refused with a 400
+    naming the field, never dropped."""
     tools = template_tools(body.tools, body.tool_choice)
-    thinking = body.thinking or {"type": "disabled"}
-    if thinking.get("type") not in ("enabled", "disabled") or not isinstance(
-            thinking.get("budget_tokens", 1), int) or set(thinking) - {"type", "budget_tokens"}:
-        raise RequestError("thinking: must be {\"type\": \"enabled\", \"budget_tokens\": N} or "
-                           "{\"type\": \"disabled\"}", param="thinking")
+    wants_thinking(body)
+    variables, _grammar = output_options(body)
     out = []
     if body.system is not None:
         out.append({"role": "system", "content": block_text(body.system, "system")})
@@ -125,11 +125,54 @@ def template_messages(body: MessagesRequest) -> tuple[list[dict], str | None, li
         prefill = out.pop()["content"]
         if not any(m["role"] == "user" for m in out):
             raise RequestError("messages: needs a user message before the assistant's", param="messages")
-    return out, prefill, tools
+    return out, prefill, tools, variables
+
+
+THINKING_TYPES = ("enabled", "adaptive", "between_tools", "disabled")
 
 
 def wants_thinking(body: MessagesRequest) -> bool:
-    return bool(body.thinking) and body.thinking.get("type") == "enabled"
+    """Whether the response carries the model's thinking as `thinking` blocks: `thinking.type` enabled,
+    adaptive or between_tools, unless `display` is "omitted". orcd has no thinking budget: the model
+    thinks as its chat template makes it (`budget_tokens` is checked, not enforced)."""
+    thinking = body.thinking or {"type": "disabled"}
+    kind, display = thinking.get("type"), thinking.get("display")
+    extra = sorted(set(thinking) - {"type", "budget_tokens", "display"})
+    if extra:
+        raise RequestError(f"thinking.{extra[0]}: unrecognized field", param=f"thinking.{extra[0]}")
+    if kind not in THINKING_TYPES:
+        raise RequestError(f"thinking.type: must be one of {', '.join(THINKING_TYPES)}",
+                           param="thinking.type")
+    if not isinstance(thinking.get("budget_tokens", 0), int):
+        raise RequestError("thinking.budget_tokens: must be an integer", param="thinking.budget_tokens")
+    if display not in (None, "summarized", "omitted"):
+        raise RequestError("thinking.display: must be \"summarized\" or \"omitted\"",
+                           param="thinking.display")
+    return kind != "disabled" and display != "omitted"
+
+
+EFFORTS = ("low", "medium", "high", "xhigh", "max")  # Anthropic's output_config.effort values
+
+
+def output_options(body: MessagesRequest) -> tuple[dict[str, str], str | None]:
+    """`output_config`: (chat template variables: `effort` as `reasoning_effort`, orcd.server.reasoning;
+    the grammar of `format` {"type": "json_schema", "schema"} or None). `format` with a forced tool_choice
+    is refused (the response is then a tool call)."""
+    config = body.output_config or {}
+    extra = sorted(set(config) - {"effort", "format"})
+    if extra:
+        raise RequestError(f"output_config.{extra[0]}: unrecognized field", param=f"output_config.{extra[0]}")
+    variables = effort_kwargs(config.get("effort"), "output_config.effort", EFFORTS)
+    fmt = config.get("format")
+    if fmt is None:
+        return variables, None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or set(fmt) - {"type", "schema"}:
+        raise RequestError("output_config.format: must be {\"type\": \"json_schema\", \"schema\": {...}}",
+                           param="output_config.format")
+    if (body.tool_choice or {}).get("type") in ("any", "tool"):
+        raise RequestError("output_config.format: cannot be combined with tool_choice any or tool",
+                           param="output_config.format")
+    return variables, json_schema_grammar(fmt.get("schema", True), "output_config.format.schema")
 
 
 class ContentBuilder:

@@ -26,6 +26,7 @@ from orcd.server.anthropic_format import (
     error_body,
     error_event,
     matched_stop,
+    output_options,
     template_messages,
     wants_thinking,
 )
@@ -86,9 +87,11 @@ def _check_sampling(body: MessagesRequest) -> None:
 
 
 async def _prompt(slot: ModelSlot, hub: JobHub, messages: list[dict], prefill: str | None,
-                  tools: list[dict] | None) -> list[int]:
+                  tools: list[dict] | None, variables: dict) -> list[int]:
+    """variables: other chat-template variables (template_messages)."""
     tok = slot.engine.tokenizer
-    ids = await encode_chat(tok, messages, hub.context_length(slot), **({"tools": tools} if tools else {}))
+    ids = await encode_chat(tok, messages, hub.context_length(slot), **variables,
+                            **({"tools": tools} if tools else {}))
     if prefill:
         ids += await to_thread.run_sync(tok.encode, prefill)
     return ids
@@ -128,16 +131,19 @@ async def _run(hub: JobHub, slot: ModelSlot, body: MessagesRequest, chat: tuple,
     """chat: template_messages(body)."""
     ids = await _prompt(slot, hub, *chat)
     max_tokens = hub.resolve_max_tokens(slot, body.max_tokens, len(ids), None, "messages")
-    sampling = build_sampling(_sampling_fields(body), max_tokens)
     choice, style = forced_choice(body.tool_choice), call_style(slot.engine)
+    grammar = output_options(body)[1]  # output_config.format's (never with a forced choice)
     if choice is not None:  # `any` / `tool`: one call (more if asked), in the template's format, by grammar
         grammar = forced_tool_grammar(chat[2], choice, style, parallel_forced(body.tool_choice))
-        sampling = await grammar_ready(slot.engine, dataclasses.replace(sampling, grammar=grammar))
+    sampling = dataclasses.replace(build_sampling(_sampling_fields(body), max_tokens), grammar=grammar)
+    sampling = await grammar_ready(slot.engine, sampling)
     (job,) = admit_choices(hub, slot, "messages", ids, sampling, 1, "msg_")
     head = {"id": job.request_id, "type": "message", "role": "assistant", "model": slot.name}
     split = tool_splitter(slot.engine, ids, chat[2]) if chat[2] else splitter_for(slot.engine, ids)
     if choice is not None:  # the call starts at the first token: no reasoning block to split off
         split = with_tools(None, False, style, chat[2])
+    elif grammar is not None:  # the JSON starts at the first token: all text
+        split = None
     thinking = wants_thinking(body)
     if body.stream:
         return SSEResponse(_stream(hub, job, head, ContentBuilder(split, thinking)),

@@ -161,12 +161,13 @@ def template_kwargs(kwargs: dict[str, Any] | None, effort: str | None = None) ->
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")  # OpenAI's reasoning effort values
 
 
-def effort_kwargs(effort: str | None, param: str) -> dict[str, str]:
-    """OpenAI's reasoning effort (chat `reasoning_effort`, Responses `reasoning.effort`) as the chat
-    template's `reasoning_effort` variable, as transformers passes it: gpt-oss's Harmony template writes it
-    into the system message (`Reasoning: high`); templates that do not read it ignore it. None: unset."""
+def effort_kwargs(effort: Any, param: str, allowed: tuple[str, ...] = EFFORTS) -> dict[str, str]:
+    """A reasoning effort (chat `reasoning_effort`, Responses `reasoning.effort`, Anthropic
+    `output_config.effort`) as the chat template's `reasoning_effort` variable, as transformers passes it:
+    gpt-oss's Harmony template writes it into the system message (`Reasoning: high`); templates that do
+    not read it ignore it. None: unset. Anything but one of `allowed` is refused, naming `param`."""
     if effort is None:
         return {}
-    if effort not in EFFORTS:
-        raise RequestError(f"{param}: {effort!r} is not one of {', '.join(EFFORTS)}", param=param)
+    if not isinstance(effort, str) or effort not in allowed:
+        raise RequestError(f"{param}: {effort!r} is not one of {', '.join(allowed)}", param=param)
     return {"reasoning_effort": effort}

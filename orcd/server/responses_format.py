@@ -102,10 +102,7 @@ def check_request(body: ResponsesRequest) -> None:
 
 def effort_vars(body: ResponsesRequest) -> dict[str, str]:
     """`reasoning.effort` as the chat template's reasoning_effort variable (reasoning.effort_kwargs)."""
-    effort = (body.reasoning or {}).get("effort")
-    if effort is not None and not isinstance(effort, str):
-        _refuse("reasoning.effort", "must be a string")
-    return effort_kwargs(effort, "reasoning.effort")
+    return effort_kwargs((body.reasoning or {}).get("effort"), "reasoning.effort")
 
 
 def text_format(text: dict[str, Any] | None) -> dict[str, Any] | None:

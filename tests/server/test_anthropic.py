@@ -97,7 +97,18 @@ def test_stop_sequence_and_prefill(claude, server):
      "messages.0.content.0.type"),
     ({"messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
     ({"stop_sequences": [""]}, "stop_sequences"),
-    ({"thinking": {"type": "sometimes"}}, "thinking"),
+    ({"thinking": {"type": "sometimes"}}, "thinking.type"),
+    ({"thinking": {"type": "adaptive", "budget": 3}}, "thinking.budget"),
+    ({"thinking": {"type": "enabled", "budget_tokens": "9"}}, "thinking.budget_tokens"),
+    ({"thinking": {"type": "adaptive", "display": "full"}}, "thinking.display"),
+    ({"output_config": {"effort": "extreme"}}, "output_config.effort"),
+    ({"output_config": {"effort": "minimal"}}, "output_config.effort"),  # OpenAI's, not Anthropic's
+    ({"output_config": {"verbosity": "low"}}, "output_config.verbosity"),
+    ({"output_config": {"format": {"type": "json_object"}}}, "output_config.format"),
+    ({"output_config": {"format": {"type": "json_schema", "schema": {"type": 5}}}},
+     "output_config.format.schema"),
+    ({"output_config": {"format": {"type": "json_schema", "schema": {}}}, "tool_choice": {"type": "any"},
+      "tools": [{"name": "f", "input_schema": {"type": "object"}}]}, "output_config.format"),
     ({"max_tokens": 10 ** 6}, "max_tokens"),
     ({"frobnicate": 1}, "frobnicate"),
 ])
@@ -132,8 +143,8 @@ def test_tool_history_becomes_template_messages():
     from orcd.server.anthropic_format import MessagesRequest, template_messages
 
     body = MessagesRequest(model=MODEL, max_tokens=4, messages=TOOL_HISTORY, tools=[WEATHER])
-    msgs, prefill, tools = template_messages(body)
-    assert prefill is None and tools == [{"type": "function", "function": {
+    msgs, prefill, tools, variables = template_messages(body)
+    assert prefill is None and variables == {} and tools == [{"type": "function", "function": {
         "name": "get_weather", "parameters": WEATHER["input_schema"], "description": "Weather of a city"}}]
     call = {"name": "get_weather", "arguments": {"city": "Oslo"}}
     assert msgs[1] == {"role": "assistant", "content": "Checking.",

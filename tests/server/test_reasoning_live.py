@@ -95,11 +95,15 @@ def test_anthropic_thinking_blocks(server):
     kw = dict(model="t", max_tokens=40, messages=ASK, extra_body={"seed": seed})
     plain = claude.messages.create(**kw)
     assert [(b.type, b.text) for b in plain.content] == [("text", content)]
-    with claude.messages.stream(**kw, thinking={"type": "enabled", "budget_tokens": 1024}) as s:
-        msg = s.get_final_message()
     want = [("thinking", reasoning)] if reasoning else []
-    assert [(b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in msg.content] == \
-        [*want, ("text", content)]
+    for thinking in ({"type": "enabled", "budget_tokens": 1024}, {"type": "adaptive"},
+                     {"type": "adaptive", "display": "summarized"}):
+        with claude.messages.stream(**kw, thinking=thinking) as s:
+            msg = s.get_final_message()
+        assert [(b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in msg.content] == \
+            [*want, ("text", content)]
+    omitted = claude.messages.create(**kw, thinking={"type": "adaptive", "display": "omitted"})
+    assert [(b.type, b.text) for b in omitted.content] == [("text", content)]
 
 
 def test_chat_template_kwargs_switch_thinking_off(server):
@@ -132,6 +136,12 @@ def test_reasoning_effort_is_the_templates_variable(server):
     assert high.usage.prompt_tokens > plain.usage.prompt_tokens  # "<|im_start|>system\nReasoning: high…"
     assert high.usage.prompt_tokens == same.usage.prompt_tokens
     assert high.choices[0].message == same.choices[0].message  # the same prompt and seed
+    import anthropic
+
+    claude = anthropic.Anthropic(base_url=server.url, api_key=server.api_key, max_retries=0, timeout=60)
+    counted = [claude.messages.count_tokens(model="t", messages=ASK, output_config=config).input_tokens
+               for config in ({}, {"effort": "high"})]  # Anthropic's output_config.effort: the same variable
+    assert counted == [plain.usage.prompt_tokens, high.usage.prompt_tokens]
     resp = client.responses.create(model="t", input=ASK[0]["content"], reasoning={"effort": "high"},
                                    max_output_tokens=6)
     assert resp.usage.input_tokens == high.usage.prompt_tokens

@@ -133,6 +133,18 @@ def test_anthropic_tool_choice_any_and_tool(demo_server):
         assert choice["type"] == "any" or use.name == "get_time"
 
 
+def test_anthropic_output_config_format(demo_server):
+    """/v1/messages `output_config.format` (json_schema) holds the text to the schema, as response_format
+    does on the chat route: 20 seeded requests, each one text block that validates."""
+    anthropic = pytest.importorskip("anthropic")
+    claude = anthropic.Anthropic(base_url=demo_server.url, api_key=API_KEY, max_retries=0)
+    for seed in range(20):
+        m = claude.messages.create(model=MODEL, max_tokens=96, messages=ASK, extra_body={"seed": seed},
+                                   output_config={"format": {"type": "json_schema", "schema": PERSON}})
+        assert m.stop_reason == "end_turn" and [b.type for b in m.content] == ["text"]
+        jsonschema.validate(json.loads(m.content[0].text), PERSON)
+
+
 def test_langchain_with_structured_output(demo_server, monkeypatch):
     langchain_openai = pytest.importorskip("langchain_openai")
     from pydantic import BaseModel, ConfigDict, Field
