@@ -47,6 +47,8 @@ def check_chat(body: ChatCompletionRequest) -> None:
         refuse("functions", "(deprecated) is not supported: send tools")
     if body.function_call not in (None, "none"):
         refuse("function_call", "(deprecated) is not supported: send tool_choice")
+    if body.store:
+        refuse("store", "true is not supported: orcd keeps no completions")
     template_kwargs(body.chat_template_kwargs, body.reasoning_effort)
     if body.max_tokens is not None and body.max_completion_tokens not in (None, body.max_tokens):
         refuse("max_completion_tokens", "disagrees with max_tokens")

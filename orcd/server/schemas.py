@@ -130,6 +130,17 @@ class ChatCompletionRequest(_OpenAIFields):
                                                         "variables, e.g. {\"enable_thinking\": false}")
     reasoning_effort: Str | None = Field(default=None, description="the chat template's reasoning_effort "
                                          "variable (gpt-oss: low, medium, high)")
+    store: Bool | None = Field(default=None, description="false or absent: orcd keeps no completions")
+    metadata: dict[str, Str] | None = Field(default=None, description="accepted; for stored completions, "
+                                            "which orcd keeps none of")
+    modalities: list[Literal["text"]] | None = Field(default=None, description="text only")
+    verbosity: Literal["low", "medium", "high"] | None = Field(default=None, description="accepted; no "
+                                                               "verbosity control")
+    safety_identifier: Str | None = Field(default=None, description="accepted; recorded nowhere")
+    prompt_cache_key: Str | None = Field(default=None, description="accepted; prefix caching is automatic")
+    prompt_cache_retention: Str | None = Field(default=None, description="accepted; prefix caching is "
+                                               "automatic")
+    service_tier: Str | None = Field(default=None, description="accepted; orcd has one tier")
 
 
 class TokenizeRequest(_Body):

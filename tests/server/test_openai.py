@@ -82,6 +82,11 @@ def test_stream_wire_format_ends_with_done(client):
     ({"top_p": 0}, "top_p"),
     ({"max_tokens": 0}, "max_tokens"),
     ({"extra_body": {"frobnicate": 1}}, "frobnicate"),
+    ({"store": True}, "store"),
+    ({"modalities": ["text", "audio"]}, "modalities.1"),
+    ({"verbosity": "loud"}, "verbosity"),
+    ({"reasoning_effort": "extreme"}, "reasoning_effort"),
+    ({"audio": {"voice": "alloy", "format": "wav"}}, "audio"),
 ])
 def test_unsupported_or_bad_fields_are_400_naming_them(oai, kwargs, param):
     with pytest.raises(openai.BadRequestError) as exc:
@@ -89,6 +94,18 @@ def test_unsupported_or_bad_fields_are_400_naming_them(oai, kwargs, param):
     err = exc.value.body
     assert err["param"] == param and err["type"] == "invalid_request_error"
     assert set(err) == {"message", "type", "param", "code"}
+
+
+def test_fields_the_sdk_sends_at_neutral_values_change_nothing(oai):
+    """store=false, metadata, modalities=["text"], verbosity, safety_identifier, prompt_cache_key and
+    service_tier are taken (ignored: docs/api.md says why each) and the answer is the one without them."""
+    kw = dict(model=MODEL, messages=MESSAGES, max_tokens=8, seed=5)
+    plain = oai.chat.completions.create(**kw)
+    extra = oai.chat.completions.create(**kw, store=False, metadata={"run": "1"}, modalities=["text"],
+                                        verbosity="low", safety_identifier="u1", prompt_cache_key="k",
+                                        service_tier="auto", extra_body={"prompt_cache_retention": "24h"})
+    assert extra.choices[0].message.content == plain.choices[0].message.content
+    assert extra.usage.prompt_tokens == plain.usage.prompt_tokens
 
 
 def test_context_overflow_names_the_numbers(oai):
