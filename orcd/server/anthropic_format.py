@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orcd.errors import RequestError
 from orcd.server.anthropic_tools import (
+    earlier_thinking,
     has_tool_blocks,
     history,
     new_tool_use_id,
@@ -85,13 +86,16 @@ def error_event(err: APIError) -> bytes:
     return sse_event(error_body(err.status, err.message), "error")
 
 
-def block_text(blocks: str | list[dict[str, Any]], where: str) -> str:
-    """A content string, or text blocks joined; any other block is refused naming where it is."""
+def block_text(blocks: str | list[dict[str, Any]], where: str, role: str = "user") -> str:
+    """A content string, or text blocks joined (an assistant turn's earlier thinking left out); any other
+    block is refused naming where it is."""
     if isinstance(blocks, str):
         return blocks
     parts = []
     for j, block in enumerate(blocks):
         at = f"{where}.{j}"
+        if earlier_thinking(block, role, at):
+            continue
         if block.get("type") != "text":
             raise RequestError(f"{at}.type: only text content blocks are supported (got "
                                f"{block.get('type')!r})", param=f"{at}.type")
@@ -114,12 +118,12 @@ def template_messages(body: MessagesRequest) -> tuple[list[dict], str | None, li
     variables, _grammar = output_options(body)
     out = []
     if body.system is not None:
-        out.append({"role": "system", "content": block_text(body.system, "system")})
+        out.append({"role": "system", "content": block_text(body.system, "system", "system")})
     for i, m in enumerate(body.messages):
         if has_tool_blocks(m.content):
             out += history(m.role, m.content, f"messages.{i}.content")
         else:
-            out.append({"role": m.role, "content": block_text(m.content, f"messages.{i}.content")})
+            out.append({"role": m.role, "content": block_text(m.content, f"messages.{i}.content", m.role)})
     prefill = None
     if out[-1]["role"] == "assistant" and "tool_calls" not in out[-1]:  # a prefill: continued
         prefill = out.pop()["content"]

@@ -12,6 +12,7 @@ from orcd.errors import RequestError
 
 _RESULT_KEYS = {"type", "tool_use_id", "content", "is_error", "cache_control"}
 _USE_KEYS = {"type", "id", "name", "input", "cache_control"}
+_THINKING_KEYS = {"thinking": {"type", "thinking", "signature"}, "redacted_thinking": {"type", "data"}}
 
 
 def template_tools(tools: list[Any] | None, tool_choice: dict[str, Any] | None) -> list[dict] | None:
@@ -80,12 +81,25 @@ def _check_keys(block: dict, allowed: set[str], at: str) -> None:
                            param=f"{at}.{extra[0]}")
 
 
+def earlier_thinking(block: dict, role: str, at: str) -> bool:
+    """Whether `block` is an assistant turn's thinking (`thinking` / `redacted_thinking`), which clients
+    send back with the history (Anthropic asks them to, around tool use): checked, then left out of the
+    prompt, as chat templates drop earlier turns' reasoning."""
+    kind = block.get("type")
+    if kind not in _THINKING_KEYS or role != "assistant":
+        return False
+    _check_keys(block, _THINKING_KEYS[kind], at)
+    return True
+
+
 def history(role: str, blocks: list[dict], where: str) -> list[dict]:
     """One Anthropic message with tool blocks -> template messages: an assistant turn with `tool_calls`,
     or a user turn's `tool_result` blocks as `tool` messages (then its text, if any, as a user message)."""
     texts, calls, results = [], [], []
     for j, block in enumerate(blocks):
         at, kind = f"{where}.{j}", block.get("type")
+        if earlier_thinking(block, role, at):
+            continue
         if kind == "tool_use" and role == "assistant":
             _check_keys(block, _USE_KEYS, at)
             if not isinstance(block.get("name"), str) or not isinstance(block.get("input"), dict):

@@ -181,6 +181,32 @@ def test_route_takes_tools_and_history(claude):
     assert n == msg.usage.input_tokens + msg.usage.cache_read_input_tokens
 
 
+def test_earlier_thinking_blocks_are_taken_and_left_out(claude, server):
+    """An assistant turn's thinking / redacted_thinking blocks, sent back as Anthropic asks clients to, are
+    accepted and not rendered (the prompt is the one without them); in a user turn, or with an unknown
+    key, they are a 400 naming where."""
+    thought = [{"type": "thinking", "thinking": "The user wants rain.", "signature": "sig"},
+               {"type": "redacted_thinking", "data": "opaque"}]
+    plain = [*ASK, {"role": "assistant", "content": [{"type": "text", "text": "Drops fall."}]},
+             {"role": "user", "content": "Another."}]
+    with_thought = [plain[0], {"role": "assistant", "content": [*thought, *plain[1]["content"]]}, plain[2]]
+    tools = [*TOOL_HISTORY[:1], {"role": "assistant", "content": [*thought, *TOOL_HISTORY[1]["content"]]},
+             *TOOL_HISTORY[2:]]
+    for bare, sent, kw in ((plain, with_thought, {}), (TOOL_HISTORY, tools, {"tools": [WEATHER]})):
+        counts = [claude.messages.count_tokens(model=MODEL, messages=m, **kw).input_tokens
+                  for m in (bare, sent)]
+        assert counts[0] == counts[1]
+        msg = claude.messages.create(model=MODEL, max_tokens=4, messages=sent, extra_body={"seed": 2}, **kw)
+        assert msg.usage.input_tokens + msg.usage.cache_read_input_tokens == counts[0]
+    bad = [([{"role": "user", "content": thought}], "messages.0.content.0.type"),
+           ([ASK[0], {"role": "assistant", "content": [{**thought[0], "extra": 1}]}, ASK[0]],
+            "messages.1.content.0.extra")]
+    for messages, where in bad:
+        body = {"model": MODEL, "max_tokens": 4, "messages": messages}
+        r = httpx.post(server.url + "/v1/messages", json=body, headers=server.headers, timeout=30)
+        assert r.status_code == 400 and where in r.json()["error"]["message"], r.text
+
+
 def test_middleware_errors_in_anthropic_shape(server):
     r = httpx.post(server.url + "/v1/messages", json={"model": MODEL, "max_tokens": 1, "messages": ASK},
                    headers={"x-api-key": "wrong"}, timeout=30)
