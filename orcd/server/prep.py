@@ -108,4 +108,9 @@ def _plain_message(m: ChatMessage, where: str) -> dict:
     msg = {"role": "system" if m.role == "developer" else m.role, "content": content or ""}
     if m.name is not None:
         msg["name"] = m.name
+    if m.reasoning_content is not None:  # the names templates read it by: Qwen3's, transformers' gpt-oss
+        if m.role != "assistant":
+            raise RequestError(f"{where}.reasoning_content: only an assistant message has reasoning",
+                               param=f"{where}.reasoning_content")
+        msg["reasoning_content"] = msg["thinking"] = m.reasoning_content
     return msg

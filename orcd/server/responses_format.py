@@ -196,13 +196,27 @@ def _call(item: dict, at: str) -> dict:
     return {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": args}}
 
 
+def _reasoning_text(content: Any, at: str) -> str:
+    """A reasoning item's `content` ([{"type": "reasoning_text", "text"}], as orcd returns it) joined;
+    absent or empty: "" (its summary is not the reasoning)."""
+    if content is None:
+        return ""
+    if not isinstance(content, list) or not all(
+            isinstance(p, dict) and p.get("type") == "reasoning_text" and isinstance(p.get("text"), str)
+            for p in content):
+        _refuse(at, "must be a list of {\"type\": \"reasoning_text\", \"text\"} parts")
+    return "".join(p["text"] for p in content)
+
+
 def input_messages(instructions: str | None, items: str | list[Any]) -> list[dict]:
     """`instructions` and the input items -> chat-template messages: a function_call joins the assistant
-    turn before it (or starts one), a function_call_output is a `tool` message. Reasoning items from
-    earlier turns are not rendered (chat templates drop earlier turns' reasoning too)."""
+    turn before it (or starts one), a function_call_output is a `tool` message. A reasoning item's text
+    is the `reasoning_content` (and `thinking`) of the assistant turn it precedes, as on the chat route:
+    the template decides whether to render it (Qwen3 does within a tool loop, and drops earlier turns')."""
     out: list[dict] = [{"role": "system", "content": instructions}] if instructions else []
     if isinstance(items, str):
         return [*out, {"role": "user", "content": items}]
+    thought = ""  # reasoning items' text, for the next assistant turn
     for i, item in enumerate(items):
         at = f"input.{i}"
         kind = item.get("type", "message") if isinstance(item, dict) else None
@@ -211,6 +225,9 @@ def input_messages(instructions: str | None, items: str | list[Any]) -> list[dic
                     f"reasoning (got {kind!r})")
         if set(item) - _KEYS[kind]:
             _refuse(f"{at}.{sorted(set(item) - _KEYS[kind])[0]}", f"unrecognized field of a {kind} item")
+        if kind == "reasoning":
+            thought += _reasoning_text(item.get("content"), f"{at}.content")
+            continue
         if kind == "message":
             role = _ROLES.get(item["role"]) if isinstance(item.get("role"), str) else None
             if role is None:
@@ -220,7 +237,11 @@ def input_messages(instructions: str | None, items: str | list[Any]) -> list[dic
             if not out or out[-1]["role"] != "assistant":
                 out.append({"role": "assistant", "content": ""})
             out[-1].setdefault("tool_calls", []).append(_call(item, at))
-        elif kind == "function_call_output":
+        if out and out[-1]["role"] == "assistant" and thought:
+            out[-1].setdefault("reasoning_content", thought)
+            out[-1].setdefault("thinking", thought)
+        thought = ""  # reasoning not followed by an assistant turn is dropped
+        if kind == "function_call_output":
             if not isinstance(item.get("call_id"), str):
                 _refuse(f"{at}.call_id", "a function_call_output item needs a string call_id")
             out.append({"role": "tool", "tool_call_id": item["call_id"],

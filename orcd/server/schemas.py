@@ -112,6 +112,8 @@ class ChatMessage(_Strict):
     function_call: Any = None
     refusal: Str | None = None
     audio: Any = None
+    reasoning_content: Str | None = Field(default=None, description="an assistant turn's reasoning, as "
+                                          "orcd returned it: given to the template (Qwen3, gpt-oss)")
 
 
 class ChatCompletionRequest(_OpenAIFields):

@@ -17,6 +17,7 @@ import functools
 from typing import Any
 
 OPEN, CLOSE = "\U000f0000", "\U000f0001"  # private-use sentinels around message contents
+MESSAGE_TEXTS = ("content", "reasoning_content", "thinking")  # a message's fields that are plain text
 # the attributes a template may use without touching the content's text (isinstance reads __class__)
 _PLAIN_ATTRS = frozenset({"__class__", "inner", "probe", "strip", "lstrip", "rstrip", "startswith",
                           "endswith"})
@@ -187,7 +188,7 @@ def wrap_message(msg: Any, probe: Probe) -> Any:
     if not isinstance(msg, dict):
         return msg
     out = dict(msg)
-    for key in ("content", "reasoning_content"):
+    for key in MESSAGE_TEXTS:
         value = out.get(key)
         if isinstance(value, str):
             out[key] = Content(value, probe)

@@ -26,6 +26,7 @@ from typing import Any
 from orcd.errors import TemplateError, TokenizerError
 from orcd.tokenizer.build import build, bytes_to_unicode
 from orcd.tokenizer.chat import ChatTemplate
+from orcd.tokenizer.chat_spans import MESSAGE_TEXTS
 from orcd.tokenizer.detokenizer import StreamingDetokenizer
 from orcd.tokenizer.vocab import BYTE, CONTROL, NORMAL, UNKNOWN, USER_DEFINED, Vocab, read_vocab
 
@@ -262,7 +263,7 @@ class GGUFTokenizer:
         are tokenized as plain text. BOS is added only if the file asks and the template did not."""
         text, contents = self._template.render_spans(messages, add_generation_prompt, **template_vars)
         if contents is None:  # the template rewrote contents: safe only if none holds control-token text
-            texts = [str(m.get("content")) for m in messages if isinstance(m, dict)]
+            texts = [str(m.get(key)) for m in messages if isinstance(m, dict) for key in MESSAGE_TEXTS]
             controls = [tok for tok, tid in self._split_all if self.vocab.types[tid] != USER_DEFINED]
             if any(tok in t for tok in controls for t in texts):
                 raise TemplateError("a message holds special-token text and this chat template rewrites "

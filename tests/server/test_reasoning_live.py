@@ -21,7 +21,9 @@ from orcd.server.reasoning import HarmonySplitter, ThinkSplitter, split_all
 V = TINY["vocab_size"]
 THINK_TEMPLATE = ("{% if reasoning_effort is defined %}<|im_start|>system\nReasoning: {{ reasoning_effort }}"
                   "<|im_end|>\n{% endif %}"
-                  "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                  "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+                  "{% if m.reasoning_content %}<think>\n{{ m.reasoning_content }}\n</think>\n\n{% endif %}"
+                  "{{ m.content }}<|im_end|>\n{% endfor %}"
                   "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n"
                   "{% if enable_thinking is defined and not enable_thinking %}</think>\n\n{% endif %}"
                   "{% endif %}")
@@ -154,3 +156,20 @@ def test_reasoning_effort_is_the_templates_variable(server):
         agree = c.post("/v1/chat/completions", json={**kw, "reasoning_effort": "high", **as_kwarg})
     assert agree.status_code == 200 and agree.json()["usage"]["prompt_tokens"] == high.usage.prompt_tokens
 
+
+def test_reasoning_content_in_the_history_reaches_the_template(server):
+    """An assistant turn's reasoning_content, sent back as orcd returned it, is the template's
+    `reasoning_content` (Qwen3's template renders it; transformers' gpt-oss template reads `thinking`,
+    also set); on a user message it is a 400 naming it."""
+    client = OpenAI(base_url=server.url + "/v1", api_key=server.api_key, max_retries=0)
+    turn = {"role": "assistant", "content": "Scattering."}
+    history = [ASK[0], turn, {"role": "user", "content": "Why at sunset red?"}]
+    kw = dict(model="t", max_tokens=4, seed=1)
+    plain = client.chat.completions.create(messages=history, **kw)
+    thought = [ASK[0], {**turn, "reasoning_content": "Rayleigh."}, history[2]]
+    sent = client.chat.completions.create(messages=thought, **kw)
+    assert sent.usage.prompt_tokens > plain.usage.prompt_tokens  # "<think>\nRayleigh.\n</think>\n\n"
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=60) as c:
+        bad = [{**ASK[0], "reasoning_content": "no"}]
+        r = c.post("/v1/chat/completions", json={**kw, "messages": bad})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages.0.reasoning_content"

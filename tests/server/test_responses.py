@@ -27,6 +27,8 @@ from orcd.server.responses_stream import EventWriter, OutputBuilder
 from orcd.server.tools import with_tools
 
 MODEL = "tiny-qwen2"
+RUNS_LONG = 1  # with this seed the tiny model writes 518 tokens before its EOS (most seeds: 4-140), so a
+# cancel or disconnect right after the first event always lands while it runs
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather of a city", "strict": True,
            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}},
                           "required": ["city"], "additionalProperties": False}}
@@ -125,7 +127,7 @@ def test_text_format_json_schema(oai):
 def test_disconnect_cancels(server):
     with httpx.Client(base_url=server.url, headers=server.headers, timeout=30) as c:
         before = c.get("/metrics").text
-        body = {"model": MODEL, "input": "Hi", "max_output_tokens": LONG, "stream": True}
+        body = {"model": MODEL, "input": "Hi", "max_output_tokens": LONG, "stream": True, "seed": RUNS_LONG}
         with c.stream("POST", "/v1/responses", json=body) as r:
             it = sse_blocks(r)
             assert [next(it)[0] for _ in range(4)][-1] == "response.content_part.added"
@@ -154,6 +156,9 @@ def test_disconnect_cancels(server):
     ({"include": ["reasoning.encrypted_content", "message.output_text.logprobs"]}, "include.1"),
     ({"reasoning": {"effort": "low", "budget": 3}}, "reasoning.budget"),
     ({"reasoning": {"effort": "extreme"}}, "reasoning.effort"),
+    ({"input": [{"type": "reasoning", "id": "r", "summary": [], "content": "hm"}, {"role": "user",
+                                                                                    "content": "Hi"}]},
+     "input.0.content"),
     ({"reasoning": {"effort": 3}}, "reasoning.effort"),
     ({"max_output_tokens": 10 ** 6}, "max_output_tokens"),
     ({"temperature": -1}, "temperature"),
@@ -234,7 +239,7 @@ def test_fuzzed_bodies_never_fail_the_server(server, data):
 
 def test_cancel_by_id_and_no_stored_responses(server):
     with httpx.Client(base_url=server.url, headers=server.headers, timeout=30) as c:
-        body = {"model": MODEL, "input": "Hi", "max_output_tokens": LONG, "stream": True}
+        body = {"model": MODEL, "input": "Hi", "max_output_tokens": LONG, "stream": True, "seed": RUNS_LONG}
         with c.stream("POST", "/v1/responses", json=body) as r:
             it = ((e, json.loads(d)) for e, d in sse_blocks(r) if e != "comment")
             rid = next(it)[1]["response"]["id"]
@@ -290,10 +295,15 @@ def test_input_items_as_template_messages():
     assert input_messages("sys", items) == [
         {"role": "system", "content": "sys"}, {"role": "system", "content": "be brief"},
         {"role": "user", "content": "Weather in Oslo?"},
-        {"role": "assistant", "content": "Checking.", "tool_calls": [
+        {"role": "assistant", "content": "Checking.", "reasoning_content": "hm", "thinking": "hm",
+         "tool_calls": [
             {"id": "c1", "type": "function",
              "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}},
             {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": "not json"}}]},
         {"role": "tool", "tool_call_id": "c1", "content": "12 C"},
         {"role": "tool", "tool_call_id": "c2", "content": "?"}]
     assert input_messages(None, "Hi") == [{"role": "user", "content": "Hi"}]
+    dropped = [{"type": "reasoning", "id": "rs_2", "summary": []},  # no content, then no assistant turn
+               {"type": "reasoning", "id": "rs_3", "summary": [], "content": [
+                   {"type": "reasoning_text", "text": "x"}]}, {"role": "user", "content": "Hi"}]
+    assert input_messages(None, dropped) == [{"role": "user", "content": "Hi"}]
