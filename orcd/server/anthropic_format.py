@@ -155,7 +155,7 @@ def wants_thinking(body: MessagesRequest) -> bool:
     return kind != "disabled" and display != "omitted"
 
 
-EFFORTS = ("low", "medium", "high", "xhigh", "max")  # Anthropic's output_config.effort values
+ANTHROPIC_EFFORTS = ("low", "medium", "high", "xhigh", "max")  # Anthropic's output_config.effort values
 
 
 def output_options(body: MessagesRequest) -> tuple[dict[str, str], str | None]:
@@ -166,7 +166,7 @@ def output_options(body: MessagesRequest) -> tuple[dict[str, str], str | None]:
     extra = sorted(set(config) - {"effort", "format"})
     if extra:
         raise RequestError(f"output_config.{extra[0]}: unrecognized field", param=f"output_config.{extra[0]}")
-    variables = effort_kwargs(config.get("effort"), "output_config.effort", EFFORTS)
+    variables = effort_kwargs(config.get("effort"), "output_config.effort", ANTHROPIC_EFFORTS)
     fmt = config.get("format")
     if fmt is None:
         return variables, None
