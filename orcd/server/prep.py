@@ -9,6 +9,7 @@ from anyio import to_thread
 from orcd.engine.sampling_params import SamplingParams
 from orcd.errors import ContextLengthExceededError, RequestError
 from orcd.server.errors import context_overflow
+from orcd.server.reasoning import turn_reasoning
 from orcd.server.schemas import ChatMessage, SamplingFields
 from orcd.server.tools import history_message, template_call_ids
 from orcd.tokenizer.chat import MAX_OUTPUT_CHARS
@@ -108,9 +109,9 @@ def _plain_message(m: ChatMessage, where: str) -> dict:
     msg = {"role": "system" if m.role == "developer" else m.role, "content": content or ""}
     if m.name is not None:
         msg["name"] = m.name
-    if m.reasoning_content is not None:  # the names templates read it by: Qwen3's, transformers' gpt-oss
+    if m.reasoning_content is not None:
         if m.role != "assistant":
             raise RequestError(f"{where}.reasoning_content: only an assistant message has reasoning",
                                param=f"{where}.reasoning_content")
-        msg["reasoning_content"] = msg["thinking"] = m.reasoning_content
+        msg |= turn_reasoning(m.reasoning_content)
     return msg

@@ -158,6 +158,12 @@ def template_kwargs(kwargs: dict[str, Any] | None, effort: str | None = None) ->
     return out
 
 
+def turn_reasoning(text: str) -> dict[str, str]:
+    """An earlier assistant turn's reasoning, sent back by the client, as template message fields: the
+    names templates read it by (Qwen3's `reasoning_content`, transformers' gpt-oss `thinking`)."""
+    return {"reasoning_content": text, "thinking": text}
+
+
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")  # OpenAI's reasoning effort values
 
 

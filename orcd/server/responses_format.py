@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orcd.errors import RequestError
-from orcd.server.reasoning import effort_kwargs
+from orcd.server.reasoning import effort_kwargs, turn_reasoning
 from orcd.server.schemas import Bool, Float, Int, Str
 from orcd.server.text_checks import check_no_surrogates
 from orcd.structured.grammars import response_format_grammar
@@ -237,9 +237,8 @@ def input_messages(instructions: str | None, items: str | list[Any]) -> list[dic
             if not out or out[-1]["role"] != "assistant":
                 out.append({"role": "assistant", "content": ""})
             out[-1].setdefault("tool_calls", []).append(_call(item, at))
-        if out and out[-1]["role"] == "assistant" and thought:
-            out[-1].setdefault("reasoning_content", thought)
-            out[-1].setdefault("thinking", thought)
+        if out and out[-1]["role"] == "assistant" and thought and "thinking" not in out[-1]:
+            out[-1] |= turn_reasoning(thought)
         thought = ""  # reasoning not followed by an assistant turn is dropped
         if kind == "function_call_output":
             if not isinstance(item.get("call_id"), str):

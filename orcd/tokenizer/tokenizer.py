@@ -263,7 +263,8 @@ class GGUFTokenizer:
         are tokenized as plain text. BOS is added only if the file asks and the template did not."""
         text, contents = self._template.render_spans(messages, add_generation_prompt, **template_vars)
         if contents is None:  # the template rewrote contents: safe only if none holds control-token text
-            texts = [str(m.get(key)) for m in messages if isinstance(m, dict) for key in MESSAGE_TEXTS]
+            texts = [str(m[key]) for m in messages if isinstance(m, dict) for key in MESSAGE_TEXTS
+                     if m.get(key) is not None]
             controls = [tok for tok, tid in self._split_all if self.vocab.types[tid] != USER_DEFINED]
             if any(tok in t for tok in controls for t in texts):
                 raise TemplateError("a message holds special-token text and this chat template rewrites "
