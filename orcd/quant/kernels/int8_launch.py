@@ -10,17 +10,21 @@ import triton
 # (G groups per pass: 64-input chunks for Q4_K, 128-input halves for Q6_K; BO rows per program; warps),
 # by NT tokens per program. NT 1, H100 sweep (bench/kernels/int8_gemv.py, docs/performance.md), 7B
 # shapes: Q4_K G 64 / BO 4 / 4 warps (BO 2 since session 30), Q6_K G 8 / BO 8 / 4 warps (LM head 287 us,
-# down 52 us). "glu":
-# the SwiGLU kernel, G 32 / BO 4 (its output then quantized by quantize_x: 46.7 us together) beat BO 32
-# with the quantization in its epilogue (62.6 us), which stays available (launch=(8, 32, 4)).
+# down 52 us; BO 16 since session 31). "glu": the SwiGLU kernel, G 32 / BO 4 (its output then quantized
+# by quantize_x: 46.7 us together) beat BO 32 with the quantization in its epilogue (62.6 us), which stays
+# available (launch=(8, 32, 4)).
 # NT 1 on one H200 (session 30, the engine, each entry varied alone, twice; bench/results/gemv_i8_s30/):
 # Q4_K BO 2 7B 416 / 416 tok/s against BO 4's 414 / 414 (0.5B 1,218 / 1,214 against 1,213 / 1,208), kept;
 # lost: glu G 16 (347) or BO 2 (342), Q4_K G 32 (406) or BO 8 (402), Q6_K G 16 (383) or BO 4 (400); glu
 # G 64 415 / 414 (not kept: within noise).
+# Session 31 (one H200, bench/results/gemv_i8_s31/): **Q6_K BO 16 423 / 423 / 424 / 424** against
+# 415 four times (the 0.5B 1,211 / 1,212 against 1,212 / 1,215), kept; lost: Q6_K BO 32 411-412, G 4
+# 401, G 16 377, 8 warps 402-412; glu BO 8 (G 16, 32, 64; 4 or 8 warps) 391-407, BO 16 384, 8 warps at
+# BO 4 324-397; Q4_K 8 warps 387, G 128 402, BO 1 411-412.
 # NT 2, 4, 8: the best of an H100 sweep at M = NT on the 7B shapes (bench/results/int8_gemv_7b_multi.md),
 # weighted by calls per token; the largest G tried won nearly everywhere (smaller G: more passes).
 I8_LAUNCH = MappingProxyType({
-    1: MappingProxyType({12: (64, 2, 4), 14: (8, 8, 4), "glu": (32, 4, 4)}),
+    1: MappingProxyType({12: (64, 2, 4), 14: (8, 16, 4), "glu": (32, 4, 4)}),
     2: MappingProxyType({12: (32, 4, 4), 14: (8, 8, 4), "glu": (32, 4, 4)}),
     4: MappingProxyType({12: (32, 4, 4), 14: (4, 8, 4), "glu": (16, 4, 4)}),
     8: MappingProxyType({12: (16, 4, 4), 14: (1, 8, 4), "glu": (8, 4, 4)}),
