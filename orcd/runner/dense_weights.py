@@ -2,12 +2,15 @@
 
 On the H100 the 7B Q4_K_M products of 5..64-row batches run at 0.3-0.9 TB/s (dequantize in registers +
 tl.dot: instruction-bound); the same products over dense bf16 weights through cuBLAS run near the copy
-rate. DenseWeights holds, per block, q, k, v, o, gate/up (one [2F, H] matrix: gate rows, then up
-rows), down, and the LM head, each dequantized once on the device by QuantLinear.dense_weight
-(orcd.quant's dequantize, rounded to the model dtype: the same weights the mmq float-w path rounds to
-bf16 before its dot). FusedDecoder(dense_rows=R) runs decode batches of >= R rows on them.
+rate. DenseWeights holds, per block, q/k/v (one [q + k + v, H] matrix), o, gate/up (one [2F, H]
+matrix: gate rows, then up rows), down, and the LM head, each dequantized once on the device by
+QuantLinear.dense_weight (orcd.quant's dequantize, rounded to the model dtype: the same weights the mmq
+float-w path rounds to bf16 before its dot). FusedDecoder(dense_rows=R) runs decode batches of >= R rows
+on them.
 Cost: 2 bytes a weight in bf16 (a 7B: ~7.1e9 weights, ~14 GB, beside its 4.4 GB of Q4_K_M blocks);
-`nbytes` counts what the copies add (a weight the model already holds dense is shared, not copied).
+`nbytes` counts what the copies add (an o, down or head the model already holds dense is shared, not
+copied; the stacked q/k/v and gate/up are always new). Per block the step launches one GEMM for q/k/v,
+one for o, one for gate/up, one SwiGLU kernel and one GEMM for down.
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from orcd.errors import OrcdError
+from orcd.quant.kernels.decode_ops import silu_mul
 from orcd.runner.decode_products import BlockLinears
 
 
@@ -55,25 +58,24 @@ def _mm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tenso
 class DenseBlock:
     """One block's dense weights [out, in] in the model dtype, biases [out] or None."""
 
-    q: tuple[torch.Tensor, torch.Tensor | None]
-    k: tuple[torch.Tensor, torch.Tensor | None]
-    v: tuple[torch.Tensor, torch.Tensor | None]
+    qkv_w: tuple[torch.Tensor, torch.Tensor | None]  # [q + k + v, H]: q rows, then k rows, then v rows
+    qkv_sizes: tuple[int, int, int]  # output rows of q, k, v
     o: tuple[torch.Tensor, torch.Tensor | None]
     gate_up: tuple[torch.Tensor, torch.Tensor | None]  # [2F, H]: gate rows 0..F-1, up rows F..2F-1
     down: tuple[torch.Tensor, torch.Tensor | None]
 
     def qkv(self, h: torch.Tensor) -> list[torch.Tensor]:
-        """h [B, H] (normed) -> q, k, v [B, out_i], each contiguous (RoPE + KV write read them so)."""
-        return [_mm(h, *wb) for wb in (self.q, self.k, self.v)]
+        """h [B, H] (normed) -> q, k, v [B, out_i]: column ranges of one product (one cuBLAS call instead
+        of three), which RoPE + KV write and the attention read by their row stride."""
+        return list(_mm(h, *self.qkv_w).split(self.qkv_sizes, dim=1))
 
     def o_proj(self, x: torch.Tensor) -> torch.Tensor:
         return _mm(x, *self.o)
 
     def mlp(self, h: torch.Tensor) -> torch.Tensor:
-        """down(silu(h @ Wg.T) * (h @ Wu.T)), h [B, H] normed -> [B, H]."""
-        gu = _mm(h, *self.gate_up)  # [B, 2F]
-        f = gu.shape[1] // 2
-        return _mm(F.silu(gu[:, :f]) * gu[:, f:], *self.down)
+        """down(silu(h @ Wg.T) * (h @ Wu.T)), h [B, H] normed -> [B, H]: the gate/up product, one SwiGLU
+        launch (decode_ops.silu_mul), the down product."""
+        return _mm(silu_mul(_mm(h, *self.gate_up)), *self.down)
 
 
 class DenseWeights:
@@ -97,8 +99,9 @@ class DenseWeights:
             made[0] += w.numel() * w.element_size()
             return w, m.bias
 
-        blocks = [DenseBlock(dense(lin.q), dense(lin.k), dense(lin.v), dense(lin.o),
-                             _stacked(lin.gate, lin.up, made), dense(lin.down)) for lin in linears]
+        blocks = [DenseBlock(_stacked((lin.q, lin.k, lin.v), made),
+                             (lin.q.out_features, lin.k.out_features, lin.v.out_features), dense(lin.o),
+                             _stacked((lin.gate, lin.up), made), dense(lin.down)) for lin in linears]
         return cls(blocks, dense(head), rows, made[0])
 
     def takes(self, batch: int) -> bool:
@@ -109,31 +112,34 @@ class DenseWeights:
         return _mm(h, *self.head).float()
 
 
-def _stacked(g, u, made: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """gate and up as one [2F, H] matrix (+ one [2F] bias, zeros where only one has a bias)."""
-    f, dtype = g.out_features, g.dtype
-    dev = (g.raw if g.raw is not None else g.weight).device
-    w = torch.empty((2 * f, g.in_features), dtype=dtype, device=dev)
-    w[:f] = g.dense_weight()  # one weight's fresh copy at a time beside w
-    w[f:] = u.dense_weight()
+def _stacked(parts: tuple, made: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The linears `parts` (one input width) as one [sum of out, in] matrix, their rows in order (+ one
+    bias, zeros where a part has none)."""
+    first = parts[0]
+    dtype, k = first.dtype, first.in_features
+    dev = (first.raw if first.raw is not None else first.weight).device
+    w = torch.empty((sum(m.out_features for m in parts), k), dtype=dtype, device=dev)
+    rows = w.split([m.out_features for m in parts])
+    for dst, m in zip(rows, parts, strict=True):
+        dst.copy_(m.dense_weight())  # one part's fresh copy at a time beside w
     made[0] += w.numel() * w.element_size()
-    if g.bias is None and u.bias is None:
+    if all(m.bias is None for m in parts):
         return w, None
-    b = torch.zeros(2 * f, dtype=dtype, device=dev)
-    for part, m in ((b[:f], g), (b[f:], u)):
+    b = torch.zeros(w.shape[0], dtype=dtype, device=dev)
+    for part, m in zip(b.split([m.out_features for m in parts]), parts, strict=True):
         if m.bias is not None:
             part.copy_(m.bias)
     return w, b
 
 
 def dense_nbytes(linears: list[BlockLinears], head, dtype: torch.dtype) -> int:
-    """What DenseWeights.build would allocate, in bytes (gate/up always copied, the rest when raw)."""
+    """What DenseWeights.build would allocate, in bytes (q/k/v and gate/up, stacked, always copied; o,
+    down and the head when raw)."""
     size = torch.empty((), dtype=dtype).element_size()
     total = 0
     for lin in linears:
-        total += sum(m.out_features * m.in_features for m in (lin.q, lin.k, lin.v, lin.o, lin.down)
-                     if m.weight is None)
-        total += (lin.gate.out_features + lin.up.out_features) * lin.gate.in_features
+        total += sum(m.out_features * m.in_features for m in (lin.o, lin.down) if m.weight is None)
+        total += sum(m.out_features * m.in_features for m in (lin.q, lin.k, lin.v, lin.gate, lin.up))
     if head.weight is None:
         total += head.out_features * head.in_features
     return total * size

@@ -13,6 +13,7 @@ from gguf import GGMLQuantizationType as Q
 from orcd.quant.kernels.batched_fused import batched_fused
 from orcd.quant.kernels.batched_linear import batched_linear
 from orcd.quant.kernels.batched_qkv import batched_qkv
+from orcd.quant.kernels.decode_ops import silu_mul
 from orcd.quant.kernels.dequant_kernel import dequantize_raw
 from orcd.quant.kernels.fused_linear import fused_gemv, fused_glu, fused_linear
 from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8
@@ -173,8 +174,9 @@ def prefill_products() -> None:
 
 def dense_batched() -> None:
     """8 rows (batched_qkv, MMQ float_w, batched_linear), Gemma's products at 1 row and 8 (batched_fused
-    with the norm, GLU and residual), the prefill kernels."""
+    with the norm, GLU and residual), the prefill kernels, the dense copies' SwiGLU (silu_mul)."""
     unfused_rows((8,))
+    silu_mul(torch.zeros(8, 2 * FFN, dtype=BF16))
     gemma3_products((1, 8))
     prefill_products()
 

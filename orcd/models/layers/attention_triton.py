@@ -151,7 +151,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if num_splits is None:
         span = block_tables.shape[1] * page
         num_splits = default_num_splits(bsz, n_kv, min(span, window) if window > 0 else span)
-    q = q.contiguous()
+    if q.stride(2) != 1:  # rows and heads may be apart (column ranges of one q|k|v product): strides
+        q = q.contiguous()
     if q.dtype != k_cache.dtype:
         q = q.to(k_cache.dtype)
     out = torch.empty((bsz, n_heads, dim), dtype=q.dtype, device=q.device)
