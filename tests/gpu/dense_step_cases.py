@@ -2,7 +2,7 @@
 as a script, by test_dense_step_kernels.py) or compiled on CUDA (imported): prints `name err tol` lines.
   - silu_mul: decode_ops.silu_mul over a stacked gate|up product against F.silu(gate) * up;
   - attention over q columns of one q|k|v product (rows apart) against the same q made contiguous: the
-    kernel reads q by its strides, so the two must be equal bit for bit."""
+    kernel reads q by its strides, so the two must agree (bit for bit under the interpreter)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def _err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm())
 
 
-def dense_step_cases(device: str):
+def silu_mul_checks(device: str):
     from orcd.quant.kernels.decode_ops import silu_mul
 
     g = torch.Generator().manual_seed(3)
@@ -31,7 +31,7 @@ def dense_step_cases(device: str):
             yield f"silu_mul-{str(dtype)[6:]}-{t}x{f}", _err(got, want), tol
 
 
-def strided_q_case(device: str):
+def strided_q_check(device: str):
     from orcd.models.layers.attention_triton import paged_decode_attention
 
     g = torch.Generator().manual_seed(4)
@@ -48,7 +48,7 @@ def strided_q_case(device: str):
 
 
 def cases(device: str) -> None:
-    for name, err, tol in (*dense_step_cases(device), *strided_q_case(device)):
+    for name, err, tol in (*silu_mul_checks(device), *strided_q_check(device)):
         print(f"{name} {err:.3e} {tol:g}")
 
 
