@@ -118,15 +118,15 @@ def _stacked(parts: tuple, made: list[int]) -> tuple[torch.Tensor, torch.Tensor 
     first = parts[0]
     dtype, k = first.dtype, first.in_features
     dev = (first.raw if first.raw is not None else first.weight).device
-    w = torch.empty((sum(m.out_features for m in parts), k), dtype=dtype, device=dev)
-    rows = w.split([m.out_features for m in parts])
-    for dst, m in zip(rows, parts, strict=True):
+    outs = [m.out_features for m in parts]
+    w = torch.empty((sum(outs), k), dtype=dtype, device=dev)
+    for dst, m in zip(w.split(outs), parts, strict=True):
         dst.copy_(m.dense_weight())  # one part's fresh copy at a time beside w
     made[0] += w.numel() * w.element_size()
     if all(m.bias is None for m in parts):
         return w, None
     b = torch.zeros(w.shape[0], dtype=dtype, device=dev)
-    for part, m in zip(b.split([m.out_features for m in parts]), parts, strict=True):
+    for part, m in zip(b.split(outs), parts, strict=True):
         if m.bias is not None:
             part.copy_(m.bias)
     return w, b
