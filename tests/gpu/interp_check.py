@@ -63,15 +63,12 @@ def fusion_cases():
 
 
 def attention_cases():
-    """min_chunk 0: every context over one tile is split; 256: [3, 300] has a row split 0 writes alone
-    (the merge skips it) beside a row of two splits."""
-    for seq_lens, splits, min_chunk in [([1, 5, 70], 1, 0), ([3, 200], 4, 0), ([130], None, 0),
-                                        ([3, 300], 4, 256), ([130], None, 256)]:
+    for seq_lens, splits in [([1, 5, 70], 1), ([3, 200], 4), ([130], None)]:
         q, k, v, tables, sl = random_paged_case(seq_lens, 6, 2, 32, 16, torch.float32, "cpu", seed=1)
-        out = paged_decode_attention(q, k, v, tables, sl, 0.2, num_splits=splits, min_chunk=min_chunk)
+        out = paged_decode_attention(q, k, v, tables, sl, 0.2, num_splits=splits)
         ref = dense_reference(q, k, v, tables, sl, 0.2)
         err = float((out.double() - ref).norm() / ref.norm())
-        print(f"attn-{'_'.join(map(str, seq_lens))}-s{splits}-m{min_chunk} {err:.3e} 1e-5")
+        print(f"attn-{'_'.join(map(str, seq_lens))}-s{splits} {err:.3e} 1e-5")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,7 @@
 [B, max_blocks] int32, seq_lens [B] int32, scale, num_splits=None) -> [B, Hq, D]` in q.dtype.
 One program per (sequence, KV head, split): the GROUP = Hq / Hkv query heads sharing a KV head are one
 [QB, D] tile (QB = GROUP padded to 16 for tl.dot), so each K/V byte is read once per step. Each split
-covers a contiguous chunk of the context (whole BLOCK_N tiles, at least MIN_CHUNK keys); a second small
-kernel merges the splits by log-sum-exp, for the sequences that needed more than one.
+covers a contiguous chunk of the context; a second small kernel merges the splits by log-sum-exp.
 The launch grid depends only on B, Hkv and the block-table width (never on seq_lens values), so the
 call can be captured in a CUDA graph and replayed with new seq_lens / block_tables contents.
 
@@ -32,7 +31,6 @@ from orcd.quant.kernels.fused_linear import pdl_enabled
 from orcd.quant.kernels.xquant import quantize_x, store_quant32
 
 BLOCK_N = 64  # context tokens per inner iteration
-MIN_CHUNK = 256  # context tokens per split at least: a sequence this short is one program's work, no merge
 # Both kernels use programmatic dependent launch where pdl_enabled() (Hopper+): each
 # launches while the kernel before it finishes and waits (griddepcontrol.wait) before its first read.
 
@@ -42,14 +40,14 @@ def _decode_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, sl_ptr, op_ptr, lse_ptr, o
                          window, s_qb, s_qh, s_kb, s_ks, s_kh, s_vb, s_vs, s_vh, s_bt,
                          GROUP: tl.constexpr, QB: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
                          BN: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr,
-                         MIN_CHUNK: tl.constexpr = 0, PDL: tl.constexpr = 0, SINK: tl.constexpr = 0):
+                         PDL: tl.constexpr = 0, SINK: tl.constexpr = 0):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     sp = tl.program_id(2)
     n_heads = tl.num_programs(1) * GROUP
     seq_len = tl.load(sl_ptr + b)  # written before the step, never by the kernel before this one
     lo = tl.where(window > 0, tl.maximum(seq_len - window, 0), 0)  # first visible key (sliding window)
-    chunk = _chunk(seq_len - lo, SPLITS, BN, MIN_CHUNK)
+    chunk = tl.cdiv(tl.cdiv(seq_len - lo, SPLITS), BN) * BN
     start = lo + sp * chunk
     end = tl.minimum(start + chunk, seq_len)
     if PDL:  # launched early: wait for q and this step's K/V, then let the next kernel launch
@@ -85,50 +83,32 @@ def _decode_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, sl_ptr, op_ptr, lse_ptr, o
         else:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
-    one = seq_len - lo <= chunk  # split 0 holds the whole context: it writes the output, no merge
-    l_o = l_i
-    acc_o = acc
-    if SINK:  # the head's sink logit joins the denominator (the merge adds it when there are partials)
+    if SINK and SPLITS == 1:  # the head's sink logit joins the denominator (merged in by _merge_kernel else)
         sk = tl.load(sink_ptr + heads, mask=hmask, other=0.0).to(tl.float32)
         m_f = tl.maximum(m_i, sk)
-        l_o = l_i * tl.exp(m_i - m_f) + tl.exp(sk - m_f)
-        acc_o = acc * tl.exp(m_i - m_f)[:, None]
-    o = acc_o / tl.where(l_o > 0, l_o, 1.0)[:, None]
-    optrs = out_ptr + (b * n_heads + heads[:, None]) * D + d[None, :]
-    direct = hq < tl.where(one & (sp == 0), GROUP, 0)  # the heads' mask where split 0 writes alone
-    tl.store(optrs, o.to(out_ptr.dtype.element_ty), mask=direct[:, None])
-    if SPLITS > 1:
+        l_i = l_i * tl.exp(m_i - m_f) + tl.exp(sk - m_f)
+        acc = acc * tl.exp(m_i - m_f)[:, None]
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    o = acc / l_safe[:, None]
+    if SPLITS == 1:
+        optrs = out_ptr + (b * n_heads + heads[:, None]) * D + d[None, :]
+        tl.store(optrs, o.to(out_ptr.dtype.element_ty), mask=hmask[:, None])
+    else:
         row = (b * n_heads + heads) * SPLITS + sp  # partials: [B, Hq, SPLITS, D], lse [B, Hq, SPLITS]
-        part_mask = hq < tl.where(one, 0, GROUP)
-        o_part = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-        tl.store(op_ptr + row[:, None] * D + d[None, :], o_part, mask=part_mask[:, None])
-        tl.store(lse_ptr + row, m_i + tl.log(l_i), mask=part_mask)  # -inf for an empty split
+        tl.store(op_ptr + row[:, None] * D + d[None, :], o, mask=hmask[:, None])
+        tl.store(lse_ptr + row, m_i + tl.log(l_i), mask=hmask)  # -inf for an empty split
 
 
 @triton.jit
-def _chunk(n, SPLITS: tl.constexpr, BN: tl.constexpr, MIN_CHUNK: tl.constexpr):
-    """Context tokens per split for n visible keys: whole BN tiles, at least MIN_CHUNK (so a short
-    context is one split's work and the merge has nothing to do)."""
-    return tl.maximum(tl.cdiv(tl.cdiv(n, SPLITS), BN) * BN, MIN_CHUNK)
-
-
-@triton.jit
-def _merge_kernel(op_ptr, lse_ptr, out_ptr, sink_ptr, xq_ptr, xs_ptr, sl_ptr, window, n_heads,
-                  SPLITS: tl.constexpr, SP2: tl.constexpr, D: tl.constexpr, BN: tl.constexpr,
-                  MIN_CHUNK: tl.constexpr = 0, PDL: tl.constexpr = 0, SINK: tl.constexpr = 0,
+def _merge_kernel(op_ptr, lse_ptr, out_ptr, sink_ptr, xq_ptr, xs_ptr, n_heads, SPLITS: tl.constexpr,
+                  SP2: tl.constexpr, D: tl.constexpr, PDL: tl.constexpr = 0, SINK: tl.constexpr = 0,
                   QUANT: tl.constexpr = 0):
     bh = tl.program_id(0)  # b * Hq + h
-    if PDL:  # waits for the split kernel's whole grid, so its direct output is visible below
+    if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    d = tl.arange(0, D)
-    seq_len = tl.load(sl_ptr + bh // n_heads)
-    lo = tl.where(window > 0, tl.maximum(seq_len - window, 0), 0)
-    if seq_len - lo <= _chunk(seq_len - lo, SPLITS, BN, MIN_CHUNK):  # one split wrote the output
-        if QUANT:
-            _quant_head(tl.load(out_ptr + bh * D + d).to(tl.float32), xq_ptr, xs_ptr, bh, D)
-        return
     sp = tl.arange(0, SP2)
+    d = tl.arange(0, D)
     lse = tl.load(lse_ptr + bh * SPLITS + sp, mask=sp < SPLITS, other=float("-inf"))
     m = tl.max(lse, axis=0)
     if SINK:  # sinks [Hq]: one more logit in the denominator, with no value
@@ -141,17 +121,11 @@ def _merge_kernel(op_ptr, lse_ptr, out_ptr, sink_ptr, xq_ptr, xs_ptr, sl_ptr, wi
         den += tl.exp(sk - m)
     out = tl.sum(o * w[:, None], axis=0) / den
     tl.store(out_ptr + bh * D + d, out.to(out_ptr.dtype.element_ty))
-    if QUANT:
-        _quant_head(out.to(out_ptr.dtype.element_ty).to(tl.float32), xq_ptr, xs_ptr, bh, D)
-
-
-@triton.jit
-def _quant_head(xr, xq_ptr, xs_ptr, bh, D: tl.constexpr):
-    """The head's D outputs xr [D] fp32 (already rounded to out's dtype; D / 32 whole blocks of row b)
-    as quantize_x(out) writes them."""
-    blk = tl.arange(0, D // 32)
-    store_quant32(tl.reshape(xr, (D // 32, 8, 4)), xq_ptr + bh * (D // 4), xs_ptr + bh * (D // 8), blk,
-                  blk < D // 32)
+    if QUANT:  # the head's D outputs (D / 32 whole blocks of the row b) as quantize_x(out) writes them
+        xr = out.to(out_ptr.dtype.element_ty).to(tl.float32)
+        blk = tl.arange(0, D // 32)
+        store_quant32(tl.reshape(xr, (D // 32, 8, 4)), xq_ptr + bh * (D // 4), xs_ptr + bh * (D // 8), blk,
+                      blk < D // 32)
 
 
 def default_num_splits(batch: int, n_kv_heads: int, max_context: int) -> int:
@@ -163,14 +137,12 @@ def default_num_splits(batch: int, n_kv_heads: int, max_context: int) -> int:
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
                            num_splits: int | None = None, window: int = 0,
-                           sinks: torch.Tensor | None = None, quant: bool = False,
-                           min_chunk: int = MIN_CHUNK):
+                           sinks: torch.Tensor | None = None, quant: bool = False):
     """q [B, Hq, D]; caches [num_blocks, page, Hkv, D]; seq_lens >= 1 -> out [B, Hq, D] in q.dtype.
     window > 0: each query sees only its sequence's last `window` keys. sinks [Hq] float32: per-head
     logits in the softmax denominator (gpt-oss). quant=True (opt-in, D % 32 == 0): returns (out,
     quantize_x(out.view(B, Hq * D))), the merge kernel writing the words and scales (one split:
-    quantize_x itself). min_chunk: each split covers at least this many keys, so a sequence of up to
-    min_chunk visible keys is split 0's alone: it writes the output and the merge skips that row."""
+    quantize_x itself)."""
     bsz, n_heads, dim = q.shape
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
     group = n_heads // n_kv
@@ -197,16 +169,15 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         q, k_cache, v_cache, block_tables, seq_lens, part, lse, out, sink_ptr, float(scale), int(window),
         q.stride(0), q.stride(1), *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0),
         GROUP=group, QB=max(16, triton.next_power_of_2(group)), D=dim, PAGE=page, BN=BLOCK_N,
-        SPLITS=num_splits, IEEE=q.dtype == torch.float32, MIN_CHUNK=min_chunk, num_warps=4, **pdl, **sink)
+        SPLITS=num_splits, IEEE=q.dtype == torch.float32, num_warps=4, **pdl, **sink)
     if quant and num_splits == 1:
         return out, quantize_x(out.view(bsz, n_heads * dim))
     xq = torch.empty((bsz, n_heads * dim // 4), dtype=torch.int32, device=q.device) if quant else out
     xs = torch.empty((bsz, n_heads * dim // 32, 4), dtype=torch.float32, device=q.device) if quant else out
     if num_splits > 1:
-        _merge_kernel[(bsz * n_heads,)](part, lse, out, sink_ptr, xq, xs, seq_lens, int(window), n_heads,
-                                        SPLITS=num_splits, SP2=triton.next_power_of_2(num_splits), D=dim,
-                                        BN=BLOCK_N, MIN_CHUNK=min_chunk, num_warps=1, **pdl, **sink,
-                                        **({"QUANT": 1} if quant else {}))
+        _merge_kernel[(bsz * n_heads,)](part, lse, out, sink_ptr, xq, xs, n_heads, SPLITS=num_splits,
+                                        SP2=triton.next_power_of_2(num_splits), D=dim, num_warps=1, **pdl,
+                                        **sink, **({"QUANT": 1} if quant else {}))
     return (out, (xq, xs)) if quant else out
 
 
