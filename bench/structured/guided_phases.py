@@ -9,6 +9,7 @@ torch.profiler's kernel timeline over --profile-steps steps, the kernel time and
 kernels (the device idle, waiting for the host) per step.
 
     python bench/structured/guided_phases.py --model q.gguf --out OUT.json [--streams 64] [--steps 128]
+        [--mask-workers N]
 """
 
 from __future__ import annotations
@@ -117,6 +118,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=128)
     ap.add_argument("--profile-steps", type=int, default=16)
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of the script (no device timeline)")
+    ap.add_argument("--mask-workers", type=int, default=0,
+                    help="LLMEngine's mask_workers: processes that fill the masks (0: the engine's thread)")
     args = ap.parse_args()
     from orcd.engine.llm_engine import LLMEngine
     from orcd.loading.loader import load_model
@@ -124,7 +127,7 @@ def main() -> int:
     loaded = load_model(args.model, args.device)
     cs = [int(c) for c in args.streams.split(",")]
     engine = LLMEngine(loaded, num_kv_blocks=max(cs) * 12 + 16, max_num_seqs=max(64, max(cs)),
-                       enable_prefix_caching=False)
+                       enable_prefix_caching=False, mask_workers=args.mask_workers)
     engine.grammars().lltok  # noqa: B018 - built before timing
     one(engine, max(cs), True, 24, 4, 0)  # warm-up: compiles, first masks
     rows = []
