@@ -12,7 +12,8 @@ model does (each step every row takes a random allowed token of its mask) and ti
   "busiest worker's own" is the longest time a worker spent on its rows, IPC left out).
 
 Every mode draws the same tokens from the same seeds, so equal token walks mean equal masks; the table
-says whether they were. Not a test; the engine does not use workers.
+says whether they were. Not a test. The engine's opt-in `--mask-workers N` (orcd/structured/workers.py) is
+this idea inside the step; `bench/structured/guided_phases.py --mask-workers N` measures that one.
 
     python bench/structured/mask_workers.py [--rows 64] [--steps 60] [--procs 0,1,2,4] [--schema plain]
         [--out OUT.json]

@@ -108,6 +108,8 @@ class LLMEngine(OverlapSteps):
         self.overlapped_steps = 0  # steps launched before the tokens of the step before were read
         self._grammars = None  # orcd.structured.backend.GrammarBackend, built with the first grammar request
         self._grammars_lock = threading.Lock()
+        if mask_workers:  # started now, not inside the first constrained request's step
+            self.grammars().workers()
         self.counters = {"prompt_tokens": 0, "generation_tokens": 0, "steps": 0, "step_failures": 0,
                          "requests_finished": 0}
 

@@ -172,7 +172,8 @@ class GrammarBackend:
         """Whether mask workers fill the masks (fill_procs > 0 and none has failed)."""
         return self.fill_procs > 0 and self.workers_failed is None
 
-    def _worker_pool(self) -> MaskWorkers | None:
+    def workers(self) -> MaskWorkers | None:
+        """The mask workers, started on the first call (fill_procs > 0); None without (or after a failure)."""
         with self._lock:
             if self._workers is None and self.remote:
                 self._workers = MaskWorkers(self.tokenizer, self.fill_procs, self.words)
@@ -199,7 +200,7 @@ class GrammarBackend:
 
     def matcher(self, grammar: str) -> Matcher:
         m = Matcher(self, grammar)
-        pool = self._worker_pool()
+        pool = self.workers()
         if pool is not None:
             pool.adopt(m)
         return m

@@ -53,7 +53,7 @@ def test_worker_masks_equal_local_masks(loaded, remote):
 
 
 def test_dropped_matchers_leave_the_workers(remote):
-    workers = remote._worker_pool()
+    workers = remote.workers()
     ms = [remote.matcher(regex_grammar("x+", "r")) for _ in range(3)]
     remote.fill(ms)
     keys = {m.key for m in ms}
@@ -106,3 +106,24 @@ def test_a_dead_worker_leaves_the_masks_to_the_engine(loaded):
     backend._workers.close()
     without, _ = _run(loaded, 0)
     assert after == without
+
+
+def test_serve_option_parsed_refused_and_built(tiny_qwen2_gguf, capsys):
+    """`orcd serve --mask-workers N` reaches the engine (its backend starts N workers at once); a
+    negative or non-number is refused by name."""
+    from orcd.cli.main import build_parser
+    from orcd.cli.serve import engine_build
+
+    parser = build_parser("serve")
+    assert parser.parse_args(["serve"]).mask_workers == 0
+    for bad in ("-1", "two", "65"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["serve", "--mask-workers", bad])
+        assert "--mask-workers: must be a whole number of processes from 0 to 64" in capsys.readouterr().err
+    args = parser.parse_args(["serve", "--mask-workers", "1", "--device", "cpu"])
+    build = engine_build(args, tiny_qwen2_gguf)
+    engine = build.build()
+    backend = engine.grammars()
+    pool = backend.workers()
+    assert backend.fill_procs == 1 and pool is not None and len(pool.procs) == 1 and pool.procs[0].is_alive()
+    pool.close()
