@@ -39,9 +39,20 @@ def _serve(conn, tokenizer, shm_name: str, shape: tuple[int, int]) -> None:
     words = np.ndarray(shape, dtype=np.int32, buffer=shm.buf)
     bitmask = torch.from_numpy(words)  # the same memory
     backend = GrammarBackend(tokenizer)
-    matchers = {}
     backend.lltok  # noqa: B018  (built before "ready": the first step should not wait for it)
     conn.send("ready")
+    try:
+        _loop(conn, backend, words, bitmask)
+    except (EOFError, OSError):  # the engine's process is gone: nothing left to serve
+        pass
+    del bitmask, words
+    shm.close()
+
+
+def _loop(conn, backend, words: np.ndarray, bitmask: torch.Tensor) -> None:
+    """Until the engine sends None: drop the collected matchers, apply each row's tokens, write its mask
+    into row `slot` (words and bitmask: the same shared memory), answer the fill times."""
+    matchers = {}  # key -> Matcher, this worker's copies
     while (msg := conn.recv()) is not None:
         rows, dead = msg
         for key in dead:
@@ -57,8 +68,6 @@ def _serve(conn, tokenizer, shm_name: str, shape: tuple[int, int]) -> None:
             backend.fill_row(m, bitmask, slot)
             out.append((key, m.fill_s))
         conn.send(out)
-    del bitmask, words
-    shm.close()
 
 
 class MaskWorkers:
