@@ -173,10 +173,15 @@ class GrammarBackend:
         return self.fill_procs > 0 and self.workers_failed is None
 
     def workers(self) -> MaskWorkers | None:
-        """The mask workers, started on the first call (fill_procs > 0); None without (or after a failure)."""
+        """The mask workers, started on the first call (fill_procs > 0); None without, or when they failed
+        (to start or later: logged, the masks are then filled on this process's threads)."""
         with self._lock:
             if self._workers is None and self.remote:
-                self._workers = MaskWorkers(self.tokenizer, self.fill_procs, self.words)
+                try:
+                    self._workers = MaskWorkers(self.tokenizer, self.fill_procs, self.words)
+                except (RuntimeError, OSError) as err:
+                    self.workers_failed = f"the mask workers did not start: {err}"
+                    log.error("%s; masks are filled on the engine's thread", self.workers_failed)
             return self._workers if self.remote else None
 
     @property
@@ -249,8 +254,8 @@ class GrammarBackend:
         try:
             took = pool.fill(matchers, list(range(len(matchers))))
         except (EOFError, OSError) as err:
-            self.workers_failed = f"a mask worker failed ({err!r}): masks are filled on the engine's thread"
-            log.error(self.workers_failed)
+            self.workers_failed = f"a mask worker failed: {err!r}"
+            log.error("%s; masks are filled on the engine's thread", self.workers_failed)
             return False
         bitmask.index_copy_(0, torch.tensor(slots), pool.shared[: len(matchers)])
         for m, s in zip(matchers, took, strict=True):

@@ -97,7 +97,11 @@ class MaskWorkers:
             self.procs.append(p)
         atexit.register(self.close)
         for c in self.pipes:
-            if not c.poll(START_S) or c.recv() != "ready":
+            try:
+                ready = c.poll(START_S) and c.recv() == "ready"
+            except EOFError:  # it died while starting
+                ready = False
+            if not ready:
                 self.close()
                 raise RuntimeError(f"a mask worker did not start within {START_S:.0f} s")
 

@@ -127,3 +127,17 @@ def test_serve_option_parsed_refused_and_built(tiny_qwen2_gguf, capsys):
     pool = backend.workers()
     assert backend.fill_procs == 1 and pool is not None and len(pool.procs) == 1 and pool.procs[0].is_alive()
     pool.close()
+
+
+def test_workers_that_do_not_start_leave_the_masks_here(loaded, monkeypatch):
+    """A start that fails is logged and given up: matchers and fills work on the engine's thread."""
+    from orcd.structured import backend as be
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a mask worker did not start within 120 s")
+
+    monkeypatch.setattr(be, "MaskWorkers", broken)
+    backend = GrammarBackend(loaded.tokenizer, fill_procs=2)
+    m = backend.matcher(regex_grammar("(ab|c)+d", "r"))
+    assert backend.workers() is None and not backend.remote and "did not start" in backend.workers_failed
+    assert m.unsent is None and _allowed(backend.fill([m])[0])
