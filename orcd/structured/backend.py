@@ -178,7 +178,7 @@ class GrammarBackend:
         with self._lock:
             if self._workers is None and self.remote:
                 try:
-                    self._workers = MaskWorkers(self.tokenizer, self.fill_procs, self.words)
+                    self._workers = MaskWorkers(GrammarBackend, self.tokenizer, self.fill_procs, self.words)
                 except (RuntimeError, OSError) as err:
                     self.workers_failed = f"the mask workers did not start: {err}"
                     log.error("%s; masks are filled on the engine's thread", self.workers_failed)

@@ -31,14 +31,13 @@ CAPACITY = 256  # rows of the shared bitmask; a step's rows beyond it are filled
 START_S = 120.0  # seconds a worker may take to start (import torch, build llguidance's tokenizer)
 
 
-def _serve(conn, tokenizer, shm_name: str, shape: tuple[int, int]) -> None:
-    """A worker's loop (in its own process): matchers by key, masks into the shared bitmask."""
-    from orcd.structured.backend import GrammarBackend
-
+def _serve(conn, make_backend, tokenizer, shm_name: str, shape: tuple[int, int]) -> None:
+    """A worker's loop (in its own process): matchers by key, masks into the shared bitmask.
+    make_backend: GrammarBackend itself (pickled by name: this module does not import backend.py)."""
     shm = shared_memory.SharedMemory(name=shm_name)
     words = np.ndarray(shape, dtype=np.int32, buffer=shm.buf)
     bitmask = torch.from_numpy(words)  # the same memory
-    backend = GrammarBackend(tokenizer)
+    backend = make_backend(tokenizer)
     backend.lltok  # noqa: B018  (built before "ready": the first step should not wait for it)
     conn.send("ready")
     try:
@@ -74,7 +73,8 @@ class MaskWorkers:
     """`procs` worker processes for one tokenizer, started on construction (each builds its own llguidance
     tokenizer: ~1-3 s). fill() is called from one thread at a time (the engine's)."""
 
-    def __init__(self, tokenizer, procs: int, words: int):
+    def __init__(self, make_backend, tokenizer, procs: int, words: int):
+        """make_backend(tokenizer): each worker's GrammarBackend (the class; fill_procs left at 0)."""
         self.words = words
         self.shm: shared_memory.SharedMemory | None = shared_memory.SharedMemory(create=True,
                                                                                  size=CAPACITY * words * 4)
@@ -89,8 +89,8 @@ class MaskWorkers:
         self.pipes, self.procs = [], []
         for _ in range(procs):
             here, there = ctx.Pipe()
-            p = ctx.Process(target=_serve, args=(there, plain, self.shm.name, (CAPACITY, words)), daemon=True,
-                            name="orcd-mask-worker")
+            args = (there, make_backend, plain, self.shm.name, (CAPACITY, words))
+            p = ctx.Process(target=_serve, args=args, daemon=True, name="orcd-mask-worker")
             p.start()
             there.close()  # the worker holds it now: a worker that dies is an EOFError here
             self.pipes.append(here)
