@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import atexit
 import copy
+import itertools
 import multiprocessing as mp
-import threading
 import weakref
 from collections import deque
 from multiprocessing import shared_memory
@@ -41,16 +41,17 @@ def _serve(conn, make_backend, tokenizer, shm_name: str, shape: tuple[int, int])
     backend.lltok  # noqa: B018  (built before "ready": the first step should not wait for it)
     conn.send("ready")
     try:
-        _loop(conn, backend, words, bitmask)
+        _loop(conn, backend, bitmask)
     except (EOFError, OSError):  # the engine's process is gone: nothing left to serve
         pass
     del bitmask, words
     shm.close()
 
 
-def _loop(conn, backend, words: np.ndarray, bitmask: torch.Tensor) -> None:
+def _loop(conn, backend, bitmask: torch.Tensor) -> None:
     """Until the engine sends None: drop the collected matchers, apply each row's tokens, write its mask
-    into row `slot` (words and bitmask: the same shared memory), answer the fill times."""
+    into bitmask row `slot` (the shared memory), answer the fill times."""
+    words = bitmask.numpy()  # the same memory: numpy zeroes a row faster than a torch op
     matchers = {}  # key -> Matcher, this worker's copies
     while (msg := conn.recv()) is not None:
         rows, dead = msg
@@ -75,14 +76,12 @@ class MaskWorkers:
 
     def __init__(self, make_backend, tokenizer, procs: int, words: int):
         """make_backend(tokenizer): each worker's GrammarBackend (the class; fill_procs left at 0)."""
-        self.words = words
         self.shm: shared_memory.SharedMemory | None = shared_memory.SharedMemory(create=True,
                                                                                  size=CAPACITY * words * 4)
         self.shared = torch.from_numpy(np.ndarray((CAPACITY, words), dtype=np.int32, buffer=self.shm.buf))
         self.dead: deque[tuple[int, int]] = deque()  # (worker, key) of collected matchers (appended by GC)
         self.known: set[int] = set()  # keys whose grammar a worker has
-        self._next_key = 0
-        self._lock = threading.Lock()
+        self._keys = itertools.count()  # next() is atomic in CPython: matchers may be made on several threads
         plain = copy.copy(tokenizer)
         plain._template = None  # the chat template (a Jinja environment) does not pickle; masks never use it
         ctx = mp.get_context("spawn")  # not fork: the engine's process has threads and may hold CUDA
@@ -107,9 +106,7 @@ class MaskWorkers:
 
     def adopt(self, matcher) -> None:
         """Give a new matcher its key and worker; its copy there is dropped when it is collected."""
-        with self._lock:  # matchers are made on request threads too
-            key = self._next_key
-            self._next_key += 1
+        key = next(self._keys)
         matcher.key, matcher.unsent = key, []
         weakref.finalize(matcher, self.dead.append, (key % len(self.pipes), key))
 
