@@ -6,14 +6,15 @@ This walks `rows` matchers of one JSON schema over the qwen2 vocabulary (151,936
 model does (each step every row takes a random allowed token of its mask) and times each step's masks:
 
 - procs 0: orcd's GrammarBackend.fill_rows on this thread, one row after another (what the engine does);
-- procs P: P spawned processes, each owning rows i % P (its own tokenizer and matchers); per step this
-  thread sends each worker its rows' last tokens and bitmask slots, the workers apply them and write the
-  masks into one shared-memory bitmask, and this thread waits for every reply (the IPC is in the time;
-  "busiest worker's own" is the longest time a worker spent on its rows, IPC left out).
+- procs P: orcd's mask workers (GrammarBackend(fill_procs=P), orcd/structured/workers.py, what
+  `orcd serve --mask-workers P` runs): P spawned processes, each mirroring rows key % P; per step this
+  thread sends each worker its rows' last tokens, the workers write the masks into one shared-memory
+  bitmask, and this thread waits for every reply (the IPC is in the time; "busiest worker's own" is the
+  largest sum of a worker's rows' fill times, IPC left out).
 
 Every mode draws the same tokens from the same seeds, so equal token walks mean equal masks; the table
-says whether they were. Not a test. The engine's opt-in `--mask-workers N` (orcd/structured/workers.py) is
-this idea inside the step; `bench/structured/guided_phases.py --mask-workers N` measures that one.
+says whether they were. Not a test. `bench/structured/guided_phases.py --mask-workers N` measures the same
+workers inside the engine's step.
 
     python bench/structured/mask_workers.py [--rows 64] [--steps 60] [--procs 0,1,2,4] [--schema plain]
         [--out OUT.json]
@@ -23,13 +24,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import random
 import statistics
 import sys
 import time
-from multiprocessing import shared_memory
 
 import numpy as np
 from grammar_engines import load_vocab
@@ -44,33 +43,6 @@ def _grammar(schema: str) -> str:
     return json_schema_grammar(SCHEMAS[schema], "schema")
 
 
-def _worker(conn, shm_name: str, shape: tuple[int, int], schema: str, keys: list[int]) -> None:
-    """One worker: its own tokenizer, backend and matchers for `keys`; then per message [(key, token or
-    None)] apply each token and write the key's mask into row `key` of the shared bitmask."""
-    import torch
-
-    from orcd.structured.backend import GrammarBackend
-
-    shm = shared_memory.SharedMemory(name=shm_name)
-    words = np.ndarray(shape, dtype=np.int32, buffer=shm.buf)
-    bitmask = torch.from_numpy(words)  # the same memory
-    backend = GrammarBackend(load_vocab("qwen2"))
-    grammar = _grammar(schema)
-    matchers = {k: backend.matcher(grammar) for k in keys}
-    conn.send("ready")
-    while (msg := conn.recv()) is not None:
-        t0 = time.perf_counter()
-        for key, token in msg:
-            m = matchers[key]
-            if token is not None:
-                m.consume(token)
-            words[key] = 0
-            backend.fill_row(m, bitmask, key)
-        conn.send(time.perf_counter() - t0)  # seconds this worker spent on the message's rows
-    del bitmask, words
-    shm.close()
-
-
 def _draw(bitmask: np.ndarray, rngs: list[random.Random]) -> list[int]:
     """A random allowed token per row (bit i of word j is token 32 j + i); EOS-only rows included."""
     out = []
@@ -82,16 +54,19 @@ def _draw(bitmask: np.ndarray, rngs: list[random.Random]) -> list[int]:
     return out
 
 
-def walk_serial(rows: int, steps: int, schema: str, seed: int) -> tuple[list[float], list[list[int]]]:
+def walk(rows: int, steps: int, schema: str, seed: int, procs: int):
+    """(ms a step, the tokens drawn, the busiest worker's own ms a step): GrammarBackend.fill_rows over
+    `rows` matchers, on this thread (procs 0) or on orcd's mask workers (fill_procs = procs); a worker's
+    own time is the sum of its rows' fill times (Matcher.fill_s, measured there), IPC left out."""
     import torch
 
     from orcd.structured.backend import GrammarBackend
 
-    backend = GrammarBackend(load_vocab("qwen2"))
+    backend = GrammarBackend(load_vocab("qwen2"), fill_procs=procs)
     grammar = _grammar(schema)
     matchers = [backend.matcher(grammar) for _ in range(rows)]
     rngs = [random.Random(seed + i) for i in range(rows)]
-    times, walks, last = [], [], None
+    times, walks, busiest, last = [], [], [], None
     for _ in range(steps):
         t0 = time.perf_counter()
         if last is not None:
@@ -100,43 +75,15 @@ def walk_serial(rows: int, steps: int, schema: str, seed: int) -> tuple[list[flo
         bitmask = torch.zeros((rows, backend.words), dtype=torch.int32)
         backend.fill_rows(matchers, bitmask, list(range(rows)))
         times.append(time.perf_counter() - t0)
+        own = [0.0] * max(procs, 1)
+        for m in matchers:
+            own[m.key % procs if procs else 0] += m.fill_s
+        busiest.append(max(own))
         last = _draw(bitmask.numpy(), rngs)
         walks.append(last)
-    return times, walks
-
-
-def walk_workers(rows: int, steps: int, schema: str, seed: int, procs: int):
-    words = (load_vocab("qwen2").vocab_size + 31) // 32
-    shm = shared_memory.SharedMemory(create=True, size=rows * words * 4)
-    bitmask = np.ndarray((rows, words), dtype=np.int32, buffer=shm.buf)
-    ctx = mp.get_context("spawn")
-    owned = [[k for k in range(rows) if k % procs == p] for p in range(procs)]
-    pipes, workers = [], []
-    for keys in owned:
-        here, there = ctx.Pipe()
-        w = ctx.Process(target=_worker, args=(there, shm.name, (rows, words), schema, keys), daemon=True)
-        w.start()
-        pipes.append(here)
-        workers.append(w)
-    for c in pipes:
-        assert c.recv() == "ready"
-    rngs = [random.Random(seed + i) for i in range(rows)]
-    times, walks, last, busiest = [], [], None, []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        for c, keys in zip(pipes, owned, strict=True):
-            c.send([(k, None if last is None else last[k]) for k in keys])
-        busiest.append(max(c.recv() for c in pipes))
-        times.append(time.perf_counter() - t0)
-        last = _draw(bitmask, rngs)
-        walks.append(last)
-    for c in pipes:
-        c.send(None)
-    for w in workers:
-        w.join(timeout=10)
-    del bitmask
-    shm.close()
-    shm.unlink()
+    assert backend.workers_failed is None, backend.workers_failed
+    if backend.workers() is not None:
+        backend.workers().close()
     return times, walks, busiest
 
 
@@ -151,11 +98,7 @@ def main() -> int:
     a = ap.parse_args()
     res, ref = [], None
     for p in [int(x) for x in a.procs.split(",")]:
-        if p == 0:
-            times, walks = walk_serial(a.rows, a.steps, a.schema, a.seed)
-            busiest = times
-        else:
-            times, walks, busiest = walk_workers(a.rows, a.steps, a.schema, a.seed, p)
+        times, walks, busiest = walk(a.rows, a.steps, a.schema, a.seed, p)
         ref = walks if ref is None else ref
         ms = [t * 1e3 for t in times[WARMUP:]]
         res.append({"procs": p, "median_ms": statistics.median(ms), "mean_ms": statistics.fmean(ms),
