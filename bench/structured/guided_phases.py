@@ -9,7 +9,11 @@ torch.profiler's kernel timeline over --profile-steps steps, the kernel time and
 kernels (the device idle, waiting for the host) per step.
 
     python bench/structured/guided_phases.py --model q.gguf --out OUT.json [--streams 64] [--steps 128]
-        [--mask-workers N]
+        [--schema plain|bounded] [--text-prompts]
+
+--text-prompts: each stream gets reject_rate.prompts' text that leads into the schema's JSON (for a real
+model, whose greedy walk then follows the JSON it would write); by default 32 random token ids (random
+weights write random strings either way).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from mask_cost import SCHEMAS  # noqa: E402
+from reject_rate import prompts  # noqa: E402
 
 
 class Phases:
@@ -62,16 +67,19 @@ def device_timeline(prof, steps: int) -> dict:
     return {"kernel_ms_per_step": busy / 1e3 / steps, "idle_ms_per_step": idle / 1e3 / steps}
 
 
-def one(engine, c: int, held: bool, steps: int, profile_steps: int, seed: int) -> dict:
+def one(engine, c: int, held: bool, steps: int, profile_steps: int, seed: int, schema: str = "plain",
+        text: bool = False) -> dict:
     from orcd.engine.io import EngineRequest
     from orcd.engine.sampling_params import SamplingParams
     from orcd.structured.grammars import json_schema_grammar
 
-    grammar = json_schema_grammar(SCHEMAS["plain"], "schema") if held else None
+    grammar = json_schema_grammar(SCHEMAS[schema], "schema") if held else None
     sp = SamplingParams(max_tokens=steps, temperature=0.0, grammar=grammar, ignore_eos=not held)
     rng = random.Random(seed)
+    vocab = engine.tokenizer.vocab_size
+    texts = prompts(engine.tokenizer, c) if text else None
     for i in range(c):
-        prompt = [rng.randrange(100, engine.tokenizer.vocab_size - 100) for _ in range(32)]
+        prompt = texts[i] if text else [rng.randrange(100, vocab - 100) for _ in range(32)]
         engine.add_request(EngineRequest(f"{seed}-{i}", prompt, sp))
     engine.step()  # the prefill step
     phases = Phases()
@@ -105,7 +113,7 @@ def one(engine, c: int, held: bool, steps: int, profile_steps: int, seed: int) -
             setattr(o, name, fn)
     while engine.has_work():
         engine.step()
-    row = {"streams": c, "held": held, "ms_per_step": 1e3 * wall}
+    row = {"streams": c, "held": held, "schema": schema, "text_prompts": text, "ms_per_step": 1e3 * wall}
     row |= {f"host_{k}": v / (n + profile_steps) for k, v in phases.ms.items()}
     return row | device_timeline(prof, profile_steps)
 
@@ -118,8 +126,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=128)
     ap.add_argument("--profile-steps", type=int, default=16)
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of the script (no device timeline)")
-    ap.add_argument("--mask-workers", type=int, default=0,
-                    help="LLMEngine's mask_workers: processes that fill the masks (0: the engine's thread)")
+    ap.add_argument("--schema", default="plain", choices=sorted(SCHEMAS))
+    ap.add_argument("--text-prompts", action="store_true",
+                    help="prompts in words that lead into the JSON (for real weights); default random ids")
     args = ap.parse_args()
     from orcd.engine.llm_engine import LLMEngine
     from orcd.loading.loader import load_model
@@ -127,13 +136,13 @@ def main() -> int:
     loaded = load_model(args.model, args.device)
     cs = [int(c) for c in args.streams.split(",")]
     engine = LLMEngine(loaded, num_kv_blocks=max(cs) * 12 + 16, max_num_seqs=max(64, max(cs)),
-                       enable_prefix_caching=False, mask_workers=args.mask_workers)
+                       enable_prefix_caching=False)
     engine.grammars().lltok  # noqa: B018 - built before timing
-    one(engine, max(cs), True, 24, 4, 0)  # warm-up: compiles, first masks
+    one(engine, max(cs), True, 24, 4, 0, args.schema, args.text_prompts)  # warm-up: compiles, first masks
     rows = []
     for c in cs:
         for held in (False, True):
-            r = one(engine, c, held, args.steps, args.profile_steps, c)
+            r = one(engine, c, held, args.steps, args.profile_steps, c, args.schema, args.text_prompts)
             rows.append(r)
             print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()),
                   flush=True)

@@ -100,7 +100,6 @@ def run(args: argparse.Namespace, load_model=None, engine_cls=None) -> int:
                        max_num_batched_tokens=max(2048, min(len(ids), 8192)),
                        enforce_eager=args.enforce_eager, batch_invariant=args.batch_invariant,
                        dense_batch_rows=args.dense_batch_rows, overlap=args.overlap,
-                       mask_workers=args.mask_workers,
                        warm_prefill_graphs=False)  # one prompt: its one bucket is captured when it runs
     graph = getattr(engine.runner, "graph", None)
     if graph is not None:

@@ -37,20 +37,9 @@ TP_SPLIT_REFUSED = ("--q6k-layout split is for one GPU: with --tensor-parallel, 
                     "blocks")
 
 
-def workers_arg(text: str) -> int:
-    """--mask-workers' value: a whole number of processes, 0 (none) to 64."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if not 0 <= n <= 64:
-        raise argparse.ArgumentTypeError(f"must be a whole number of processes from 0 to 64, got {text!r}")
-    return n
-
-
 def add_engine_options(p: argparse.ArgumentParser) -> None:
     """--enforce-eager, --batch-invariant, --tensor-parallel, --dense-batch-rows, --q6k-layout,
-    --all-reduce, --no-overlap, --mask-workers."""
+    --all-reduce, --no-overlap."""
     p.add_argument("--enforce-eager", action="store_true",
                    help="no CUDA graphs: run decode steps eagerly (graphs are CUDA-only anyway)")
     p.add_argument("--batch-invariant", choices=["seeded", "all", "off"], default="seeded",
@@ -80,8 +69,3 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                    help="run decode steps one at a time: by default the engine launches each decode step "
                         "before it reads the tokens of the one before, so the GPU does not wait for the "
                         "host's work between steps (same tokens either way)")
-    p.add_argument("--mask-workers", type=workers_arg, default=0, metavar="N",
-                   help="experimental: N processes fill the structured-output token masks beside the engine "
-                        "(each imports torch and builds its own grammar tables for the vocabulary when the "
-                        "first constrained request arrives); 0 (default): the engine's thread fills them. "
-                        "Same tokens either way")

@@ -122,7 +122,7 @@ def engine_build(args: argparse.Namespace, path: Path):
                        max_num_batched_tokens=args.max_num_batched_tokens, enforce_eager=args.enforce_eager,
                        batch_invariant=args.batch_invariant, dense_batch_rows=args.dense_batch_rows,
                        min_prefix_hit=args.min_prefix_hit, q6k_layout=args.q6k_layout,
-                       overlap=args.overlap, mask_workers=args.mask_workers)
+                       overlap=args.overlap)
 
 
 def use_engine_process(args: argparse.Namespace) -> bool:

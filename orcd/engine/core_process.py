@@ -45,7 +45,6 @@ class EngineBuild:
     min_prefix_hit: int | None = None  # LLMEngine's: cached prefixes shorter than this are recomputed
     q6k_layout: str = "auto"  # load_model's: auto | gguf | split (orcd/loading/q6k_layout.py)
     overlap: bool = True  # LLMEngine's: launch a decode step before reading the one before (overlap.py)
-    mask_workers: int = 0  # LLMEngine's: processes filling structured-output masks (0: the engine's thread)
 
     def build(self):
         """Load the model and build its LLMEngine here, progress on stderr."""
@@ -63,8 +62,7 @@ class EngineBuild:
                         max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
                         enforce_eager=self.enforce_eager, batch_invariant=self.batch_invariant,
                         warm_prefill_graphs=self.warm_prefill_graphs, dense_batch_rows=self.dense_batch_rows,
-                        min_prefix_hit=self.min_prefix_hit, overlap=self.overlap,
-                        mask_workers=self.mask_workers)
+                        min_prefix_hit=self.min_prefix_hit, overlap=self.overlap)
         if llm.dense_weights_bytes:
             print(f"orcd serve: + {llm.dense_weights_bytes / 2**20:.1f} MiB of dense weight copies (decode "
                   f"batches of >= {llm.dense.rows} sequences)", file=sys.stderr, flush=True)

@@ -44,7 +44,6 @@ class LLMEngine(OverlapSteps):
         dense_batch_rows: int | str | None = "auto",
         min_prefix_hit: int | None = None,
         overlap: bool = True,
-        mask_workers: int = 0,
     ):
         """enforce_eager: never use CUDA graphs (otherwise decode-only steps on CUDA replay captured
         graphs of the fused decode step; they are captured here, see orcd.runner.decode_graphs).
@@ -64,12 +63,10 @@ class LLMEngine(OverlapSteps):
         this many tokens is recomputed, so the step can replay a prefill graph (BlockManager.take_prefix).
         overlap: while the device computes a decode step, the host reads the step before's tokens (turns
         them into events) and prepares the next (grammar rows: orcd/engine/overlap.py); prefill steps and
-        runners without a launch method run one at a time (tensor parallel has one: TPRunner.launch).
-        mask_workers (opt-in): processes that fill structured-output masks (orcd.structured.workers)."""
+        runners without a launch method run one at a time (tensor parallel has one: TPRunner.launch)."""
         self.loaded = loaded
         self.cfg = loaded.cfg
         self.tokenizer = loaded.tokenizer
-        self.mask_workers = mask_workers
         self.block_size = block_size
         # orcd.runner.dense_weights.DenseWeights, or None; made before the runner built below captures
         # the step that reads them
@@ -108,8 +105,6 @@ class LLMEngine(OverlapSteps):
         self.overlapped_steps = 0  # steps launched before the tokens of the step before were read
         self._grammars = None  # orcd.structured.backend.GrammarBackend, built with the first grammar request
         self._grammars_lock = threading.Lock()
-        if mask_workers:  # started now, not inside the first constrained request's step
-            self.grammars().workers()
         self.counters = {"prompt_tokens": 0, "generation_tokens": 0, "steps": 0, "step_failures": 0,
                          "requests_finished": 0}
 
@@ -178,7 +173,7 @@ class LLMEngine(OverlapSteps):
             if self._grammars is None:
                 from orcd.structured.backend import GrammarBackend
 
-                self._grammars = GrammarBackend(self.tokenizer, fill_procs=self.mask_workers)
+                self._grammars = GrammarBackend(self.tokenizer)
             return self._grammars
 
     def abort(self, request_id: str, reason: FinishReason = "cancelled") -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -12,10 +11,7 @@ import llguidance
 import torch
 
 from orcd.errors import RequestError
-from orcd.structured.workers import CAPACITY, MaskWorkers
 from orcd.tokenizer.vocab import CONTROL
-
-log = logging.getLogger("orcd.structured")
 
 PAR_MIN_S = 5e-4  # rows whose last masks took less in all are filled on the caller's thread
 SPECIAL = b"\xff"  # llguidance's marker for a special token's bytes (matched only by name, never as text)
@@ -79,10 +75,7 @@ class Matcher:
     def __init__(self, backend: GrammarBackend, grammar: str):
         self.backend = backend
         self._m = llguidance.LLMatcher(backend.lltok, grammar, log_level=0)
-        self.grammar = grammar
         self.pending: list[int] = []  # tokens consumed but not yet applied, in order
-        self.key = -1  # with mask workers (workers.MaskWorkers.adopt): this matcher's key there
-        self.unsent: list[int] | None = None  # with mask workers: tokens not yet sent to its copy there
         self.rejected = False  # the grammar rejected this row's unmasked token at its last check (guide.py)
         self.fill_s = 0.0  # seconds its last mask took (inside a maxLength string: the whole vocabulary)
 
@@ -90,8 +83,6 @@ class Matcher:
         """Advance past a sampled token (applied lazily). A token the mask forbade puts the matcher in
         its error state, after which only EOS is allowed (the request ends)."""
         self.pending.append(token_id)
-        if self.unsent is not None:
-            self.unsent.append(token_id)
 
     def flush(self) -> None:
         """Apply the pending tokens one by one; tokens after the grammar stopped are ignored."""
@@ -145,10 +136,8 @@ class GrammarBackend:
     every row without top-k / top-p / min-p is checked (session 8's check first)."""
 
     def __init__(self, tokenizer, check_first: bool = True, mask_ahead: bool = True, fill_threads: int = 1,
-                 slices: tuple[str, ...] | None = MASK_SLICES, fill_procs: int = 0):
+                 slices: tuple[str, ...] | None = MASK_SLICES):
         """slices: llguidance's tokenizer slices (content_slices); None: llguidance's defaults.
-        fill_procs > 0 (opt-in): that many worker processes fill the masks (orcd.structured.workers),
-        started with the first matcher; the guide then masks every constrained row before its draw.
         fill_threads: threads that fill a batch's masks (fill_rows); 1 (default): the caller's alone;
         0: min(8, CPUs). Off by default: on the H100 host, 64 rows walking valid JSON filled in 2.96 ms
         one by one, 1.71 ms on 4 threads, 4.09 ms on 8 (plain schema; bounded: 7.85, 7.10, 6.32 ms;
@@ -163,26 +152,6 @@ class GrammarBackend:
         self._lltok: llguidance.LLTokenizer | None = None
         self._lock = threading.Lock()
         self.eos_ids = eos_ids(tokenizer)
-        self.fill_procs = fill_procs
-        self._workers: MaskWorkers | None = None
-        self.workers_failed: str | None = None  # why the workers were given up (fills stay on this thread)
-
-    @property
-    def remote(self) -> bool:
-        """Whether mask workers fill the masks (fill_procs > 0 and none has failed)."""
-        return self.fill_procs > 0 and self.workers_failed is None
-
-    def workers(self) -> MaskWorkers | None:
-        """The mask workers, started on the first call (fill_procs > 0); None without, or when they failed
-        (to start or later: logged, the masks are then filled on this process's threads)."""
-        with self._lock:
-            if self._workers is None and self.remote:
-                try:
-                    self._workers = MaskWorkers(GrammarBackend, self.tokenizer, self.fill_procs, self.words)
-                except (RuntimeError, OSError) as err:
-                    self.workers_failed = f"the mask workers did not start: {err}"
-                    log.error("%s; masks are filled on the engine's thread", self.workers_failed)
-            return self._workers if self.remote else None
 
     @property
     def lltok(self) -> llguidance.LLTokenizer:
@@ -204,11 +173,7 @@ class GrammarBackend:
             raise RequestError(f"{param}: the grammar does not compile: {err.strip()}", param=param)
 
     def matcher(self, grammar: str) -> Matcher:
-        m = Matcher(self, grammar)
-        pool = self.workers()
-        if pool is not None:
-            pool.adopt(m)
-        return m
+        return Matcher(self, grammar)
 
     def fill(self, matchers: list[Matcher], pin: bool = False) -> torch.Tensor:
         """Allowed-token bitmask [k, ceil(vocab / 32)] int32 on the CPU (pinned when `pin`, so it uploads
@@ -228,10 +193,7 @@ class GrammarBackend:
         """fill_row(matchers[j], bitmask, slots[j]) for each j. Where their last masks (Matcher.fill_s)
         took PAR_MIN_S or more in all, on fill_threads threads (llguidance releases the GIL while it
         computes a mask; this thread waits), the slowest rows spread first over the least loaded threads:
-        inside maxLength strings one mask walks the whole vocabulary (1-20 ms). With mask workers
-        (fill_procs), on them (_fill_remote)."""
-        if self._fill_remote(matchers, bitmask, slots):
-            return
+        inside maxLength strings one mask walks the whole vocabulary (1-20 ms)."""
         n = min(self.fill_threads, len(matchers))
         if n < 2 or sum(m.fill_s for m in matchers) < PAR_MIN_S:
             for m, j in zip(matchers, slots, strict=True):
@@ -244,23 +206,6 @@ class GrammarBackend:
         pool = self._executor()
         for f in [pool.submit(self._fill_chunk, rows, bitmask) for _, rows in loads if rows]:
             f.result()
-
-    def _fill_remote(self, matchers: list[Matcher], bitmask: torch.Tensor, slots: list[int]) -> bool:
-        """The rows' masks from the mask workers, copied into bitmask's `slots`; False (nothing done)
-        without workers, past their shared rows, or when a worker fails (then never again: logged)."""
-        pool = self._workers if self.remote else None
-        if pool is None or any(m.unsent is None for m in matchers) or len(matchers) > CAPACITY:
-            return False
-        try:
-            took = pool.fill(matchers, list(range(len(matchers))))
-        except (EOFError, OSError) as err:
-            self.workers_failed = f"a mask worker failed: {err!r}"
-            log.error("%s; masks are filled on the engine's thread", self.workers_failed)
-            return False
-        bitmask.index_copy_(0, torch.tensor(slots), pool.shared[: len(matchers)])
-        for m, s in zip(matchers, took, strict=True):
-            m.fill_s = s
-        return True
 
     def _fill_chunk(self, rows: list[tuple[Matcher, int]], bitmask: torch.Tensor) -> None:
         for m, j in rows:

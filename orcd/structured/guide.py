@@ -18,9 +18,7 @@ Overlap: on CUDA this runs while the device still computes the logits. Every row
 applied then, and rows' masks are filled ahead while the device is busy (rows rejected last step first,
 rows whose last mask took over SLOW_FILL_S never: inside a maxLength string llguidance walks the whole
 vocabulary); a filled row is checked by one bit test, the others by llguidance (Matcher.quick_check).
-Which rows were filled ahead changes the time, never the tokens. With mask workers (GrammarBackend
-fill_procs, opt-in) every constrained row is masked before the draw, its mask filled by a worker process
-while the device computes the logits; the tokens are the same again. A rejected row whose mask allows one
+Which rows were filled ahead changes the time, never the tokens. A rejected row whose mask allows one
 token (forced bytes: JSON keys and punctuation) gets it on the CPU; the others are drawn again on the
 device from their masked logits, one batch.
 
@@ -68,11 +66,10 @@ class GuidedStep:
         mask_ahead: the per-row policy (_ahead); rows filled join self.first (masked before the draw)
         instead of being checked."""
         rows = [i for i, m in enumerate(matchers) if m is not None]
-        self.backend: GrammarBackend = matchers[rows[0]].backend
-        remote = self.backend.remote  # mask workers: every row's mask in one round trip, before the draw
-        self.first = [i for i in rows if first[i] or remote]
-        self.check = [i for i in rows if not (first[i] or remote)]
+        self.first = [i for i in rows if first[i]]
+        self.check = [i for i in rows if not first[i]]
         self.matchers = matchers
+        self.backend: GrammarBackend = matchers[rows[0]].backend
         # row -> slot of the bitmask, given in fill order: self.first's rows hold slots 0..len(first)-1
         # (that block uploads as is), then the rows filled later
         self.slot: dict[int, int] = {}
