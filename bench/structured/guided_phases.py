@@ -9,17 +9,22 @@ torch.profiler's kernel timeline over --profile-steps steps, the kernel time and
 kernels (the device idle, waiting for the host) per step.
 
     python bench/structured/guided_phases.py --model q.gguf --out OUT.json [--streams 64] [--steps 128]
-        [--schema plain|bounded] [--text-prompts]
+        [--schema plain|bounded] [--text-prompts] [--cprofile]
 
 --text-prompts: each stream gets reject_rate.prompts' text that leads into the schema's JSON (for a real
 model, whose greedy walk then follows the JSON it would write); by default 32 random token ids (random
-weights write random strings either way).
+weights write random strings either way). --cprofile: after the timed rows, one more constrained run at the
+largest stream count under cProfile (its host functions by own time, into OUT with .cprofile.txt; the
+profiler slows Python calls, so its times are for shares, not the step).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
+import pstats
 import random
 import sys
 import time
@@ -68,7 +73,7 @@ def device_timeline(prof, steps: int) -> dict:
 
 
 def one(engine, c: int, held: bool, steps: int, profile_steps: int, seed: int, schema: str = "plain",
-        text: bool = False) -> dict:
+        text: bool = False, host_profile: cProfile.Profile | None = None) -> dict:
     from orcd.engine.io import EngineRequest
     from orcd.engine.sampling_params import SamplingParams
     from orcd.structured.grammars import json_schema_grammar
@@ -98,9 +103,13 @@ def one(engine, c: int, held: bool, steps: int, profile_steps: int, seed: int, s
     n = 0
     t0 = time.perf_counter()
     try:
+        if host_profile is not None:
+            host_profile.enable()
         while engine.has_work() and n < steps - profile_steps - 4:
             engine.step()
             n += 1
+        if host_profile is not None:
+            host_profile.disable()
         wall = (time.perf_counter() - t0) / max(n, 1)
         cuda = torch.cuda.is_available()
         acts = [torch.profiler.ProfilerActivity.CUDA] if cuda else [torch.profiler.ProfilerActivity.CPU]
@@ -129,6 +138,8 @@ def main() -> int:
     ap.add_argument("--schema", default="plain", choices=sorted(SCHEMAS))
     ap.add_argument("--text-prompts", action="store_true",
                     help="prompts in words that lead into the JSON (for real weights); default random ids")
+    ap.add_argument("--cprofile", action="store_true",
+                    help="one more constrained run at the most streams under cProfile: OUT.cprofile.txt")
     args = ap.parse_args()
     from orcd.engine.llm_engine import LLMEngine
     from orcd.loading.loader import load_model
@@ -146,6 +157,12 @@ def main() -> int:
             rows.append(r)
             print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()),
                   flush=True)
+    if args.cprofile:
+        host = cProfile.Profile()
+        one(engine, max(cs), True, args.steps, args.profile_steps, 7, args.schema, args.text_prompts, host)
+        text = io.StringIO()
+        pstats.Stats(host, stream=text).sort_stats("tottime").print_stats(45)
+        Path(args.out).with_suffix(".cprofile.txt").write_text(text.getvalue())
     dev = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     res = {"device": dev, "command": " ".join(["python", *sys.argv]), "rows": rows}
     Path(args.out).write_text(json.dumps(res, indent=1))
