@@ -236,8 +236,9 @@ class GrammarBackend:
         return (self.vocab_size + 31) // 32
 
     def fill_row(self, m: Matcher, bitmask: torch.Tensor, i: int) -> None:
-        """Row i of a contiguous zeroed bitmask [k, words] int32 <- m's allowed tokens, after applying its
-        pending tokens (without fill()'s EOS rule: eos_if_empty). Records the time in m.fill_s."""
+        """Row i of a contiguous bitmask [k, words] int32 <- m's allowed tokens, after applying its pending
+        tokens (without fill()'s EOS rule: eos_if_empty); every word of the row is written, whatever it
+        held (tests/structured/test_guide.py). Records the time in m.fill_s."""
         t0 = time.perf_counter()
         m.flush()
         m._m.unsafe_compute_mask_ptr(bitmask.data_ptr() + 4 * self.words * i, 4 * self.words)

@@ -73,7 +73,9 @@ class GuidedStep:
         # row -> slot of the bitmask, given in fill order: self.first's rows hold slots 0..len(first)-1
         # (that block uploads as is), then the rows filled later
         self.slot: dict[int, int] = {}
-        self.bitmask = torch.zeros((len(rows), self.backend.words), dtype=torch.int32, pin_memory=pin)
+        # not zeroed: a slot is read only once filled, and a fill writes every word of its row (zeroing the
+        # 64 rows of Gemma's 262k vocabulary, 2 MiB pinned, took ~0.35 ms a step on the H200's host)
+        self.bitmask = torch.empty((len(rows), self.backend.words), dtype=torch.int32, pin_memory=pin)
         self.filled: list[int] = []  # rows whose mask is in the bitmask, in slot order
         self._fill(self.first)
         for i in self.check:

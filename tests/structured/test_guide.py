@@ -80,6 +80,30 @@ def test_allows_is_the_mask_bit_for_every_token(backends, tokenizer):
     assert stopped.m.is_stopped() and error.m.is_error()
 
 
+def test_a_fill_writes_every_word_of_its_row(backends, tokenizer):
+    """GuidedStep's bitmask is not zeroed: fill_row must write each word of its row whatever it held. Rows
+    prefilled with ones and with zeros get the same mask, along random walks (now and then a forbidden
+    token) of every grammar, and in a regex's stopped and error states."""
+    b = backends[0]
+    rng = random.Random(4)
+    stopped, error = (b.matcher(regex_grammar("(ab|c)+d", "r")) for _ in range(2))
+    for t in tokenizer.encode("abd"):
+        stopped.consume(t)
+    error.consume(tokenizer.encode("z")[0])
+    walks = [(b.matcher(g), 12) for g in grammars()] + [(stopped, 1), (error, 1)]
+    for m, steps in walks:
+        for _ in range(steps):
+            ones = torch.full((3, b.words), -1, dtype=torch.int32)
+            zeros = torch.zeros((3, b.words), dtype=torch.int32)
+            b.fill_row(m, ones, 1)
+            b.fill_row(m, zeros, 1)
+            assert torch.equal(ones[1], zeros[1])
+            assert (ones[0] == -1).all() and (ones[2] == -1).all()  # its neighbours untouched
+            ok = unpack_bitmask(zeros[1:2], b.vocab_size)[0].nonzero().flatten().tolist()
+            m.consume(rng.randrange(b.vocab_size) if rng.random() < 0.05 or not ok else rng.choice(ok))
+    assert stopped.m.is_stopped() and error.m.is_error()
+
+
 def test_filled_ahead_bit_test_is_the_mask_bit_for_every_token(backends, tokenizer):
     """A row filled ahead (busy) is checked by a bit test of its mask: right for every token id, bit 31
     of a word (the sign) included, and for ids past the vocabulary."""
