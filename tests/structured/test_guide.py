@@ -60,16 +60,22 @@ def allowed_of(b: GrammarBackend, m) -> torch.Tensor:
     return unpack_bitmask(b.fill([m]), b.vocab_size)[0]
 
 
+def walks_and_ends(b: GrammarBackend, tokenizer, steps: int) -> list:
+    """[(matcher, steps)]: a fresh matcher of each grammar for `steps` steps, then a regex's stopped and
+    error states for one."""
+    stopped, error = (b.matcher(regex_grammar("(ab|c)+d", "r")) for _ in range(2))
+    for t in tokenizer.encode("abd"):
+        stopped.consume(t)
+    error.consume(tokenizer.encode("z")[0])
+    return [(b.matcher(g), steps) for g in grammars()] + [(stopped, 1), (error, 1)]
+
+
 def test_allows_is_the_mask_bit_for_every_token(backends, tokenizer):
     """Random walks (now and then a forbidden token) and a regex's stopped and error states -- at every
     state Matcher.allows(t) equals the mask's bit for all 3,003 tokens."""
     b = backends[0]
     rng = random.Random(1)
-    stopped, error = (b.matcher(regex_grammar("(ab|c)+d", "r")) for _ in range(2))
-    for t in tokenizer.encode("abd"):
-        stopped.consume(t)
-    error.consume(tokenizer.encode("z")[0])
-    walks = [(b.matcher(g), 7) for g in grammars()] + [(stopped, 1), (error, 1)]
+    walks = walks_and_ends(b, tokenizer, 7)
     for m, steps in walks:
         for _ in range(steps):
             allowed = allowed_of(b, m).tolist()
@@ -77,7 +83,7 @@ def test_allows_is_the_mask_bit_for_every_token(backends, tokenizer):
             assert not m.allows(b.vocab_size) and not m.allows(-1)
             ok = [t for t, a in enumerate(allowed) if a]
             m.consume(rng.randrange(b.vocab_size) if rng.random() < 0.05 else rng.choice(ok))
-    assert stopped.m.is_stopped() and error.m.is_error()
+    assert walks[-2][0].m.is_stopped() and walks[-1][0].m.is_error()
 
 
 def test_a_fill_writes_every_word_of_its_row(backends, tokenizer):
@@ -86,11 +92,7 @@ def test_a_fill_writes_every_word_of_its_row(backends, tokenizer):
     token) of every grammar, and in a regex's stopped and error states."""
     b = backends[0]
     rng = random.Random(4)
-    stopped, error = (b.matcher(regex_grammar("(ab|c)+d", "r")) for _ in range(2))
-    for t in tokenizer.encode("abd"):
-        stopped.consume(t)
-    error.consume(tokenizer.encode("z")[0])
-    walks = [(b.matcher(g), 12) for g in grammars()] + [(stopped, 1), (error, 1)]
+    walks = walks_and_ends(b, tokenizer, 12)
     for m, steps in walks:
         for _ in range(steps):
             ones = torch.full((3, b.words), -1, dtype=torch.int32)
@@ -101,7 +103,7 @@ def test_a_fill_writes_every_word_of_its_row(backends, tokenizer):
             assert (ones[0] == -1).all() and (ones[2] == -1).all()  # its neighbours untouched
             ok = unpack_bitmask(zeros[1:2], b.vocab_size)[0].nonzero().flatten().tolist()
             m.consume(rng.randrange(b.vocab_size) if rng.random() < 0.05 or not ok else rng.choice(ok))
-    assert stopped.m.is_stopped() and error.m.is_error()
+    assert walks[-2][0].m.is_stopped() and walks[-1][0].m.is_error()
 
 
 def test_filled_ahead_bit_test_is_the_mask_bit_for_every_token(backends, tokenizer):
