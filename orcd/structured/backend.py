@@ -247,11 +247,15 @@ class GrammarBackend:
     def eos_if_empty(self, bitmask: torch.Tensor, rows: list[int] | None = None) -> None:
         """Rows of `bitmask` (CPU; those in `rows`, default all) with nothing allowed (a matcher in its
         error state) allow the EOS tokens. Reads only those rows (numpy: ~1 µs per 152k-token row)."""
-        if rows is not None and not rows:
-            return
         words = bitmask.numpy()
-        nonempty = (words if rows is None else words[rows]).any(axis=1).tolist()
         rows = list(range(words.shape[0])) if rows is None else rows
+        if not rows:
+            return
+        if rows == list(range(rows[0], rows[0] + len(rows))):  # GuidedStep's slots: a view, no copy
+            block = words[rows[0]: rows[0] + len(rows)]
+        else:
+            block = words[rows]  # a copy (64 of Gemma's 262k-token rows: ~0.5 ms on this workspace)
+        nonempty = block.any(axis=1).tolist()
         for i in (r for r, ok in zip(rows, nonempty, strict=True) if not ok):
             for t in self.eos_ids:
                 words[i, t // 32] |= _bit(t % 32)  # numpy view of the bitmask's memory

@@ -106,6 +106,24 @@ def test_a_fill_writes_every_word_of_its_row(backends, tokenizer):
     assert walks[-2][0].m.is_stopped() and walks[-1][0].m.is_error()
 
 
+@pytest.mark.parametrize("rows", [None, [1, 2, 3], [3, 1], [0, 2], []])
+def test_eos_if_empty_sets_eos_in_the_empty_rows_it_is_given(backends, rows):
+    """Rows 1 and 3 are empty, 0 and 2 not: only the empty rows among `rows` (all when None; a run of
+    consecutive rows is read as a view, other lists as a copy) get the EOS bits, nothing else changes."""
+    b = backends[0]
+    mask = torch.zeros((5, b.words), dtype=torch.int32)
+    mask[0, 3] = mask[2, b.words - 1] = 1 << 4
+    mask[4, 0] = -1
+    before = mask.clone()
+    b.eos_if_empty(mask, rows)
+    eos = torch.zeros(b.words, dtype=torch.int32)
+    for t in b.eos_ids:
+        eos[t // 32] |= torch.tensor(1 << (t % 32)).to(torch.int32)
+    for r in range(5):
+        empty = r in (1, 3) and (rows is None or r in rows)
+        assert torch.equal(mask[r], eos if empty else before[r]), r
+
+
 def test_filled_ahead_bit_test_is_the_mask_bit_for_every_token(backends, tokenizer):
     """A row filled ahead (busy) is checked by a bit test of its mask: right for every token id, bit 31
     of a word (the sign) included, and for ids past the vocabulary."""
