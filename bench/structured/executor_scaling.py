@@ -7,9 +7,11 @@ grammar's forced bytes through orcd's Python tokenizer, memoized), and `native`:
 `tokenizers` JSON of orcd's BPE model (no Python during a mask; orcd's pre-tokenizer regexes are not in
 that JSON, so its forced-byte tokenizations may differ: an experiment, not a replacement). Prints the mean
 and median ms a step of the masks alone and the rows that fell into an error state (the walk's tokens are
-orcd's). Not a test; CPU.
+orcd's). --grammar letters: the regex `[a-z ]{0,4000}` over lowercase words instead, a grammar that forces
+no bytes (no callback with either tokenizer; each mask walks the whole vocabulary). Not a test; CPU.
 
-    python bench/structured/executor_scaling.py [--rows 64] [--tokens 64] [--threads 1,2] [--out OUT.json]
+    python bench/structured/executor_scaling.py [--rows 64] [--tokens 64] [--threads 1,2]
+        [--grammar json|letters] [--out OUT.json]
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fill_scaling import answer  # noqa: E402
+from fill_scaling import WORDS, answer  # noqa: E402
 from grammar_engines import load_vocab  # noqa: E402
 from mask_cost import SCHEMAS  # noqa: E402
 
@@ -57,21 +59,27 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--grammar", default="json", choices=["json", "letters"])
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     import llguidance
 
     from orcd.structured.backend import MASK_SLICES, GrammarBackend
-    from orcd.structured.grammars import json_schema_grammar
+    from orcd.structured.grammars import json_schema_grammar, regex_grammar
 
     tok = load_vocab("qwen2")
     backend = GrammarBackend(tok)
     tokenizers = {"callback": backend.lltok,
                   "native": llguidance.LLTokenizer(tok._hf.to_str(), n_vocab=tok.vocab_size,
                                                    eos_token=backend.eos_ids, slices=list(MASK_SLICES))}
-    grammar = json_schema_grammar(SCHEMAS["plain"], "schema")
     rng = random.Random(0)
-    texts = [tok.encode(answer(rng))[: a.tokens] for _ in range(a.rows)]
+    if a.grammar == "json":
+        grammar = json_schema_grammar(SCHEMAS["plain"], "schema")
+        texts = [tok.encode(answer(rng))[: a.tokens] for _ in range(a.rows)]
+    else:
+        grammar = regex_grammar("[a-z ]{0,4000}", "letters")
+        lines = [" ".join(rng.choice(WORDS) for _ in range(a.tokens)) for _ in range(a.rows)]
+        texts = [tok.encode(line)[: a.tokens] for line in lines]
     modes = [("serial", None)] + [(f"executor {n}", llguidance.LLExecutor(n))
                                   for n in map(int, a.threads.split(","))]
     rows = []
