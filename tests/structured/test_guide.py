@@ -132,6 +132,7 @@ def test_filled_ahead_bit_test_is_the_mask_bit_for_every_token(backends, tokeniz
     b = backends[0]
     m = b.matcher(regex_grammar("[a-z ]+", "r"))
     allowed = allowed_of(b, m).tolist()
+    m.fill_s = 0.0  # a cheap row, filled ahead (a loaded CI box can take over SLOW_FILL_S for one mask)
     step = GuidedStep([m], [False], busy=lambda: True, pin=False)
     ids = list(range(b.vocab_size)) + [b.vocab_size + 40]
     assert step._bits(ids, [0] * len(ids)) == allowed + [False]
@@ -250,12 +251,14 @@ def test_sampled_distribution_is_the_masked_distribution(tokenizer, backends, se
 
 
 @pytest.mark.parametrize("mask_ahead", [True, False])
-def test_a_row_filled_ahead_is_masked_first_and_never_redrawn(tokenizer, mask_ahead):
+def test_a_row_filled_ahead_is_masked_first_and_never_redrawn(tokenizer, mask_ahead, monkeypatch):
     """Rows 0 and 2's argmax is forbidden, row 1's allowed. Rows 0 and 1 are filled ahead (busy):
     mask_ahead masks them before the draw, never checked or redrawn; without it they are checked by
     their masks' bits and row 0 is redrawn. Nothing is filled ahead once the device is idle; a slow
     row (fill_s over SLOW_FILL_S) is never filled ahead, rejected last step or not: row 2 is checked
     and redrawn either way."""
+    # "slow" is 1 s here: a loaded CI box can take over the real 1 ms for one of rows 0 and 1's masks
+    monkeypatch.setattr("orcd.structured.guide.SLOW_FILL_S", 1.0)
     from orcd.structured.guide import SLOW_FILL_S, GuidedStep
 
     b = CountingBackend(tokenizer, mask_ahead=mask_ahead)
