@@ -4,11 +4,13 @@
 step every row's mask is computed: one matcher after another on this thread ("serial"), or in one
 LLExecutor(n) call. Two llguidance tokenizers: orcd's (`callback`: GrammarBackend.lltok, which encodes a
 grammar's forced bytes through orcd's Python tokenizer, memoized), and `native`: llguidance's own from the
-`tokenizers` JSON of orcd's BPE model (no Python during a mask; orcd's pre-tokenizer regexes are not in
-that JSON, so its forced-byte tokenizations may differ: an experiment, not a replacement). Prints the mean
-and median ms a step of the masks alone and the rows that fell into an error state (the walk's tokens are
-orcd's). --grammar letters: the regex `[a-z ]{0,4000}` over lowercase words instead, a grammar that forces
-no bytes (no callback with either tokenizer; each mask walks the whole vocabulary). Not a test; CPU.
+`tokenizers` JSON of orcd's BPE model, its control tokens added as special tokens (no Python during a mask;
+an experiment, not a replacement: `tokenizers` matches added tokens inside text, so forced text that spells
+a control token is tokenized otherwise than orcd does). Prints the mean and median ms a step of the masks
+alone, the rows that fell into an error state (the walk's tokens are orcd's), and the steps whose masks
+differ between the two tokenizers. --grammar letters: the regex `[a-z ]{0,4000}` over lowercase words
+instead, a grammar that forces no bytes (no callback with either tokenizer; each mask walks the whole
+vocabulary). Not a test; CPU.
 
     python bench/structured/executor_scaling.py [--rows 64] [--tokens 64] [--threads 1,2]
         [--grammar json|letters] [--out OUT.json]
@@ -28,6 +30,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fill_scaling import WORDS, answer  # noqa: E402
 from grammar_engines import load_vocab  # noqa: E402
 from mask_cost import SCHEMAS  # noqa: E402
+
+
+def native_tokenizer(tok, eos: list[int], slices: list[str]):
+    """llguidance's own tokenizer from orcd's BPE `tokenizers` model, orcd's control tokens special."""
+    import llguidance
+    from tokenizers import AddedToken, Tokenizer
+
+    from orcd.tokenizer.vocab import CONTROL
+
+    hf = Tokenizer.from_str(tok._hf.to_str())
+    hf.add_special_tokens([AddedToken(tok.vocab.tokens[i], special=True, normalized=False)
+                           for i, t in enumerate(tok.vocab.types) if t == CONTROL])
+    return llguidance.LLTokenizer(hf.to_str(), n_vocab=tok.vocab_size, eos_token=eos, slices=slices)
+
+
+def differing_steps(tokenizers: dict, grammar: str, texts: list[list[int]], words: int) -> int:
+    """Steps of the walks where the two tokenizers' masks differ."""
+    import llguidance
+    import torch
+
+    n = 0
+    for text in texts:
+        ms = [llguidance.LLMatcher(lt, grammar, log_level=0) for lt in tokenizers.values()]
+        masks = [torch.zeros(words, dtype=torch.int32) for _ in ms]
+        for t in text:
+            for m, mask in zip(ms, masks, strict=True):
+                m.unsafe_compute_mask_ptr(mask.data_ptr(), 4 * words)
+                m.consume_token(t)
+            n += not torch.equal(*masks)
+    return n
 
 
 def walk(lltok, grammar: str, texts: list[list[int]], words: int, executor) -> dict:
@@ -70,8 +102,7 @@ def main() -> int:
     tok = load_vocab("qwen2")
     backend = GrammarBackend(tok)
     tokenizers = {"callback": backend.lltok,
-                  "native": llguidance.LLTokenizer(tok._hf.to_str(), n_vocab=tok.vocab_size,
-                                                   eos_token=backend.eos_ids, slices=list(MASK_SLICES))}
+                  "native": native_tokenizer(tok, backend.eos_ids, list(MASK_SLICES))}
     rng = random.Random(0)
     if a.grammar == "json":
         grammar = json_schema_grammar(SCHEMAS["plain"], "schema")
@@ -90,8 +121,10 @@ def main() -> int:
                 rows.append(r)
                 print(f"{name:8} {mode:11} masks ms a step: mean {r['mean_ms']:.3f} median "
                       f"{r['median_ms']:.3f}  rows in error {r['rows_in_error']}", flush=True)
+    differ = differing_steps(tokenizers, grammar, texts, backend.words)
+    print(f"steps whose masks differ between the tokenizers: {differ} of {sum(map(len, texts))}")
     if a.out:
-        res = {"command": " ".join(["python", *sys.argv]), "rows": rows}
+        res = {"command": " ".join(["python", *sys.argv]), "rows": rows, "differing_steps": differ}
         Path(a.out).write_text(json.dumps(res, indent=1))
     return 0
 
