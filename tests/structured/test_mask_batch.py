@@ -38,15 +38,15 @@ def reference_mask(b, m: llguidance.LLMatcher) -> torch.Tensor:
     return torch.from_numpy(words)
 
 
-@pytest.mark.parametrize("threads", [1, 4])
-def test_batched_deferred_mask_equals_per_request_token_by_token(backend, threads):
+@pytest.mark.parametrize(("threads", "executor"), [(1, 0), (4, 0), (1, 4)])
+def test_batched_deferred_mask_equals_per_request_token_by_token(backend, threads, executor):
     """8 requests (a schema, a regex) walk at random among their allowed tokens, now and then a forbidden
     one (error state) or tokens past the end; sometimes two tokens pend before a fill, sometimes a row
     skips a step. Every fill equals the per-request masks -- filled one after another, or on 4 threads
-    (rows marked slow, so fill_rows takes its thread pool)."""
+    (rows marked slow, so fill_rows takes its thread pool), or through llguidance's LLExecutor on 4."""
     from orcd.structured.backend import GrammarBackend
 
-    backend = GrammarBackend(backend.tokenizer, fill_threads=threads)
+    backend = GrammarBackend(backend.tokenizer, fill_threads=threads, executor_threads=executor)
     rng = random.Random(0)
     grammars = [json_schema_grammar(SCHEMA, "s"), regex_grammar("(ab|c)+d", "r")]
     ours = [backend.matcher(grammars[i % 2]) for i in range(8)]
@@ -70,6 +70,7 @@ def test_batched_deferred_mask_equals_per_request_token_by_token(backend, thread
     assert any(r.is_error() for r in refs) and any(not r.is_error() for r in refs)
     assert [m.done for m in ours] == [r.is_stopped() or r.is_error() for r in refs]
     assert (backend._pool is not None) == (threads > 1)
+    assert (backend._executor_ is not None) == (executor > 0)
 
 
 def test_consume_is_applied_before_any_read(backend):
