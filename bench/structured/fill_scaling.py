@@ -6,10 +6,6 @@ file's. Not a test.
 
 threads -1: GrammarBackend.fill (one matcher after another on the caller's thread); 0 and up: the same
 rows through llguidance's parallel executor (LLExecutor(threads); 0: its default, 80 % of the CPUs).
---pools P,..: GrammarBackend(fill_threads=P).fill (fill_rows: a Python thread pool of P, taken only where
-the rows' last masks took 0.5 ms or more in all), reported as threads "poolP".
---tokenizers native,view: each mode on llguidance's native tokenizer (GrammarBackend(native=True), where
-the vocabulary allows) and on the view that calls orcd's encode back (lltokenizers.py).
 Prints ms per fill (all rows) per schema and writes OUT/fill_scaling.json.
 """
 
@@ -71,9 +67,7 @@ def main() -> int:
     ap.add_argument("--model", required=True)
     ap.add_argument("--rows", default="1,8,64")
     ap.add_argument("--threads", default="-1,0,16")
-    ap.add_argument("--pools", default="", help="GrammarBackend fill_threads values to time too")
     ap.add_argument("--tokens", type=int, default=96)
-    ap.add_argument("--tokenizers", default="view", help="native,view: the llguidance tokenizers to time")
     ap.add_argument("--out", default=".")
     args = ap.parse_args()
     import llguidance
@@ -83,32 +77,21 @@ def main() -> int:
     from orcd.structured.grammars import json_schema_grammar
     from orcd.tokenizer import load_tokenizer
 
-    tok = load_tokenizer(open_gguf(args.model).metadata)
+    backend = GrammarBackend(load_tokenizer(open_gguf(args.model).metadata))
+    backend.lltok  # noqa: B018 - built before timing
     res = {"cpus": os.cpu_count(), "model": args.model, "tokens": args.tokens,
            "command": " ".join(["python", *sys.argv]), "rows": []}
-    modes = [int(t) for t in args.threads.split(",")] + [f"pool{p}" for p in args.pools.split(",") if p]
-    for kind in args.tokenizers.split(","):
-        backend = GrammarBackend(tok, native=kind == "native")
-        backend.lltok  # noqa: B018 - built before timing
-        if kind == "native" and not backend.is_native:
-            print(f"no native tokenizer for {args.model}: skipped", flush=True)
-            continue
-        for schema, threads in [(s, t) for s in SCHEMAS for t in modes]:
-            by = backend
-            if isinstance(threads, str):  # the thread pool of fill_rows, on the same llguidance tokenizer
-                by = GrammarBackend(tok, fill_threads=int(threads[4:]), native=kind == "native")
-                by._lltok, by.is_native, by._controls = backend.lltok, backend.is_native, backend._controls
-            native = isinstance(threads, int) and threads >= 0
-            executor = llguidance.LLExecutor(threads or None) if native else None
-            grammar = json_schema_grammar(SCHEMAS[schema], "schema")
-            for rows in map(int, args.rows.split(",")):
-                times = walk(by, grammar, rows, args.tokens, rows, executor)[8:]  # past the first fills
-                r = {"tokenizer": kind, "schema": schema, "threads": threads, "rows": rows,
-                     "mean_ms": 1e3 * statistics.fmean(times), "median_ms": 1e3 * statistics.median(times),
-                     "max_ms": 1e3 * max(times)}
-                res["rows"].append(r)
-                print(f"{kind:6s} {schema:8s} threads {threads or 'default':>7} rows {rows:3d}: fill mean "
-                      f"{r['mean_ms']:.3f} median {r['median_ms']:.3f} max {r['max_ms']:.1f} ms", flush=True)
+    modes = [int(t) for t in args.threads.split(",")]
+    for schema, threads in [(s, t) for s in SCHEMAS for t in modes]:
+        executor = llguidance.LLExecutor(threads or None) if threads >= 0 else None
+        grammar = json_schema_grammar(SCHEMAS[schema], "schema")
+        for rows in map(int, args.rows.split(",")):
+            times = walk(backend, grammar, rows, args.tokens, rows, executor)[8:]  # past the first fills
+            r = {"schema": schema, "threads": threads, "rows": rows, "mean_ms": 1e3 * statistics.fmean(times),
+                 "median_ms": 1e3 * statistics.median(times), "max_ms": 1e3 * max(times)}
+            res["rows"].append(r)
+            print(f"{schema:8s} threads {threads or 'default':>7} rows {rows:3d}: fill "
+                  f"mean {r['mean_ms']:.3f} median {r['median_ms']:.3f} max {r['max_ms']:.1f} ms", flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "fill_scaling.json").write_text(json.dumps(res, indent=1))
     return 0

@@ -9,17 +9,13 @@ torch.profiler's kernel timeline over --profile-steps steps, the kernel time and
 kernels (the device idle, waiting for the host) per step.
 
     python bench/structured/guided_phases.py --model q.gguf --out OUT.json [--streams 64] [--steps 128]
-        [--schema plain|bounded] [--text-prompts] [--cprofile] [--variants view,native,native-x8]
+        [--schema plain|bounded] [--text-prompts] [--cprofile]
 
 --text-prompts: each stream gets reject_rate.prompts' text that leads into the schema's JSON (for a real
 model, whose greedy walk then follows the JSON it would write); by default 32 random token ids (random
 weights write random strings either way). --cprofile: after the timed rows, one more constrained run at the
 largest stream count under cProfile (its host functions by own time, into OUT with .cprofile.txt; the
-profiler slows Python calls, so its times are for shares, not the step). --variants: the constrained runs
-once per GrammarBackend variant, in one process (the free run once per stream count, before them): `view`
-(the llguidance tokenizer that calls orcd's encode back), `native` (llguidance's own, where the vocabulary
-allows; else the row says view), a suffix `-xN` for the masks filled ahead in one LLExecutor call on N
-threads, `-pN` for fill_rows' Python pool of N threads; --rounds repeats them all.
+profiler slows Python calls, so its times are for shares, not the step).
 """
 
 from __future__ import annotations
@@ -131,18 +127,6 @@ def one(engine, c: int, held: bool, steps: int, profile_steps: int, seed: int, s
     return row | device_timeline(prof, profile_steps)
 
 
-def backend_of(tok, variant: str):
-    """The GrammarBackend a --variants name stands for (module docstring), its llguidance tokenizer built."""
-    from orcd.structured.backend import GrammarBackend
-
-    kind, _, extra = variant.partition("-")
-    n = int(extra[1:]) if extra else 0
-    b = GrammarBackend(tok, native=kind == "native", executor_threads=n if extra[:1] == "x" else 0,
-                       fill_threads=n if extra[:1] == "p" else 1)
-    b.lltok  # noqa: B018 - built before timing
-    return b
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
@@ -154,8 +138,6 @@ def main() -> int:
     ap.add_argument("--schema", default="plain", choices=sorted(SCHEMAS))
     ap.add_argument("--text-prompts", action="store_true",
                     help="prompts in words that lead into the JSON (for real weights); default random ids")
-    ap.add_argument("--variants", default="", help="GrammarBackend variants, e.g. view,native,native-x8")
-    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--cprofile", action="store_true",
                     help="one more constrained run at the most streams under cProfile: OUT.cprofile.txt")
     args = ap.parse_args()
@@ -166,21 +148,12 @@ def main() -> int:
     cs = [int(c) for c in args.streams.split(",")]
     engine = LLMEngine(loaded, num_kv_blocks=max(cs) * 12 + 16, max_num_seqs=max(64, max(cs)),
                        enable_prefix_caching=False)
-    variants = args.variants.split(",") if args.variants else [""]
-    backends = {v: backend_of(loaded.tokenizer, v) for v in variants if v}
     engine.grammars().lltok  # noqa: B018 - built before timing
-    for v in [v for v in variants if v] or [""]:  # warm-up: compiles, first masks (each variant's)
-        if v:
-            engine._grammars = backends[v]
-        one(engine, max(cs), True, 24, 4, 0, args.schema, args.text_prompts)
+    one(engine, max(cs), True, 24, 4, 0, args.schema, args.text_prompts)  # warm-up: compiles, first masks
     rows = []
-    for rnd, c in [(r, c) for r in range(args.rounds) for c in cs]:
-        for held, v in [(False, variants[0])] + [(True, v) for v in variants]:
-            if v:
-                engine._grammars = backends[v]
+    for c in cs:
+        for held in (False, True):
             r = one(engine, c, held, args.steps, args.profile_steps, c, args.schema, args.text_prompts)
-            tokenizer = "native" if engine.grammars().is_native else "view"
-            r |= {"round": rnd, "variant": v or "default", "tokenizer": tokenizer if held else ""}
             rows.append(r)
             print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()),
                   flush=True)

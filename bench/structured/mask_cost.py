@@ -8,8 +8,7 @@ ms/step counts from the step after every stream has its first token. The mask's 
 - mask: every constrained row's bitmask before sampling (the path before check first);
 - check: rows drawn unmasked, masked only where the grammar rejects the token (orcd/structured/guide.py);
 - auto: the per-row policy (GrammarBackend.mask_ahead, the default): rows whose last mask was cheap, and
-  slow rows rejected last step while the forward runs, are masked before the draw; the rest checked;
-  auto@N: the same with GrammarBackend.fill_threads = N (batches of rows filled on a pool of N threads).
+  slow rows rejected last step while the forward runs, are masked before the draw; the rest checked.
 Split of the mask's work, per decode step:
 - fill: CPU wall time of GrammarBackend.fill_row (pending tokens, then one row's bitmask), on CUDA partly
   while the forward pass runs; masks: rows filled per step;
@@ -130,12 +129,9 @@ def one_round(engine, probe: Probe, c: int, n_constrained: int, steps: int, prom
     from orcd.structured.grammars import json_schema_grammar
 
     grammar = json_schema_grammar(SCHEMAS[schema], "schema")
-    kind, _, threads = path.partition("@")  # auto@4: the per-row policy on a fill pool of 4 threads
     backend = engine.grammars()
-    backend.check_first = kind in ("check", "auto")
-    backend.mask_ahead = kind == "auto"
-    if backend.fill_threads != int(threads or 1):
-        backend.fill_threads, backend._pool = int(threads or 1), None  # a new pool of that size
+    backend.check_first = path in ("check", "auto")
+    backend.mask_ahead = path == "auto"
     rng = random.Random(seed)
     free = SamplingParams(max_tokens=steps, temperature=0.0, ignore_eos=True)
     held = SamplingParams(max_tokens=steps, temperature=0.0, grammar=grammar)
@@ -244,7 +240,7 @@ def main() -> int:
                     help="(c)'s free rows equal (a)'s; (a) run twice equals itself")
     ap.add_argument("--no-prefix-cache", action="store_true", help="every round prefills its prompts anew")
     ap.add_argument("--paths", default="mask,check,auto",
-                    help="constrained paths to time: mask, check, auto, auto@N (N fill threads)")
+                    help="constrained paths to time: mask, check, auto")
     ap.add_argument("--slices", default="orcd", choices=["orcd", "default"],
                     help="llguidance tokenizer slices: orcd's MASK_SLICES or llguidance's defaults")
     ap.add_argument("--out", default=".")

@@ -1,20 +1,17 @@
-"""The llguidance tokenizers of one orcd tokenizer (lltokenizers.py), the per-request matchers built on them
-and the batch's mask."""
+"""One llguidance tokenizer per orcd tokenizer, and the per-request matchers built on it."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import llguidance
 import torch
 
 from orcd.errors import RequestError
-from orcd.structured.lltokenizers import control_texts, native_tokenizer, view_tokenizer
+from orcd.tokenizer.vocab import CONTROL
 
-PAR_MIN_S = 5e-4  # rows whose last masks took less in all are filled on the caller's thread
+SPECIAL = b"\xff"  # llguidance's marker for a special token's bytes (matched only by name, never as text)
 STRING_CHAR = r'[^"\\\x00-\x1F\x7F]'  # one character of JSON string content that needs no escape
 
 
@@ -37,6 +34,40 @@ def content_slices(lengths) -> tuple[str, ...]:
 MASK_SLICES = content_slices((20, 15, 8, 6, 4))
 
 
+ENCODED_MAX = 4096  # texts whose ids a _TokenizerView keeps
+
+
+class _TokenizerView:
+    """What llguidance.LLTokenizer reads from a tokenizer (its TokenizerWrapper protocol): every token's
+    bytes (control tokens marked special), EOS/BOS and an encode function."""
+
+    is_tokenizer_wrapper = True
+
+    def __init__(self, tok):
+        types = tok.vocab.types
+        self.tokens = [SPECIAL + tok.pieces[i] if types[i] == CONTROL else tok.pieces[i]
+                       for i in range(tok.vocab_size)]
+        self.special_token_ids = [i for i in range(tok.vocab_size) if types[i] == CONTROL]
+        self.eos_token_id = tok.eos_id
+        self.bos_token_id = tok.bos_id
+        self._tok = tok
+        self._seen: dict[str, tuple[int, ...]] = {}  # text -> its ids (__call__), up to _keep texts
+        self._keep = ENCODED_MAX
+
+    def __call__(self, text: str | bytes) -> list[int]:
+        """text's token ids. llguidance asks for the forced bytes of a grammar (a JSON schema's keys and
+        punctuation) again and again, a row at a time: each is encoded once (15-26 µs a call on the
+        H200's host, ~35 calls a step for the real Gemma 3 at 64 streams; bench/results/s33/)."""
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", errors="replace")
+        ids = self._seen.get(text)
+        if ids is None:
+            ids = tuple(self._tok.encode(text))
+            if len(self._seen) < self._keep:
+                self._seen[text] = ids
+        return list(ids)
+
+
 def eos_ids(tok) -> list[int]:
     """The tokens that end a generation (the tokenizer's EOS first), for the grammar's end."""
     first = [tok.eos_id] if tok.eos_id is not None else []
@@ -53,7 +84,7 @@ class Matcher:
 
     def __init__(self, backend: GrammarBackend, grammar: str):
         self.backend = backend
-        self._m = llguidance.LLMatcher(backend.lltok_for(grammar), grammar, log_level=0)
+        self._m = llguidance.LLMatcher(backend.lltok, grammar, log_level=0)
         self.pending: list[int] = []  # tokens consumed but not yet applied, in order
         self.rejected = False  # the grammar rejected this row's unmasked token at its last check (guide.py)
         self.fill_s = 0.0  # seconds its last mask took (inside a maxLength string: the whole vocabulary)
@@ -104,9 +135,8 @@ class Matcher:
 
 
 class GrammarBackend:
-    """llguidance's tokenizers for one orcd tokenizer (built on first use: ~1.6 s native, ~0.7 s the view,
-    for qwen2's 152k tokens on a 2-core CPU), the grammar check that needs them, matchers and the batch's
-    mask.
+    """llguidance's tokenizer for one orcd tokenizer (built on first use: ~0.7 s for a 152k vocab), the
+    grammar check that needs it, matchers and the batch's mask.
 
     check_first (default): the sampler draws each constrained row from its unmasked logits and computes
     a row's mask only where the grammar rejects that token, or where the row needs it before sampling
@@ -115,64 +145,32 @@ class GrammarBackend:
     whose mask was filled while the device ran are masked before the draw, the others checked; False:
     every row without top-k / top-p / min-p is checked (session 8's check first)."""
 
-    def __init__(self, tokenizer, check_first: bool = True, mask_ahead: bool = True, fill_threads: int = 1,
-                 slices: tuple[str, ...] | None = MASK_SLICES, native: bool = True,
-                 executor_threads: int = 0):
+    def __init__(self, tokenizer, check_first: bool = True, mask_ahead: bool = True,
+                 slices: tuple[str, ...] | None = MASK_SLICES):
         """slices: llguidance's tokenizer slices (content_slices); None: llguidance's defaults.
-        native: llguidance's native tokenizer where the vocabulary allows (lltokenizers.py), else the view.
-        executor_threads: fill a batch's masks (two rows or more) through llguidance's LLExecutor on that
-        many threads; 0 (default): not.
-        fill_threads: threads that fill a batch's masks (fill_rows); 1 (default): the caller's alone;
-        0: min(8, CPUs). Off by default: on the H100 host, 64 rows walking valid JSON filled in 2.96 ms
-        one by one, 1.71 ms on 4 threads, 4.09 ms on 8 (plain schema; bounded: 7.85, 7.10, 6.32 ms;
-        bench/structured/fill_scaling.py --pools 4,8), and the engine's steps with the pool of 8 were not
-        compared with it off on the same host."""
+
+        Masks are filled one row after another on the caller's thread. Threads were slower on both hosts
+        measured: on the H100's, 64 rows walking valid JSON filled in 2.96 ms one by one, 1.71 ms on a
+        Python pool of 4 threads, 4.09 ms on 8 (bounded: 7.85, 7.10, 6.32); on the H200's (session 34,
+        bench/results/s34/native_executor/), 0.94 ms one by one against 2.2 and 3.5 ms on pools of 4 and
+        8 threads and 1.9-5.8 ms through llguidance's LLExecutor on 4-16 threads (plain schema; also
+        slower with llguidance's native tokenizer, which never calls Python)."""
         self.tokenizer = tokenizer
         self.check_first = check_first
         self.mask_ahead = mask_ahead
-        self.fill_threads = fill_threads or min(8, os.cpu_count() or 1)
         self.slices = slices
-        self.native = native
-        self.executor_threads = executor_threads
-        self._executor_: llguidance.LLExecutor | None = None
-        self._pool: ThreadPoolExecutor | None = None
         self._lltok: llguidance.LLTokenizer | None = None
-        self._view: llguidance.LLTokenizer | None = None
         self._lock = threading.Lock()
         self.eos_ids = eos_ids(tokenizer)
-        self.is_native = False  # whether lltok is the native tokenizer (known once lltok is built)
 
     @property
     def lltok(self) -> llguidance.LLTokenizer:
-        """The tokenizer grammars compile on: the native one where there is one, else the view."""
         with self._lock:  # validate() runs on request threads, matchers are made on the engine's
             if self._lltok is None:
                 slices = None if self.slices is None else list(self.slices)
-                native = native_tokenizer(self.tokenizer, self.eos_ids, slices) if self.native else None
-                self.is_native = native is not None
-                self._lltok = native or view_tokenizer(self.tokenizer, self.eos_ids, slices)
-                self._controls = control_texts(self.tokenizer)
+                self._lltok = llguidance.LLTokenizer(_TokenizerView(self.tokenizer), eos_token=self.eos_ids,
+                                                     slices=slices)
             return self._lltok
-
-    @property
-    def view(self) -> llguidance.LLTokenizer:
-        """The view tokenizer (orcd's encode called back), for grammars holding a control token's text."""
-        lltok = self.lltok
-        if not self.is_native:
-            return lltok
-        with self._lock:
-            if self._view is None:
-                slices = None if self.slices is None else list(self.slices)
-                self._view = view_tokenizer(self.tokenizer, self.eos_ids, slices)
-            return self._view
-
-    def lltok_for(self, grammar: str) -> llguidance.LLTokenizer:
-        """lltok, or the view where the grammar's text holds a control token's (say a JSON const of
-        "<|im_end|>"): the native tokenizer would spell that forced text with the control token."""
-        lltok = self.lltok
-        if self.is_native and any(c in grammar for c in self._controls):
-            return self.view
-        return lltok
 
     @property
     def vocab_size(self) -> int:
@@ -180,7 +178,7 @@ class GrammarBackend:
 
     def check(self, grammar: str, param: str = "response_format") -> None:
         """RequestError naming `param` when the grammar does not compile against this vocabulary."""
-        err = llguidance.LLMatcher.validate_grammar(grammar, self.lltok_for(grammar))
+        err = llguidance.LLMatcher.validate_grammar(grammar, self.lltok)
         if err:
             raise RequestError(f"{param}: the grammar does not compile: {err.strip()}", param=param)
 
@@ -193,60 +191,16 @@ class GrammarBackend:
         nothing allowed (a matcher in its error state) allows the EOS tokens only, so the request ends
         instead of sampling from an empty set.
 
-        Through fill_rows: one matcher after another on this thread where the rows' last masks were cheap.
-        On the H100 host (16 cores), 64 rows walking valid JSON took 1.0 ms that way and 7.1 ms through
-        llguidance's parallel executor (LLExecutor, 12 threads); 3.5 vs 8.2 ms with maxLength strings."""
+        Through fill_rows: one matcher after another on this thread (threads were slower: __init__)."""
         bitmask = torch.zeros((len(matchers), self.words), dtype=torch.int32, pin_memory=pin)
         self.fill_rows(matchers, bitmask, list(range(len(matchers))))
         self.eos_if_empty(bitmask)
         return bitmask
 
     def fill_rows(self, matchers: list[Matcher], bitmask: torch.Tensor, slots: list[int]) -> None:
-        """fill_row(matchers[j], bitmask, slots[j]) for each j. Where their last masks (Matcher.fill_s)
-        took PAR_MIN_S or more in all, on fill_threads threads (llguidance releases the GIL while it
-        computes a mask; this thread waits), the slowest rows spread first over the least loaded threads:
-        inside maxLength strings one mask walks the whole vocabulary (1-20 ms). With executor_threads,
-        two rows or more go through llguidance's LLExecutor instead (_fill_native)."""
-        if self.executor_threads and len(matchers) > 1:
-            self._fill_native(matchers, bitmask, slots)
-            return
-        n = min(self.fill_threads, len(matchers))
-        if n < 2 or sum(m.fill_s for m in matchers) < PAR_MIN_S:
-            for m, j in zip(matchers, slots, strict=True):
-                self.fill_row(m, bitmask, j)
-            return
-        loads: list[tuple[float, list]] = [(0.0, []) for _ in range(n)]
-        for m, j in sorted(zip(matchers, slots, strict=True), key=lambda r: -r[0].fill_s):
-            k = min(range(n), key=lambda t: loads[t][0])
-            loads[k] = (loads[k][0] + m.fill_s, loads[k][1] + [(m, j)])
-        pool = self._executor()
-        for f in [pool.submit(self._fill_chunk, rows, bitmask) for _, rows in loads if rows]:
-            f.result()
-
-    def _fill_native(self, matchers: list[Matcher], bitmask: torch.Tensor, slots: list[int]) -> None:
-        """The rows' masks in one LLExecutor call (its threads; the GIL released throughout, save for the
-        view tokenizer's callbacks). Each row's fill_s is the call's time per row per thread."""
-        with self._lock:
-            if self._executor_ is None:
-                self._executor_ = llguidance.LLExecutor(self.executor_threads)
-        t0 = time.perf_counter()
-        for m in matchers:
-            m.flush()
-        rows = [(m._m, j) for m, j in zip(matchers, slots, strict=True)]
-        self._executor_.unsafe_compute_mask_ptr(rows, bitmask.data_ptr(), 4 * self.words, bitmask.shape[0])
-        per = (time.perf_counter() - t0) * min(self.executor_threads, len(rows)) / len(rows)
-        for m in matchers:
-            m.fill_s = per
-
-    def _fill_chunk(self, rows: list[tuple[Matcher, int]], bitmask: torch.Tensor) -> None:
-        for m, j in rows:
+        """fill_row(matchers[j], bitmask, slots[j]) for each j, one after another."""
+        for m, j in zip(matchers, slots, strict=True):
             self.fill_row(m, bitmask, j)
-
-    def _executor(self) -> ThreadPoolExecutor:
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.fill_threads, thread_name_prefix="orcd-mask")
-            return self._pool
 
     @property
     def words(self) -> int:

@@ -88,15 +88,10 @@ class GuidedStep:
 
     def _ahead(self, busy: Callable[[], bool], mask_ahead: bool) -> None:
         """Fill cheap rows' masks (the last took SLOW_FILL_S or less) before the draw while busy();
-        slow rows are left to the check. mask_ahead: in row order (they join self.first), all in one
-        call where the backend has an executor; else those rejected last step first (they stay checked,
-        by their masks' bits)."""
+        slow rows are left to the check. mask_ahead: in row order (they join self.first); else those
+        rejected last step first (they stay checked, by their masks' bits)."""
         ms = self.matchers
         cheap = [i for i in self.check if ms[i].fill_s <= SLOW_FILL_S]
-        if mask_ahead and self.backend.executor_threads:  # one LLExecutor call for them all
-            if cheap and busy():
-                self._fill(cheap)
-            return
         for i in cheap if mask_ahead else sorted(cheap, key=lambda i: not ms[i].rejected):
             if not busy():
                 break

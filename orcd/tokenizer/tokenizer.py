@@ -116,12 +116,6 @@ class GGUFTokenizer:
                                       self._token_text(self.eos_id))
         self.has_chat_template: bool = vocab.chat_template is not None
 
-    @property
-    def merge_model(self):
-        """What runs the merges on plain text (no special tokens): a `tokenizers.Tokenizer` or
-        spm_model.SentencePieceBPE (orcd.tokenizer.build)."""
-        return self._hf
-
     def _token_text(self, i: int | None) -> str:
         return self.vocab.tokens[i] if i is not None else ""
 

@@ -1,4 +1,4 @@
-"""llguidance's encode callback (lltokenizers.TokenizerView): each text is encoded once and then answered from
+"""llguidance's encode callback (backend._TokenizerView): each text is encoded once and then answered from
 the view's memo; the ids are the tokenizer's, the memo stops growing at ENCODED_MAX texts, and the masks
 of a walk through a JSON schema are the same as with a view that encodes every call."""
 
@@ -12,7 +12,6 @@ import torch
 from orcd.gguf import open_gguf
 from orcd.hub import DEMO_MODEL_PATH
 from orcd.structured import backend as B
-from orcd.structured import lltokenizers as L
 from orcd.structured.grammars import json_schema_grammar
 from orcd.tokenizer import load_tokenizer
 
@@ -44,7 +43,7 @@ def demo_tokenizer():
 
 def test_each_text_is_encoded_once_with_the_tokenizers_ids():
     tok = CountingTokenizer(demo_tokenizer())
-    view = L.TokenizerView(tok)
+    view = B._TokenizerView(tok)
     texts = ['{"people":[{"name":"', ',"age":', '"role":"', "héllo 🙂", '"name":"']
     for _ in range(3):
         for t in texts:
@@ -54,9 +53,9 @@ def test_each_text_is_encoded_once_with_the_tokenizers_ids():
 
 
 def test_the_memo_stops_at_encoded_max(monkeypatch):
-    monkeypatch.setattr(L, "ENCODED_MAX", 3)
+    monkeypatch.setattr(B, "ENCODED_MAX", 3)
     tok = CountingTokenizer(demo_tokenizer())
-    view = L.TokenizerView(tok)
+    view = B._TokenizerView(tok)
     for i in range(5):
         assert view(f"key{i}") == tok._tok.encode(f"key{i}")
     assert len(view._seen) == 3
@@ -67,10 +66,10 @@ def test_the_memo_stops_at_encoded_max(monkeypatch):
 def test_masks_equal_those_of_a_view_that_encodes_every_call(monkeypatch):
     """Two backends walk the same random allowed tokens of SCHEMA; one view keeps nothing."""
     tok = demo_tokenizer()
-    kept = B.GrammarBackend(tok, native=False)
+    kept = B.GrammarBackend(tok)
     kept.lltok  # noqa: B018 - its view built before ENCODED_MAX changes: it keeps texts
-    monkeypatch.setattr(L, "ENCODED_MAX", 0)
-    fresh = B.GrammarBackend(tok, native=False)
+    monkeypatch.setattr(B, "ENCODED_MAX", 0)
+    fresh = B.GrammarBackend(tok)
     grammar = json_schema_grammar(SCHEMA, "schema")
     ms = [kept.matcher(grammar), fresh.matcher(grammar)]
     rng = random.Random(5)

@@ -1,4 +1,4 @@
-"""The batched mask (GrammarBackend.fill: pending tokens applied in parallel, then every row's mask in one
+"""The batched mask (GrammarBackend.fill: pending tokens applied, then every row's mask in one
 call) equals a plain llguidance matcher per request, advanced at once and masked alone, token by token."""
 
 from __future__ import annotations
@@ -38,23 +38,16 @@ def reference_mask(b, m: llguidance.LLMatcher) -> torch.Tensor:
     return torch.from_numpy(words)
 
 
-@pytest.mark.parametrize(("threads", "executor"), [(1, 0), (4, 0), (1, 4)])
-def test_batched_deferred_mask_equals_per_request_token_by_token(backend, threads, executor):
+def test_batched_deferred_mask_equals_per_request_token_by_token(backend):
     """8 requests (a schema, a regex) walk at random among their allowed tokens, now and then a forbidden
     one (error state) or tokens past the end; sometimes two tokens pend before a fill, sometimes a row
-    skips a step. Every fill equals the per-request masks -- filled one after another, or on 4 threads
-    (rows marked slow, so fill_rows takes its thread pool), or through llguidance's LLExecutor on 4."""
-    from orcd.structured.backend import GrammarBackend
-
-    backend = GrammarBackend(backend.tokenizer, fill_threads=threads, executor_threads=executor)
+    skips a step. Every fill equals the per-request masks."""
     rng = random.Random(0)
     grammars = [json_schema_grammar(SCHEMA, "s"), regex_grammar("(ab|c)+d", "r")]
     ours = [backend.matcher(grammars[i % 2]) for i in range(8)]
     refs = [llguidance.LLMatcher(backend.lltok, grammars[i % 2], log_level=0) for i in range(8)]
     for _ in range(40):
         rows = [i for i in range(8) if rng.random() < 0.85]
-        for m in ours:
-            m.fill_s = 1.0 if threads > 1 else 0.0  # a slow last mask: the pool (PAR_MIN_S)
         bitmask = backend.fill([ours[i] for i in rows])
         for j, i in enumerate(rows):
             assert torch.equal(bitmask[j], reference_mask(backend, refs[i])), (i, j)
@@ -69,8 +62,6 @@ def test_batched_deferred_mask_equals_per_request_token_by_token(backend, thread
                     refs[i].consume_token(t)
     assert any(r.is_error() for r in refs) and any(not r.is_error() for r in refs)
     assert [m.done for m in ours] == [r.is_stopped() or r.is_error() for r in refs]
-    assert (backend._pool is not None) == (threads > 1)
-    assert (backend._executor_ is not None) == (executor > 0)
 
 
 def test_consume_is_applied_before_any_read(backend):
