@@ -9,7 +9,7 @@ torch.profiler's kernel timeline over --profile-steps steps, the kernel time and
 kernels (the device idle, waiting for the host) per step.
 
     python bench/structured/guided_phases.py --model q.gguf --out OUT.json [--streams 64] [--steps 128]
-        [--schema plain|bounded] [--text-prompts] [--cprofile]
+        [--schema plain|bounded] [--text-prompts] [--cprofile] [--rounds 1]
 
 --text-prompts: each stream gets reject_rate.prompts' text that leads into the schema's JSON (for a real
 model, whose greedy walk then follows the JSON it would write); by default 32 random token ids (random
@@ -138,6 +138,7 @@ def main() -> int:
     ap.add_argument("--schema", default="plain", choices=sorted(SCHEMAS))
     ap.add_argument("--text-prompts", action="store_true",
                     help="prompts in words that lead into the JSON (for real weights); default random ids")
+    ap.add_argument("--rounds", type=int, default=1, help="the free and constrained runs, this many times")
     ap.add_argument("--cprofile", action="store_true",
                     help="one more constrained run at the most streams under cProfile: OUT.cprofile.txt")
     args = ap.parse_args()
@@ -151,9 +152,10 @@ def main() -> int:
     engine.grammars().lltok  # noqa: B018 - built before timing
     one(engine, max(cs), True, 24, 4, 0, args.schema, args.text_prompts)  # warm-up: compiles, first masks
     rows = []
-    for c in cs:
+    for rnd, c in [(r, c) for r in range(args.rounds) for c in cs]:
         for held in (False, True):
             r = one(engine, c, held, args.steps, args.profile_steps, c, args.schema, args.text_prompts)
+            r["round"] = rnd
             rows.append(r)
             print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()),
                   flush=True)
