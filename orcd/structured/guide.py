@@ -15,10 +15,9 @@ k best tokens), so such rows are masked before sampling, as every row is when ch
 Logprobs are the model's, before the mask (SamplingParams.logprobs), from the same logits either way.
 
 Overlap: on CUDA this runs while the device still computes the logits. Every row's pending tokens are
-applied then, and rows' masks are filled ahead while the device is busy (rows rejected last step first;
-rows whose last mask took over SLOW_FILL_S only where the busy window leaves room: inside a maxLength
-string llguidance walks the whole vocabulary); a filled row is checked by one bit test, the others by
-llguidance (Matcher.quick_check).
+applied then, and rows' masks are filled ahead while the device is busy (rows rejected last step first,
+rows whose last mask took over SLOW_FILL_S only where the busy window leaves room: inside a maxLength string llguidance walks the whole
+vocabulary); a filled row is checked by one bit test, the others by llguidance (Matcher.quick_check).
 Which rows were filled ahead changes the time, never the tokens. A rejected row whose mask allows one
 token (forced bytes: JSON keys and punctuation) gets it on the CPU; the others are drawn again on the
 device from their masked logits, one batch.
