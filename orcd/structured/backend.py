@@ -162,9 +162,6 @@ class GrammarBackend:
         self._lltok: llguidance.LLTokenizer | None = None
         self._lock = threading.Lock()
         self.eos_ids = eos_ids(tokenizer)
-        # seconds the device still computed a step's logits once its GuidedStep began (orcd.structured.guide),
-        # as last seen; 0 until seen: no slow row is filled ahead before
-        self.window_s = 0.0
 
     @property
     def lltok(self) -> llguidance.LLTokenizer:

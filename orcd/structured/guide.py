@@ -16,7 +16,7 @@ Logprobs are the model's, before the mask (SamplingParams.logprobs), from the sa
 
 Overlap: on CUDA this runs while the device still computes the logits. Every row's pending tokens are
 applied then, and rows' masks are filled ahead while the device is busy (rows rejected last step first,
-rows whose last mask took over SLOW_FILL_S only where the busy window leaves room: inside a maxLength string llguidance walks the whole
+rows whose last mask took over SLOW_FILL_S never: inside a maxLength string llguidance walks the whole
 vocabulary); a filled row is checked by one bit test, the others by llguidance (Matcher.quick_check).
 Which rows were filled ahead changes the time, never the tokens. A rejected row whose mask allows one
 token (forced bytes: JSON keys and punctuation) gets it on the CPU; the others are drawn again on the
@@ -25,10 +25,9 @@ device from their masked logits, one batch.
 Per-row policy (GrammarBackend.mask_ahead, the default): a row whose last mask was cheap (SLOW_FILL_S
 or less) is filled while the device is busy, and masked before the draw like a masks_first row, not
 checked after it, so it never pays the second pass (the step's sync, its mask upload, a second draw)
-when its unmasked token is rejected. Slow rows (inside maxLength strings) are filled ahead only where
-their last fill time fits in what is left of the device's busy window as last seen (a 7B's ~7 ms step at 64
-streams), else checked: on the H100 filling a slow row rejected last step ahead (4.5-8.7 ms a fill) outlasted
-the ~3 ms step it was meant to hide behind (bounded schema, 64 rows: 75.9 % of the step against 66.8 % for
+when its unmasked token is rejected. Slow rows (inside maxLength strings) are always checked, never
+filled ahead: on the H100 filling a slow row rejected last step ahead (4.5-8.7 ms a fill) outlasted the
+~3 ms step it was meant to hide behind (bounded schema, 64 rows: 75.9 % of the step against 66.8 % for
 check-first; bench/results/mask_cost_4607b47.json), and cheap rows filled whether or not the device was
 still busy let rows entering a string pay a slow fill on the step's path (13.3 against 8.4 ms a step;
 mask_cost_ae555e3.json); a cheap row not filled by the time the logits are ready is checked. Both
@@ -37,7 +36,6 @@ draws give the same token, so the policy changes the time only.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -67,8 +65,6 @@ class GuidedStep:
         computes the logits (fill masks ahead while it does). pin: pinned bitmask (CUDA uploads).
         mask_ahead: the per-row policy (_ahead); rows filled join self.first (masked before the draw)
         instead of being checked."""
-        self.t0 = self.seen_busy = time.perf_counter()
-        self.ended_busy = False  # the device still computed the logits when _ahead stopped
         rows = [i for i, m in enumerate(matchers) if m is not None]
         self.first = [i for i in rows if first[i]]
         self.check = [i for i in rows if not first[i]]
@@ -91,37 +87,15 @@ class GuidedStep:
             self.check = [i for i in self.check if i not in self.slot]
 
     def _ahead(self, busy: Callable[[], bool], mask_ahead: bool) -> None:
-        """Fill cheap rows' masks (the last took SLOW_FILL_S or less) before the draw while busy(); then
-        slow rows (rejected last step first, cheapest first) where their last fill time fits in what is
-        left of the device's busy window as last seen (backend.window_s: on the 7B at 64 streams ~7 ms,
-        on the 0.5B ~1 ms, where no slow fill fits); the others are left to the check. mask_ahead: cheap
-        rows in row order (filled rows join self.first); else those rejected last step first (they stay
-        checked, by their masks' bits)."""
+        """Fill cheap rows' masks (the last took SLOW_FILL_S or less) before the draw while busy();
+        slow rows are left to the check. mask_ahead: in row order (they join self.first); else those
+        rejected last step first (they stay checked, by their masks' bits)."""
         ms = self.matchers
         cheap = [i for i in self.check if ms[i].fill_s <= SLOW_FILL_S]
-        slow = sorted((i for i in self.check if ms[i].fill_s > SLOW_FILL_S),
-                      key=lambda i: (not ms[i].rejected, ms[i].fill_s))
         for i in cheap if mask_ahead else sorted(cheap, key=lambda i: not ms[i].rejected):
-            if not self._still(busy):
-                return
+            if not busy():
+                break
             self._fill([i])
-        for i in slow:
-            if not self._still(busy):
-                return
-            if time.perf_counter() - self.t0 + ms[i].fill_s <= self.backend.window_s:
-                self._fill([i])
-        self.ended_busy = self._still(busy)
-
-    def _still(self, busy: Callable[[], bool]) -> bool:
-        """busy(); when the device is seen done, the busy window is noted on the backend: seconds from t0 to
-        the last time it was seen busy (a lower bound: a slow fill that outlasted the device must not
-        widen the window the next step plans with)."""
-        now = time.perf_counter()
-        if busy():
-            self.seen_busy = now
-            return True
-        self.backend.window_s = self.seen_busy - self.t0
-        return False
 
     def _fill(self, rows: list[int]) -> None:
         """Fill these rows' masks (without the EOS rule: eos_if_empty after); each takes the next slot."""
@@ -140,9 +114,7 @@ class GuidedStep:
         copy of `tokens` (the step's sync). Sets each checked matcher's `rejected`."""
         if not self.check:
             return []
-        every = tokens.tolist()  # waits for the device
-        if self.ended_busy:  # the device was done by now: its busy window, a little over
-            self.backend.window_s = time.perf_counter() - self.t0
+        every = tokens.tolist()
         toks = [every[i] for i in self.check]
         ok = dict(zip(self.check, self._bits(toks), strict=True))
         ask = []  # rows only the mask can judge (Matcher.quick_check)

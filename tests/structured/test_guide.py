@@ -285,33 +285,3 @@ def test_a_row_filled_ahead_is_masked_first_and_never_redrawn(tokenizer, mask_ah
     assert ms[0].rejected is not mask_ahead  # masked first: never checked
     assert b.rows_filled == 3  # rows 0 and 1 ahead, row 2 (slow) after its rejection
     assert ms[2].fill_s <= SLOW_FILL_S  # measured again (the demo vocabulary's masks are cheap)
-
-
-def test_slow_rows_are_filled_ahead_only_where_the_busy_window_leaves_room(tokenizer, monkeypatch):
-    """A slow row (its last fill over SLOW_FILL_S) is filled ahead when its last fill time fits in what is
-    left of the busy window last seen (backend.window_s), else checked. The window is learnt: up to the
-    last time the device was seen busy when it is seen done during the fills, else at the check's sync."""
-    monkeypatch.setattr("orcd.structured.guide.SLOW_FILL_S", 1.0)
-    from orcd.structured.guide import GuidedStep
-
-    b = CountingBackend(tokenizer)
-    ms = [b.matcher(regex_grammar("(ab|c)+d", "r")) for _ in range(3)]
-    assert b.window_s == 0.0  # none seen yet: no slow row is filled ahead
-    ms[2].fill_s = 2.0
-    step = GuidedStep(ms, [False] * 3, busy=lambda: True, pin=False, mask_ahead=True)
-    assert (step.first, step.check) == ([0, 1], [2])
-    b.window_s = 60.0
-    ms[2].fill_s = 2.0
-    step = GuidedStep(ms, [False] * 3, busy=lambda: True, pin=False, mask_ahead=True)
-    assert (step.first, step.check) == ([0, 1, 2], [])
-    assert ms[2].fill_s < 1.0  # measured again
-    seen = iter([True, True, False])
-    ms[2].fill_s = 2.0
-    step = GuidedStep(ms, [False] * 3, busy=lambda: next(seen), pin=False, mask_ahead=True)
-    assert (step.first, step.check) == ([0, 1], [2]) and 0.0 <= b.window_s < 60.0
-    assert not step.ended_busy
-    b.window_s = 0.0
-    step = GuidedStep(ms, [False] * 3, busy=lambda: True, pin=False, mask_ahead=True)
-    assert step.ended_busy and step.check == [2]
-    step.rejected(torch.zeros(3, dtype=torch.int64))  # the check's sync: the device done by then
-    assert b.window_s > 0.0
