@@ -29,7 +29,6 @@ from orcd.structured.mask import apply_mask, to_device
 
 M32 = 0xFFFFFFFF
 GOLDEN = 0x9E3779B1
-CANDIDATES = 64  # a slow rejected row's best tokens checked one by one before its mask is computed
 
 
 @dataclass
@@ -141,36 +140,17 @@ def _race(logits: torch.Tensor, rows: list[SampleRow], seeds: list[int | None],
         logits = apply_penalties(logits.float(), rows, last_ids)
     out = logits.argmax(dim=-1)
     hot = [i for i, r in enumerate(rows) if not r.params.greedy]
-    if hot:
-        hot_idx = to_device(hot, logits.device, torch.int64)
-        out[hot_idx] = _hot_scores(logits, rows, seeds, hot, hot_idx).argmax(dim=-1)
-    return out
-
-
-def race_scores(logits: torch.Tensor, rows: list[SampleRow], seeds: list[int | None],
-                last_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """The scores [N, V] float32 whose argmax _race draws: the logits after penalties (greedy rows), or
-    after penalties / T, truncation and + Gumbel noise (the others)."""
-    if any(r.penalty_token_ids and has_penalty(r.params) for r in rows):
-        logits = apply_penalties(logits.float(), rows, last_ids)
-    scores = logits.float().clone()
-    hot = [i for i, r in enumerate(rows) if not r.params.greedy]
-    if hot:
-        hot_idx = to_device(hot, logits.device, torch.int64)
-        scores[hot_idx] = _hot_scores(logits, rows, seeds, hot, hot_idx)
-    return scores
-
-
-def _hot_scores(logits: torch.Tensor, rows: list[SampleRow], seeds: list[int | None], hot: list[int],
-                hot_idx: torch.Tensor) -> torch.Tensor:
-    """The race's scores [len(hot), V] of the sampled rows `hot`: logits / T, truncated, + Gumbel noise."""
+    if not hot:
+        return out
     sub_rows = [rows[i] for i in hot]
+    hot_idx = to_device(hot, logits.device, torch.int64)
     temps = to_device([r.params.temperature for r in sub_rows], logits.device)[:, None]
     scaled = _filter(logits[hot_idx].float() / temps, sub_rows)
     keys = [row_key(seeds[i], r.num_generated) for i, r in zip(hot, sub_rows, strict=True)]
     keys = to_device(keys, logits.device, torch.int64)
     gumbel = -torch.log(-torch.log(uniform_noise(keys, logits.shape[1]))).float()
-    return scaled + gumbel
+    out[hot_idx] = (scaled + gumbel).argmax(dim=-1)
+    return out
 
 
 def _device_busy(logits: torch.Tensor) -> Callable[[], bool]:
@@ -215,32 +195,17 @@ def sample(logits: torch.Tensor, rows: list[SampleRow], greedy: torch.Tensor | N
     redo = guide.rejected(tokens)
     if not redo:
         return tokens
-    picked = _candidates(logits, rows, seeds, last_ids, guide, guide.slow(redo))
-    redo = [i for i in redo if i not in picked]
-    picked |= guide.single(redo)  # rows whose grammar allows one token: that token, no device work
-    if picked:
-        tokens[torch.tensor(list(picked), device=logits.device)] = torch.tensor(list(picked.values()),
-                                                                               device=logits.device)
-    redo = [i for i in redo if i not in picked]
+    one = guide.single(redo)  # rows whose grammar allows one token: that token, no device work
+    if one:
+        tokens[torch.tensor(list(one), device=logits.device)] = torch.tensor(list(one.values()),
+                                                                            device=logits.device)
+    redo = [i for i in redo if i not in one]
     if redo:
         idx = torch.tensor(redo, device=logits.device)
         masked = apply_mask(logits.index_select(0, idx), list(range(len(redo))), guide.masks(redo))
         ids = last_ids.index_select(0, idx) if last_ids is not None else None
         tokens[idx] = _race(masked, [rows[i] for i in redo], [seeds[i] for i in redo], ids)
     return tokens
-
-
-def _candidates(logits: torch.Tensor, rows: list[SampleRow], seeds: list[int | None],
-                last_ids: torch.Tensor | None, guide: GuidedStep, slow: list[int]) -> dict[int, int]:
-    """row -> token for the slow rejected rows (GuidedStep.slow) whose CANDIDATES best race scores hold
-    their masked draw (GuidedStep.best_allowed): no mask computed for them. One topk and one host copy."""
-    if not slow:
-        return {}
-    idx = to_device(slow, logits.device, torch.int64)
-    ids = last_ids.index_select(0, idx) if last_ids is not None else None
-    scores = race_scores(logits.index_select(0, idx), [rows[i] for i in slow], [seeds[i] for i in slow], ids)
-    top = scores.topk(min(CANDIDATES, scores.shape[1]), dim=-1)
-    return guide.best_allowed(slow, top.values.tolist(), top.indices.tolist())
 
 
 def has_penalty(p: SamplingParams) -> bool:

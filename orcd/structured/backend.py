@@ -124,30 +124,6 @@ class Matcher:
             return None if token_id in self.backend.eos_ids else False
         return None if self._m.compute_ff_bytes() else True
 
-    def best_allowed(self, scores: list[float], ids: list[int]) -> int | None:
-        """The token the masked draw gives, from the row's best candidates (ids in descending race score
-        `scores`, the sampler's topk) checked one by one (llguidance: ~2-3 µs each), or None where they
-        cannot tell: forced bytes, a stopped or failed grammar, an EOS candidate the check refuses (as
-        quick_check), a NaN or -inf score, or no allowed candidate before a lower score follows (the
-        winner, or a tie with it, may lie past the candidates). Ties go to the lowest id: argmax's first
-        index among equal maxima. Used for slow rows (inside maxLength strings: a mask walks the whole
-        vocabulary, 1-20 ms) whose unmasked token was rejected."""
-        m = self.m
-        if m.compute_ff_bytes() or m.is_stopped() or m.is_error():
-            return None
-        best, top = None, 0.0
-        for v, t in zip(scores, ids, strict=True):
-            if v != v or v == float("-inf"):
-                return None
-            if best is not None and v < top:
-                return best
-            ok = 0 <= t < self.backend.vocab_size and m.validate_tokens([t]) == 1
-            if not ok and t in self.backend.eos_ids:
-                return None
-            if ok and (best is None or t < best):
-                best, top = t, v
-        return None
-
     def allows(self, token_id: int) -> bool:
         """Whether the mask GrammarBackend.fill() would give now has `token_id`'s bit set (quick_check,
         else the mask)."""

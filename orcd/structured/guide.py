@@ -18,11 +18,9 @@ Overlap: on CUDA this runs while the device still computes the logits. Every row
 applied then, and rows' masks are filled ahead while the device is busy (rows rejected last step first,
 rows whose last mask took over SLOW_FILL_S never: inside a maxLength string llguidance walks the whole
 vocabulary); a filled row is checked by one bit test, the others by llguidance (Matcher.quick_check).
-Which rows were filled ahead changes the time, never the tokens. A rejected slow row (not filled) first
-has its best race scores checked one by one (the sampler's CANDIDATES, one topk and one host copy): the
-best allowed one, once a lower score follows, is the masked draw's token (Matcher.best_allowed), with no
-mask computed. A rejected row whose mask allows one token (forced bytes: JSON keys and punctuation) gets it
-on the CPU; the others are drawn again on the device from their masked logits, one batch.
+Which rows were filled ahead changes the time, never the tokens. A rejected row whose mask allows one
+token (forced bytes: JSON keys and punctuation) gets it on the CPU; the others are drawn again on the
+device from their masked logits, one batch.
 
 Per-row policy (GrammarBackend.mask_ahead, the default): a row whose last mask was cheap (SLOW_FILL_S
 or less) is filled while the device is busy, and masked before the draw like a masks_first row, not
@@ -149,21 +147,6 @@ class GuidedStep:
         bits = ((((words >> (t & 31)) & 1) == 1) & (t >= 0) & (t < 32 * w)).tolist()
         for j, b in zip(js, bits, strict=True):
             out[j] = b
-        return out
-
-    def slow(self, rows: list[int]) -> list[int]:
-        """Those of `rows` whose mask is not filled and whose last one took over SLOW_FILL_S."""
-        return [i for i in rows if i not in self.slot and self.matchers[i].fill_s > SLOW_FILL_S]
-
-    def best_allowed(self, rows: list[int], scores: list[list[float]],
-                     ids: list[list[int]]) -> dict[int, int]:
-        """row -> its masked draw's token, for the rows of `rows` whose candidates (ids[j] in descending
-        race scores[j]) tell it without a mask (Matcher.best_allowed)."""
-        out = {}
-        for i, vs, ts in zip(rows, scores, ids, strict=True):
-            t = self.matchers[i].best_allowed(vs, ts)
-            if t is not None:
-                out[i] = t
         return out
 
     def ensure(self, rows: list[int]) -> None:
