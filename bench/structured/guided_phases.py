@@ -4,7 +4,8 @@ the same streams free.
 
 Host phases (ms per decode step, wall): the draw of the step in flight (GuidedInFlight.draw: masks filled
 while the forward runs, the draw, the step's sync and check), Scheduler.advance + schedule, the launch
-of the next step (ModelRunner.launch), the events of the step before (LLMEngine._resolve). Device: from
+of the next step (ModelRunner.launch), the wait for the step before's tokens (LLMEngine._wait: the device's
+time left, once the draw did not sync), their events (LLMEngine._resolve). Device: from
 torch.profiler's kernel timeline over --profile-steps steps, the kernel time and the gaps between
 kernels (the device idle, waiting for the host) per step.
 
@@ -96,8 +97,8 @@ def one(engine, c: int, held: bool, steps: int, profile_steps: int, seed: int, s
 
     saved = [(o, n, getattr(o, n)) for o, n in [
         (executors.GuidedInFlight, "draw"), (guide.GuidedStep, "__init__"), (guide.GuidedStep, "rejected"),
-        (Scheduler, "advance"), (Scheduler, "schedule"), (ModelRunner, "launch"), (LLMEngine, "_resolve"),
-        (LLMEngine, "step")]]
+        (guide.GuidedStep, "single"), (Scheduler, "advance"), (Scheduler, "schedule"),
+        (ModelRunner, "launch"), (LLMEngine, "_wait"), (LLMEngine, "_resolve"), (LLMEngine, "step")]]
     for o, n, _ in saved:
         phases.wrap(o, n, f"{o.__name__}.{n}")
     n = 0
