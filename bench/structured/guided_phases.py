@@ -119,6 +119,8 @@ def one(engine, c: int, held: bool, steps: int, profile_steps: int, seed: int, s
                 engine.step()
             torch.cuda.synchronize() if cuda else None
     finally:
+        if host_profile is not None:
+            host_profile.disable()  # again where a step raised: a no-op otherwise
         for o, name, fn in saved:
             setattr(o, name, fn)
     while engine.has_work():
