@@ -21,6 +21,8 @@ the split merge) and scale the varlen call's output by sigmoid(lse - sink).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 import triton
@@ -31,6 +33,16 @@ from orcd.quant.kernels.fused_linear import pdl_enabled
 from orcd.quant.kernels.xquant import quantize_x, store_quant32
 
 BLOCK_N = 64  # context tokens per inner iteration
+
+
+@dataclass(frozen=True)
+class SplitLaunch:
+    """How the split kernel is launched: context tokens per inner iteration (block_n), warps per program,
+    software-pipeline stages of the context loop (None: Triton's default)."""
+    block_n: int = BLOCK_N
+    num_warps: int = 4
+    num_stages: int | None = None
+
 # Both kernels use programmatic dependent launch where pdl_enabled() (Hopper+): each
 # launches while the kernel before it finishes and waits (griddepcontrol.wait) before its first read.
 
@@ -128,29 +140,31 @@ def _merge_kernel(op_ptr, lse_ptr, out_ptr, sink_ptr, xq_ptr, xs_ptr, n_heads, S
                       blk < D // 32)
 
 
-def default_num_splits(batch: int, n_kv_heads: int, max_context: int) -> int:
-    """Enough programs to fill ~2 waves of a 132-SM GPU, never more splits than BLOCK_N tiles."""
+def default_num_splits(batch: int, n_kv_heads: int, max_context: int, block_n: int = BLOCK_N) -> int:
+    """Enough programs to fill ~2 waves of a 132-SM GPU, never more splits than block_n tiles."""
     want = triton.next_power_of_2(max(1, 256 // max(1, batch * n_kv_heads)))
-    return max(1, min(want, 64, triton.cdiv(max_context, BLOCK_N)))
+    return max(1, min(want, 64, triton.cdiv(max_context, block_n)))
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
                            num_splits: int | None = None, window: int = 0,
-                           sinks: torch.Tensor | None = None, quant: bool = False):
+                           sinks: torch.Tensor | None = None, quant: bool = False,
+                           launch: SplitLaunch | None = None):
     """q [B, Hq, D]; caches [num_blocks, page, Hkv, D]; seq_lens >= 1 -> out [B, Hq, D] in q.dtype.
     window > 0: each query sees only its sequence's last `window` keys. sinks [Hq] float32: per-head
     logits in the softmax denominator (gpt-oss). quant=True (opt-in, D % 32 == 0): returns (out,
     quantize_x(out.view(B, Hq * D))), the merge kernel writing the words and scales (one split:
-    quantize_x itself)."""
+    quantize_x itself). launch: the split kernel's tile and warps (benchmarks sweep it)."""
     bsz, n_heads, dim = q.shape
+    launch = launch or SplitLaunch()
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
     group = n_heads // n_kv
     if quant and dim % 32:
         raise ValueError(f"head_dim {dim} is not a multiple of 32")
     if num_splits is None:
         span = block_tables.shape[1] * page
-        num_splits = default_num_splits(bsz, n_kv, min(span, window) if window > 0 else span)
+        num_splits = default_num_splits(bsz, n_kv, min(span, window) if window > 0 else span, launch.block_n)
     if q.stride(2) != 1:  # rows and heads may be apart (column ranges of one q|k|v product): strides
         q = q.contiguous()
     if q.dtype != k_cache.dtype:
@@ -165,11 +179,12 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     grid = (bsz, n_kv, num_splits)
     sink = {"SINK": 1} if sinks is not None else {}
     sink_ptr = sinks if sinks is not None else seq_lens  # never read without SINK
+    stages = {"num_stages": launch.num_stages} if launch.num_stages else {}
     _decode_split_kernel[grid](
         q, k_cache, v_cache, block_tables, seq_lens, part, lse, out, sink_ptr, float(scale), int(window),
         q.stride(0), q.stride(1), *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0),
-        GROUP=group, QB=max(16, triton.next_power_of_2(group)), D=dim, PAGE=page, BN=BLOCK_N,
-        SPLITS=num_splits, IEEE=q.dtype == torch.float32, num_warps=4, **pdl, **sink)
+        GROUP=group, QB=max(16, triton.next_power_of_2(group)), D=dim, PAGE=page, BN=launch.block_n,
+        SPLITS=num_splits, IEEE=q.dtype == torch.float32, num_warps=launch.num_warps, **stages, **pdl, **sink)
     if quant and num_splits == 1:
         return out, quantize_x(out.view(bsz, n_heads * dim))
     xq = torch.empty((bsz, n_heads * dim // 4), dtype=torch.int32, device=q.device) if quant else out

@@ -1,0 +1,130 @@
+"""Sweep of the split decode-attention kernel's launch on the GPU: splits, context tokens per iteration
+(block_n), warps, software-pipeline stages.
+
+Shapes as the engine's decode graphs see them: the 0.5B (14 query / 2 KV heads, D 64) or the 7B (28 / 4,
+D 128), bf16 caches of 16-token pages, a block table 2,048 columns wide (32k context; unused columns name
+one scratch block), every sequence at the same context. Each time is one CUDA graph replaying L layer calls
+(each layer its own cache; L makes the caches >= 400 MB, so L2 holds none of them), divided by L: µs per
+layer, the merge launch included. Each configuration's output at the deepest context is checked against the
+default launch's (max abs difference, bf16).
+
+Usage: python bench/kernels/attn_split.py --model 0.5b|7b --batches 1,8,64 --contexts 160,4096 --out F.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernel_times import graph_time_ms  # noqa: E402
+
+from orcd.models.layers.attention_triton import (  # noqa: E402
+    SplitLaunch,
+    default_num_splits,
+    paged_decode_attention,
+)
+
+SHAPES = {"0.5b": (14, 2, 64), "7b": (28, 4, 128)}  # query heads, KV heads, head dim
+PAGE, WIDTH = 16, 2048
+TILES = [SplitLaunch(bn, w, st) for bn, w, st in itertools.product((32, 64, 128), (2, 4, 8), (1, 2, 3))]
+
+
+def build(batch: int, heads: tuple[int, int, int], max_ctx: int):
+    """-> (q [B, Hq, D], caches [(k, v)] per layer, tables [B, WIDTH] int32, layers)."""
+    n_heads, n_kv, dim = heads
+    pages = math.ceil(max_ctx / PAGE)
+    n_blocks = batch * pages + 1  # block 0: the scratch block the unused columns name
+    layer_bytes = 2 * batch * max_ctx * n_kv * dim * 2
+    layers = max(2, min(256, math.ceil(400e6 / layer_bytes)))
+    tables = torch.zeros((batch, WIDTH), dtype=torch.int32, device="cuda")
+    tables[:, :pages] = (1 + torch.randperm(batch * pages, device="cuda")).view(batch, pages).to(torch.int32)
+    caches = [(torch.randn(n_blocks, PAGE, n_kv, dim, device="cuda", dtype=torch.bfloat16),
+               torch.randn(n_blocks, PAGE, n_kv, dim, device="cuda", dtype=torch.bfloat16))
+              for _ in range(layers)]
+    q = torch.randn(batch, n_heads, dim, device="cuda", dtype=torch.bfloat16)
+    return q, caches, tables, layers
+
+
+def time_one(q, caches, tables, seq_lens, splits: int, tile: SplitLaunch) -> float:
+    """µs per layer of paged_decode_attention with these settings."""
+    scale = q.shape[-1] ** -0.5
+
+    def step():
+        for k, v in caches:
+            paged_decode_attention(q, k, v, tables, seq_lens, scale, num_splits=splits, launch=tile)
+
+    return graph_time_ms(step, reps=10) * 1e3 / len(caches)
+
+
+def sweep_batch(model: str, batch: int, contexts: list[int]) -> list[dict]:
+    heads = SHAPES[model]
+    q, caches, tables, layers = build(batch, heads, max(contexts))
+    default = default_num_splits(batch, heads[1], WIDTH * PAGE)
+    split_opts = sorted({s for s in (default // 2, default, default * 2, default * 4) if 1 <= s <= 64})
+    deep = torch.full((batch,), max(contexts), dtype=torch.int32, device="cuda")
+    k0, v0 = caches[0]
+    ref = paged_decode_attention(q, k0, v0, tables, deep, q.shape[-1] ** -0.5)
+    rows = []
+    for splits, tile in itertools.product(split_opts, TILES):
+        row = {"model": model, "batch": batch, "layers": layers, "splits": splits, "default_splits": default,
+               "block_n": tile.block_n, "num_warps": tile.num_warps, "num_stages": tile.num_stages}
+        try:
+            out = paged_decode_attention(q, k0, v0, tables, deep, q.shape[-1] ** -0.5, num_splits=splits,
+                                         launch=tile)
+            row["max_abs_diff"] = (out.float() - ref.float()).abs().max().item()
+            for ctx in contexts:
+                sl = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
+                row[f"us_{ctx}"] = time_one(q, caches, tables, sl, splits, tile)
+        except Exception as e:  # a tile that does not fit (shared memory, registers): recorded, skipped
+            row["error"] = f"{type(e).__name__}: {str(e)[:120]}"
+        rows.append(row)
+    del caches
+    torch.cuda.empty_cache()
+    return rows
+
+
+def summary(rows: list[dict], contexts: list[int]) -> list[str]:
+    lines = []
+    for batch in sorted({r["batch"] for r in rows}):
+        ok = [r for r in rows if r["batch"] == batch and "error" not in r]
+        base = next(r for r in ok if r["splits"] == r["default_splits"] and r["block_n"] == 64
+                    and r["num_warps"] == 4 and r["num_stages"] == 3)
+        best_sum = min(ok, key=lambda r: sum(r[f"us_{c}"] for c in contexts))
+        lines.append(f"B={batch} default {fmt(base, contexts)}")
+        lines.append(f"B={batch} best sum {fmt(best_sum, contexts)}")
+        for c in contexts:
+            lines.append(f"B={batch} best at {c} {fmt(min(ok, key=lambda r: r[f'us_{c}']), contexts)}")
+    return lines
+
+
+def fmt(r: dict, contexts: list[int]) -> str:
+    times = " ".join(f"{c}:{r[f'us_{c}']:.1f}us" for c in contexts)
+    return (f"splits {r['splits']} bn {r['block_n']} w {r['num_warps']} st {r['num_stages']} | {times} "
+            f"| diff {r['max_abs_diff']:.2e}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=sorted(SHAPES), required=True)
+    ap.add_argument("--batches", default="1,8,64")
+    ap.add_argument("--contexts", default="160,4096")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    contexts = [int(c) for c in args.contexts.split(",")]
+    rows = []
+    for batch in (int(b) for b in args.batches.split(",")):
+        rows += sweep_batch(args.model, batch, contexts)
+        result = {"device": torch.cuda.get_device_name(), "rows": rows}
+        Path(args.out).write_text(json.dumps(result, indent=1))
+    print("\n".join(summary(rows, contexts)))
+
+
+if __name__ == "__main__":
+    main()
