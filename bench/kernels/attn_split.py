@@ -27,7 +27,7 @@ from kernel_times import graph_time_ms  # noqa: E402
 
 from orcd.models.layers.attention_triton import (  # noqa: E402
     SplitLaunch,
-    default_num_splits,
+    default_launch,
     paged_decode_attention,
 )
 
@@ -66,7 +66,7 @@ def time_one(q, caches, tables, seq_lens, splits: int, tile: SplitLaunch) -> flo
 def sweep_batch(model: str, batch: int, contexts: list[int]) -> list[dict]:
     heads = SHAPES[model]
     q, caches, tables, layers = build(batch, heads, max(contexts))
-    default = default_num_splits(batch, heads[1], WIDTH * PAGE)
+    default = default_launch(batch, heads[1], heads[2], WIDTH * PAGE)[0]
     split_opts = sorted({s for s in (default // 2, default, default * 2, default * 4) if 1 <= s <= 64})
     deep = torch.full((batch,), max(contexts), dtype=torch.int32, device="cuda")
     k0, v0 = caches[0]

@@ -140,10 +140,19 @@ def _merge_kernel(op_ptr, lse_ptr, out_ptr, sink_ptr, xq_ptr, xs_ptr, n_heads, S
                       blk < D // 32)
 
 
-def default_num_splits(batch: int, n_kv_heads: int, max_context: int, block_n: int = BLOCK_N) -> int:
-    """Enough programs to fill ~2 waves of a 132-SM GPU, never more splits than block_n tiles."""
-    want = triton.next_power_of_2(max(1, 256 // max(1, batch * n_kv_heads)))
-    return max(1, min(want, 64, triton.cdiv(max_context, block_n)))
+def default_launch(batch: int, n_kv_heads: int, dim: int, max_context: int) -> tuple[int, SplitLaunch]:
+    """The split count and launch of a decode step, as measured on the H200 (bench/results/s35/attn_split/).
+    rows = batch x KV heads: programs per split. Splits: enough for 256 programs, or 512 where rows >= 64
+    (the 0.5B's 64 rows at depth 4096: 65 -> 46 us a layer); at most 32 for head dims over 64, since the
+    merge reads splits x dim floats a head (the 7B's one row at depth 160: 6.6 -> 4.6 us at 32 splits
+    rather than 64); at most one per BLOCK_N keys of max_context; one where rows >= 256. A split context
+    loop runs two pipeline stages (its few tiles), an unsplit one Triton's default three."""
+    rows = max(1, batch * n_kv_heads)
+    if rows >= 256:
+        return 1, SplitLaunch()
+    want = triton.next_power_of_2(max(1, (512 if rows >= 64 else 256) // rows))
+    splits = max(1, min(want, 64 if dim <= 64 else 32, triton.cdiv(max_context, BLOCK_N)))
+    return splits, SplitLaunch(num_stages=2) if splits > 1 else SplitLaunch()
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -157,14 +166,15 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     quantize_x(out.view(B, Hq * D))), the merge kernel writing the words and scales (one split:
     quantize_x itself). launch: the split kernel's tile and warps (benchmarks sweep it)."""
     bsz, n_heads, dim = q.shape
-    launch = launch or SplitLaunch()
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
     group = n_heads // n_kv
     if quant and dim % 32:
         raise ValueError(f"head_dim {dim} is not a multiple of 32")
     if num_splits is None:
         span = block_tables.shape[1] * page
-        num_splits = default_num_splits(bsz, n_kv, min(span, window) if window > 0 else span, launch.block_n)
+        num_splits, chosen = default_launch(bsz, n_kv, dim, min(span, window) if window > 0 else span)
+        launch = launch or chosen
+    launch = launch or SplitLaunch()
     if q.stride(2) != 1:  # rows and heads may be apart (column ranges of one q|k|v product): strides
         q = q.contiguous()
     if q.dtype != k_cache.dtype:
