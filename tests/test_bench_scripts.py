@@ -66,3 +66,13 @@ def test_tp_scaling_runs_on_cpu(tmp_path, tiny_qwen2_gguf):
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     table = (tmp_path / "tp.md").read_text()
     assert "| 2 | cpu |" in table
+
+
+def test_attn_split_report_from_the_committed_sweeps():
+    """The sweep's report reads session 35's rows with no GPU: both launch rules' rows are found there."""
+    sweeps = REPO / "bench/results/s35/attn_split"
+    r = _run(["bench/kernels/attn_split.py", "--report", str(sweeps / "attn_05b.json"),
+              str(sweeps / "attn_7b.json")])
+    assert r.returncode == 0, r.stderr
+    assert "| 0.5b B=64 ctx 4096 | 65.1 | 46.3 | 0.71 |" in r.stdout
+    assert "| 7b B=64 ctx 4096 | 169.2 | 169.2 | 1.00 |" in r.stdout

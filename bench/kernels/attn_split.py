@@ -9,6 +9,9 @@ layer, the merge launch included. Each configuration's output at the deepest con
 default launch's (max abs difference, bf16).
 
 Usage: python bench/kernels/attn_split.py --model 0.5b|7b --batches 1,8,64 --contexts 160,4096 --out F.json
+       python bench/kernels/attn_split.py --report F.json [F.json ...]   (no GPU: a markdown table of
+       session 34's launch against default_launch's, per shape and context, from the sweeps' rows)
+       python bench/kernels/attn_split.py --plot OUT.png F.json [F.json ...]   (the table and its bars)
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import sys
 from pathlib import Path
 
 import torch
+import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernel_times import graph_time_ms  # noqa: E402
@@ -110,7 +114,59 @@ def fmt(r: dict, contexts: list[int]) -> str:
             f"| diff {r['max_abs_diff']:.2e}")
 
 
+def old_launch(batch: int, n_kv: int) -> tuple[int, int, int, int]:
+    """Session 34's rule: 256 programs, at most 64 splits; block_n 64, 4 warps, 3 stages."""
+    return min(64, triton.next_power_of_2(max(1, 256 // (batch * n_kv)))), 64, 4, 3
+
+
+def compare(files: list[str]) -> list[tuple[str, float, float]]:
+    """(shape and context, µs a layer under the old launch, under default_launch) from the sweeps' rows."""
+    rows = [r for f in files for r in json.loads(Path(f).read_text())["rows"] if "error" not in r]
+    key = {(r["model"], r["batch"], r["splits"], r["block_n"], r["num_warps"], r["num_stages"]): r
+           for r in rows}
+    contexts = sorted(int(k[3:]) for k in rows[0] if k.startswith("us_"))
+    out = []
+    for model, batch in sorted({(r["model"], r["batch"]) for r in rows}):
+        _, n_kv, dim = SHAPES[model]
+        splits, tile = default_launch(batch, n_kv, dim, WIDTH * PAGE)
+        r_new = key[(model, batch, splits, tile.block_n, tile.num_warps, tile.num_stages or 3)]
+        r_old = key[(model, batch, *old_launch(batch, n_kv))]
+        out += [(f"{model} B={batch} ctx {c}", r_old[f"us_{c}"], r_new[f"us_{c}"]) for c in contexts]
+    return out
+
+
+def report(files: list[str], png: str | None) -> None:
+    """A markdown table of compare(files); with png, bars of it (matplotlib)."""
+    table = compare(files)
+    print("| shape, context | 256 programs, 3 stages (µs a layer) | default_launch | ratio |")
+    print("|---|---|---|---|")
+    for label, old, new in table:
+        print(f"| {label} | {old:.1f} | {new:.1f} | {new / old:.2f} |")
+    if png is None:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(8, len(table) * 0.9), 4.5))
+    xs = range(len(table))
+    ax.bar([x - 0.2 for x in xs], [t[1] for t in table], 0.4, label="256 programs, 3 stages (session 34)")
+    ax.bar([x + 0.2 for x in xs], [t[2] for t in table], 0.4, label="default_launch (session 35)")
+    ax.set_xticks(list(xs), [t[0].replace(" ctx", "\nctx") for t in table], fontsize=7)
+    ax.set_ylabel("µs a layer (split kernel + merge)")
+    devices = sorted({json.loads(Path(f).read_text())["device"] for f in files})
+    ax.set_title(f"paged decode attention, {', '.join(devices)}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
 def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--report":
+        return report(sys.argv[2:], None)
+    if len(sys.argv) > 3 and sys.argv[1] == "--plot":
+        return report(sys.argv[3:], sys.argv[2])
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", choices=sorted(SHAPES), required=True)
     ap.add_argument("--batches", default="1,8,64")

@@ -112,3 +112,19 @@ def test_paged_dispatch_on_cuda_equals_dense(dtype):
                      for (q, k, v), (d, _) in zip(full, MIXED, strict=True)])
     tol = 1e-4 if dtype == torch.float32 else 3e-2
     torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
+
+
+def test_decode_launch_rule_at_the_measured_shapes():
+    """default_launch (bench/results/s35/attn_split/): splits from the shapes alone (a CUDA graph replays
+    one grid at any depth), 512 programs from 64 (sequence, KV head) rows, at most 32 splits over head dim 64,
+    none from 256 rows, never more than the context's 64-key tiles."""
+    from orcd.models.layers.attention_triton import SplitLaunch, default_launch
+
+    assert default_launch(1, 2, 64, 32768) == (64, SplitLaunch(num_stages=2))  # the 0.5B, one row
+    assert default_launch(8, 2, 64, 32768) == (16, SplitLaunch(num_stages=2))  # 16 rows: 256 programs
+    assert default_launch(64, 2, 64, 32768) == (4, SplitLaunch(num_stages=2))  # 128 rows: 512 programs
+    assert default_launch(1, 4, 128, 32768) == (32, SplitLaunch(num_stages=2))  # the 7B: 32 at most
+    assert default_launch(32, 4, 128, 32768) == (4, SplitLaunch(num_stages=2))
+    assert default_launch(64, 4, 128, 32768) == (1, SplitLaunch())  # 256 rows: one split, 3 stages
+    assert default_launch(1, 4, 128, 100) == (2, SplitLaunch(num_stages=2))  # 100 keys: two tiles
+    assert default_launch(1, 1, 256, 64) == (1, SplitLaunch())
