@@ -164,7 +164,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     window > 0: each query sees only its sequence's last `window` keys. sinks [Hq] float32: per-head
     logits in the softmax denominator (gpt-oss). quant=True (opt-in, D % 32 == 0): returns (out,
     quantize_x(out.view(B, Hq * D))), the merge kernel writing the words and scales (one split:
-    quantize_x itself). launch: the split kernel's tile and warps (benchmarks sweep it)."""
+    quantize_x itself). launch: the split kernel's tile, warps and stages (by default default_launch's;
+    benchmarks sweep it)."""
     bsz, n_heads, dim = q.shape
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
     group = n_heads // n_kv
