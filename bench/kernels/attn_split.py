@@ -67,7 +67,14 @@ def time_one(q, caches, tables, seq_lens, splits: int, tile: SplitLaunch) -> flo
     return graph_time_ms(step, reps=10) * 1e3 / len(caches)
 
 
-def sweep_batch(model: str, batch: int, contexts: list[int]) -> list[dict]:
+def parse_tiles(text: str) -> list[SplitLaunch]:
+    """"64x4x2,32x2x3" -> block_n x warps x stages each; "all": TILES."""
+    if text == "all":
+        return TILES
+    return [SplitLaunch(*(int(v) for v in t.split("x"))) for t in text.split(",")]
+
+
+def sweep_batch(model: str, batch: int, contexts: list[int], tiles: list[SplitLaunch]) -> list[dict]:
     heads = SHAPES[model]
     q, caches, tables, layers = build(batch, heads, max(contexts))
     default = default_launch(batch, heads[1], heads[2], WIDTH * PAGE)[0]
@@ -76,7 +83,7 @@ def sweep_batch(model: str, batch: int, contexts: list[int]) -> list[dict]:
     k0, v0 = caches[0]
     ref = paged_decode_attention(q, k0, v0, tables, deep, q.shape[-1] ** -0.5)
     rows = []
-    for splits, tile in itertools.product(split_opts, TILES):
+    for splits, tile in itertools.product(split_opts, tiles):
         row = {"model": model, "batch": batch, "layers": layers, "splits": splits, "default_splits": default,
                "block_n": tile.block_n, "num_warps": tile.num_warps, "num_stages": tile.num_stages}
         try:
@@ -98,8 +105,9 @@ def summary(rows: list[dict], contexts: list[int]) -> list[str]:
     lines = []
     for batch in sorted({r["batch"] for r in rows}):
         ok = [r for r in rows if r["batch"] == batch and "error" not in r]
-        base = next(r for r in ok if r["splits"] == r["default_splits"] and r["block_n"] == 64
-                    and r["num_warps"] == 4 and r["num_stages"] == 3)
+        at_default = [r for r in ok if r["splits"] == r["default_splits"]]
+        base = next((r for r in at_default if (r["block_n"], r["num_warps"], r["num_stages"]) == (64, 4, 3)),
+                    at_default[0])
         best_sum = min(ok, key=lambda r: sum(r[f"us_{c}"] for c in contexts))
         lines.append(f"B={batch} default {fmt(base, contexts)}")
         lines.append(f"B={batch} best sum {fmt(best_sum, contexts)}")
@@ -171,12 +179,13 @@ def main() -> None:
     ap.add_argument("--model", choices=sorted(SHAPES), required=True)
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--contexts", default="160,4096")
+    ap.add_argument("--tiles", default="all", help="block_n x warps x stages, e.g. 64x4x2,64x4x3; all: 27")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     contexts = [int(c) for c in args.contexts.split(",")]
     rows = []
     for batch in (int(b) for b in args.batches.split(",")):
-        rows += sweep_batch(args.model, batch, contexts)
+        rows += sweep_batch(args.model, batch, contexts, parse_tiles(args.tiles))
         result = {"device": torch.cuda.get_device_name(), "rows": rows}
         Path(args.out).write_text(json.dumps(result, indent=1))
     print("\n".join(summary(rows, contexts)))
