@@ -178,11 +178,13 @@ def _source(name: str) -> str:
 def kernel_source(name: str, nw: int, mt: int, tt: int, out_kind: int, has_bias: int,
                   wide: bool = False) -> str:
     """The CUDA-C text NVRTC compiles for kernel `name` (a KERNELS value) at one configuration: the
-    defines, common.cuh, w16.cuh, then cuda/NAME.cu (tests/kernels_compile compiles the same text).
+    defines, scalars.cuh, common.cuh, w16.cuh, then cuda/NAME.cu (tests/kernels_compile compiles the same
+    text).
     has_bias: bias_arg's kind (0 none, 1 float32, 2 in x's type)."""
     defines = f"#define NW {nw}\n#define MT {mt}\n#define TT {tt}\n#define OUT_KIND {out_kind}\n"
     defines += f"#define HAS_BIAS {int(has_bias)}\n#define WIDE {int(wide)}\n"
-    return defines + _source("common.cuh") + _source("w16.cuh") + _source(name + ".cu")
+    parts = ["scalars.cuh", "common.cuh", "w16.cuh", name + ".cu"]
+    return defines + "".join(_source(p) for p in parts)
 
 
 @functools.cache
