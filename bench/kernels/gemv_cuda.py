@@ -1,5 +1,5 @@
-"""One token's Q4_K products: the CUDA-C gemv_q4k_i8 (gemv_cuda.py) against the Triton gemv_i8 at the
-7B's and the 0.5B's Q4_K shapes, alone, on CUDA.
+"""One token's Q4_K and split Q6_K products: the CUDA-C GEMVs (gemv_cuda.py) against the Triton gemv_i8
+at the 7B's and the 0.5B's shapes, alone, on CUDA.
 
 usage: python bench/kernels/gemv_cuda.py OUT.json [--launches 4x2,8x2,...]
 
@@ -26,33 +26,41 @@ sys.path[:0] = [str(ROOT / "bench/peers"), str(ROOT / "tests/gpu")]
 from gpu_blocks import reference, rel_err  # noqa: E402
 from products import blocks, copies_for, copy_bandwidth, graph_time  # noqa: E402
 
-from orcd.quant.kernels.gemv_cuda import DEFAULT_LAUNCH, gemv_q4k_i8  # noqa: E402
+from orcd.quant.kernels.gemv_cuda import DEFAULT_LAUNCH, gemv_cuda_i8  # noqa: E402
 from orcd.quant.kernels.gemv_int8 import gemv_i8  # noqa: E402
+from orcd.quant.kernels.layout import row_bytes, split_q6_k  # noqa: E402
 from orcd.quant.kernels.xquant import quantize_x  # noqa: E402
 
-# (name, out, in, count per token) of the Q4_K products
-SHAPES = [("7B down", 3584, 18944, 14), ("7B q/o", 3584, 3584, 56), ("7B k", 512, 3584, 28),
-          ("7B gate (one of two)", 18944, 3584, 56), ("0.5B down", 896, 4864, 12)]
-LAUNCHES = [(4, 1), (4, 2), (4, 4), (8, 1), (8, 2), (2, 2), (2, 4), (16, 1)]
+# (name, type, out, in) of the products (Q6_K in the split layout, as the decode step holds it)
+SHAPES = [("7B down", Q.Q4_K, 3584, 18944), ("7B o", Q.Q4_K, 3584, 3584), ("7B k", Q.Q4_K, 512, 3584),
+          ("7B gate (one of two)", Q.Q4_K, 18944, 3584), ("0.5B down", Q.Q4_K, 896, 4864),
+          ("7B down", Q.Q6_K, 3584, 18944), ("7B v", Q.Q6_K, 512, 3584), ("0.5B down", Q.Q6_K, 896, 4864),
+          ("7B head", Q.Q6_K, 152064, 3584)]
+LAUNCHES = {Q.Q4_K: [(4, 1), (4, 2), (4, 4), (8, 2), (2, 2), (2, 4)],
+            Q.Q6_K: [(4, 1), (8, 1), (2, 1), (4, 2), (2, 2), (16, 1)]}
 
 
-def measure(name: str, n: int, k: int, launches: list, bw: float) -> list[dict]:
-    wbytes = n * k // 256 * 144
-    raws = [blocks(Q.Q4_K, n, k, i) for i in range(copies_for(wbytes))]
+def measure(name: str, qt: Q, n: int, k: int, launches: list, bw: float) -> list[dict]:
+    wbytes = n * row_bytes(qt, k)
+    gguf = [blocks(qt, n, k, i) for i in range(copies_for(wbytes))]
     x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
     xq, xs = quantize_x(x)
     res = torch.zeros(1, n, device="cuda", dtype=torch.bfloat16)
-    ref = reference(x.float(), raws[0], Q.Q4_K, n, k).cuda()
-    tri = gemv_i8(xq, xs, raws[0], n, k, 12, dtype=torch.bfloat16)
-    base = {"name": name, "out": n, "in": k, "bytes": wbytes, "floor_us": wbytes / bw * 1e6}
-    t = graph_time([lambda r=r: gemv_i8(xq, xs, r, n, k, 12, residual=res) for r in raws])
+    ref = reference(x.float(), gguf[0], qt, n, k).cuda()
+    split = qt == Q.Q6_K
+    raws = [split_q6_k(r) for r in gguf] if split else gguf
+    del gguf
+    tri = gemv_i8(xq, xs, raws[0], n, k, int(qt), dtype=torch.bfloat16, split=split)
+    base = {"name": name, "type": qt.name, "out": n, "in": k, "bytes": wbytes, "floor_us": wbytes / bw * 1e6}
+    t = graph_time([lambda r=r: gemv_i8(xq, xs, r, n, k, int(qt), residual=res, split=split) for r in raws])
     rows = [{**base, "kernel": "triton gemv_i8", "launch": "default", "us": t * 1e6,
              "rel_err": rel_err(tri, ref), "vs_triton": 0.0}]
     for shape in launches:
-        out = gemv_q4k_i8(xq, xs, raws[0], n, k, launch_shape=shape)
-        t = graph_time([lambda w=w, s=shape: gemv_q4k_i8(xq, xs, w, n, k, residual=res, launch_shape=s)
-                        for w in raws])
-        rows.append({**base, "kernel": "cuda gemv_q4k_i8", "launch": "x".join(map(str, shape)), "us": t * 1e6,
+        out = gemv_cuda_i8(xq, xs, raws[0], n, k, int(qt), split=split, launch_shape=shape)
+        t = graph_time([lambda w=w, s=shape: gemv_cuda_i8(xq, xs, w, n, k, int(qt), residual=res, split=split,
+                                                          launch_shape=s) for w in raws])
+        rows.append({**base, "kernel": "cuda gemv_cuda_i8", "launch": "x".join(map(str, shape)),
+                     "us": t * 1e6,
                      "rel_err": rel_err(out, ref), "vs_triton": rel_err(out, tri.double())})
     for row in rows:
         row["tb_s"] = wbytes / row["us"] / 1e6
@@ -65,7 +73,8 @@ def table(rows: list[dict], bw: float) -> str:
              "| product | kernel | launch | µs | TB/s | % of floor | rel err | vs Triton |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['name']} {r['out']}x{r['in']} | {r['kernel']} | {r['launch']} | {r['us']:.1f} | "
+        product = f"{r['name']} {r['type']} {r['out']}x{r['in']}"
+        lines.append(f"| {product} | {r['kernel']} | {r['launch']} | {r['us']:.1f} | "
                      f"{r['tb_s']:.2f} | {r['floor_pct']:.0f} | {r['rel_err']:.2e} | {r['vs_triton']:.1e} |")
     return "\n".join(lines) + "\n"
 
@@ -73,11 +82,11 @@ def table(rows: list[dict], bw: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
-    ap.add_argument("--launches", default=",".join(f"{a}x{b}" for a, b in LAUNCHES))
+    ap.add_argument("--launches", help="NWxR,... for every type (default: LAUNCHES by type)")
     a = ap.parse_args()
-    launches = [tuple(int(v) for v in s.split("x")) for s in a.launches.split(",")]
+    given = [tuple(int(v) for v in s.split("x")) for s in a.launches.split(",")] if a.launches else None
     bw = copy_bandwidth()
-    rows = [r for name, n, k, _ in SHAPES for r in measure(name, n, k, launches, bw)]
+    rows = [r for name, qt, n, k in SHAPES for r in measure(name, qt, n, k, given or LAUNCHES[qt], bw)]
     out = Path(a.out)
     meta = {"device": torch.cuda.get_device_name(), "copy_bw": bw}
     out.write_text(json.dumps({**meta, "rows": rows}, indent=1))

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from orcd.models.layers.attention import AttnMetadata
 from orcd.models.layers.attention_triton import paged_decode_attention
-from orcd.quant.kernels import get_fused_linear
+from orcd.quant.kernels import gemv_cuda, get_fused_linear
 from orcd.quant.kernels.batched_qkv import batched_qkv, qkv_one_launch
 from orcd.quant.kernels.decode_ops import add_rmsnorm, rope_and_write_kv
 from orcd.quant.kernels.fused_linear import GEMV_MAX_N, MM_MAX_N, fused_gemv, fused_glu, fused_linear
@@ -166,11 +166,12 @@ def norm_fusable(blocks: list[BlockLinears], head) -> bool:
         and lin.o.bias is None and lin.down.bias is None for lin in blocks)
 
 
-def step_products(model, int8_x: bool = True, batched_qkv: bool = True) -> DecodeProducts:
+def step_products(model, int8_x: bool = True, batched_qkv: bool = True,
+                  cuda_gemv: bool = True) -> DecodeProducts:
     """The launch choices of FusedDecoder / TPFusedDecoder(model, int8_x=, batched_qkv=): x quantized to
     int8 unless the model is float32 (run for exactness)."""
     int8 = int8_x and model.blocks[0].attn_norm.weight.dtype != torch.float32
-    return DecodeProducts(int8_x=int8, int8_attn=int8, batched_qkv=batched_qkv)
+    return DecodeProducts(int8_x=int8, int8_attn=int8, batched_qkv=batched_qkv, cuda_gemv=cuda_gemv)
 
 
 class DecodeProducts:
@@ -179,10 +180,22 @@ class DecodeProducts:
     int8_x: the Q4_K/Q6_K products (gate/up: Q4_K) read x quantized to int8 per 32 (gemv_int8.py,
     gemv3_int8.py); ~1 % error per product on top of bf16's, as llama.cpp's MMVQ. int8_attn: q/k/v and
     o too (a bench may switch this part off alone). batched_qkv: above the norm-fused rows (5..64),
-    q/k/v in one launch (batched_qkv.py) instead of three products."""
+    q/k/v in one launch (batched_qkv.py) instead of three products. cuda_gemv: one token's Q4_K and
+    split Q6_K o and down on the CUDA-C GEMVs where they compile (gemv_cuda.py), not gemv_i8."""
 
-    def __init__(self, int8_x: bool, int8_attn: bool, batched_qkv: bool = False):
+    def __init__(self, int8_x: bool, int8_attn: bool, batched_qkv: bool = False, cuda_gemv: bool = False):
         self.int8_x, self.int8_attn, self.batched_qkv = int8_x, int8_attn, batched_qkv
+        self.cuda_gemv = cuda_gemv
+
+    def _gemv_i8(self, m, xq: torch.Tensor, xs: torch.Tensor, out: torch.Tensor | None,
+                 dtype: torch.dtype) -> torch.Tensor:
+        """m's product on x from quantize_x (+ out, in place, where given): gemv_q4k_i8 where cuda_gemv
+        routes it (one token: Q4_K on GGUF's blocks, Q6_K in the split layout), else gemv_i8."""
+        if self.cuda_gemv and gemv_cuda.routed(xq, m.raw, m.in_features, m.qtype, split(m)):
+            return gemv_cuda.gemv_cuda_i8(xq, xs, m.raw, m.out_features, m.in_features, m.qtype, m.bias,
+                                          residual=out, dtype=dtype, split=split(m))
+        return gemv_i8(xq, xs, m.raw, m.out_features, m.in_features, m.qtype, m.bias, residual=out,
+                       dtype=dtype, split=split(m))
 
     def fused_rows(self, blocks: list[BlockLinears], head) -> int:
         """The most rows the norm-fused step takes: I8_MAX_ROWS where every product (q/k/v, o, gate/up,
@@ -274,8 +287,7 @@ class DecodeProducts:
         m, out = lin.o, None if partial else res
         if self.attn_i8(lin):
             xq, xs = x if isinstance(x, tuple) else quantize_x(x)
-            return gemv_i8(xq, xs, m.raw, m.out_features, m.in_features, m.qtype, residual=out,
-                           dtype=res.dtype, split=split(m))
+            return self._gemv_i8(m, xq, xs, out, res.dtype)
         return fused_gemv(x, gguf_raw(m, "fused_gemv"), m.out_features, m.in_features, m.qtype, residual=out)
 
     def glu(self, lin: BlockLinears, res: torch.Tensor, nrm: Norm) -> tuple:
@@ -299,8 +311,7 @@ class DecodeProducts:
             return gemv_legacy_i8(aq, asc, dn.raw, dn.out_features, dn.in_features, dn.qtype, residual=out,
                                   dtype=res.dtype)
         if aq is not None:
-            return gemv_i8(aq, asc, dn.raw, dn.out_features, dn.in_features, dn.qtype, residual=out,
-                           dtype=res.dtype, split=split(dn))
+            return self._gemv_i8(dn, aq, asc, out, res.dtype)
         return fused_gemv(y, gguf_raw(dn, "fused_gemv"), dn.out_features, dn.in_features, dn.qtype,
                           residual=out)
 

@@ -106,16 +106,17 @@ def test_legacy_kernels_compile_for_sm90(qtype):
 
 
 @needs_nvrtc
-def test_gemv_q4k_i8_compiles_for_sm90():
-    """gemv_cuda.py's kernel at every launch shape the bench and the GPU tests take, with and without the
-    bias, the residual and the PDL wait: 8 dp4a per row per super-block quarter, no local memory."""
-    from orcd.quant.kernels.gemv_cuda import KERNEL
+@pytest.mark.parametrize("name,dots", [("gemv_q4k_i8", 8), ("gemv_q6k_i8", 16)])
+def test_gemv_cuda_compiles_for_sm90(name, dots):
+    """gemv_cuda.py's kernels at the launch shapes the bench and the GPU tests take, with and without the
+    bias, the residual and the PDL wait: 8 (Q4_K) or 16 (Q6_K) dp4a per row per lane's share of a
+    super-block, no local memory."""
     from orcd.quant.kernels.gemv_cuda import kernel_source as gemv_source
 
     for nw, r in [(4, 2), (4, 1), (4, 4), (8, 1), (8, 2), (2, 2), (2, 4), (16, 1)]:
         for kind, bias, res, pdl in [(0, 0, True, True), (1, 2, False, False), (0, 1, False, True)]:
-            ptx = compile_ptx(gemv_source(nw, r, kind, bias, res, pdl))
-            assert f".entry {KERNEL}(" in ptx
-            assert ptx.count("dp4a.s32.s32") == 8 * r, (nw, r)
+            ptx = compile_ptx(gemv_source(name, nw, r, kind, bias, res, pdl))
+            assert f".entry {name}(" in ptx
+            assert ptx.count("dp4a.s32.s32") == dots * r, (nw, r)
             assert ("griddepcontrol.wait" in ptx) == pdl
             assert ".local" not in ptx, (nw, r)

@@ -1,7 +1,8 @@
-"""One token's Q4_K product with int8 x, in CUDA C (cuda/gemv_q4k_i8.cu): the same inputs and result as
-gemv_int8.gemv_i8 at one row (x from xquant.quantize_x, + bias, + the residual in place), written for the
-memory system: each lane loads whole 16-byte pieces of the blocks (Triton reads them as 4-byte words) and
-the next super-blocks' weights are in flight while this one's dot products run.
+"""One token's Q4_K and split Q6_K products with int8 x, in CUDA C (cuda/gemv_q4k_i8.cu,
+cuda/gemv_q6k_i8.cu): the same inputs and result as gemv_int8.gemv_i8 at one row (x from
+xquant.quantize_x, + bias, + the residual in place), written for the memory system: each lane loads whole
+16-byte pieces of the blocks (Triton reads them as 4-byte words) and the next super-blocks' weights are in
+flight while this one's dot products run.
 
 Compiled at first use by NVRTC through torch (as mmq_cuda.py), once per launch configuration and
 process. Launched with programmatic dependent launch where the GEMVs use it (fused_linear.pdl_enabled):
@@ -17,12 +18,13 @@ import functools
 import torch
 
 from orcd.quant.kernels.fused_linear import pdl_enabled
+from orcd.quant.kernels.layout import q6k_tail, row_bytes
 from orcd.quant.kernels.mmq_cuda import OUT_KIND, _source, available, bias_arg
 
-KERNEL = "gemv_q4k_i8"
-BLOCK_BYTES = 144
-# (NW warps splitting K, R rows per block): the sweep's best at the 7B's down (bench/kernels/gemv_cuda.py)
-DEFAULT_LAUNCH = (4, 2)
+KERNELS = {(12, False): "gemv_q4k_i8", (14, True): "gemv_q6k_i8"}  # (type, split layout) -> cuda/NAME.cu
+# type -> (NW warps splitting K, R rows per block). Q4_K, one H200 (bench/results/s36/gemv_cuda): the
+# 7B's down 17.5 us at 4 x 2 (Triton gemv_i8 21.0), o 5.7 (2 x 2: 5.4; Triton 6.9).
+DEFAULT_LAUNCH = {12: (4, 2), 14: (4, 2)}
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 
 
@@ -54,45 +56,55 @@ def launch(kernel, grid: tuple[int, int, int], block: tuple[int, int, int], args
         raise RuntimeError(f"cuLaunchKernelEx failed with CUresult {rc}")
 
 
-def kernel_source(nw: int, r: int, out_kind: int, has_bias: int, res: bool, pdl: bool) -> str:
-    """The CUDA-C text NVRTC compiles for one configuration (tests/kernels_compile compiles the same)."""
+def kernel_source(name: str, nw: int, r: int, out_kind: int, has_bias: int, res: bool, pdl: bool) -> str:
+    """The CUDA-C text NVRTC compiles for kernel `name` (a KERNELS value) at one configuration
+    (tests/kernels_compile compiles the same)."""
     defines = f"#define NW {nw}\n#define R {r}\n#define OUT_KIND {out_kind}\n#define HAS_BIAS {has_bias}\n"
     defines += f"#define RES {int(res)}\n#define PDL {int(pdl)}\n"
-    return defines + _source("scalars.cuh") + _source(KERNEL + ".cu")
+    return defines + "".join(_source(part) for part in ("scalars.cuh", "gemv.cuh", name + ".cu"))
 
 
 @functools.cache
-def _kernel(nw: int, r: int, out_kind: int, has_bias: int, res: bool, pdl: bool, device_index: int):
+def _kernel(name: str, nw: int, r: int, out_kind: int, has_bias: int, res: bool, pdl: bool,
+            device_index: int):
     with torch.cuda.device(device_index):
-        return torch.cuda._compile_kernel(kernel_source(nw, r, out_kind, has_bias, res, pdl), KERNEL)
+        return torch.cuda._compile_kernel(kernel_source(name, nw, r, out_kind, has_bias, res, pdl), name)
 
 
-def routed(x: torch.Tensor, raw: torch.Tensor, in_features: int) -> bool:
-    """Whether gemv_q4k_i8 takes this one-token product: x (quantize_x's words) on a device where the
-    kernel compiles, K a whole number of super-blocks, 16-byte aligned weight rows."""
-    return (x.shape[0] == 1 and in_features % 256 == 0 and raw.data_ptr() % 16 == 0
-            and x.data_ptr() % 16 == 0 and available(x.device))
+def routed(x: torch.Tensor, raw: torch.Tensor, in_features: int, qtype: int, split: bool) -> bool:
+    """Whether gemv_cuda_i8 takes this one-token product: Q4_K on GGUF's blocks or Q6_K in the split
+    layout, x (quantize_x's words) on a device where the kernels compile, K a whole number of
+    super-blocks, 16-byte aligned weights."""
+    if (int(qtype), bool(split)) not in KERNELS or x.shape[0] != 1 or in_features % 256:
+        return False
+    return raw.data_ptr() % 16 == 0 and x.data_ptr() % 16 == 0 and available(x.device)
 
 
-def gemv_q4k_i8(xq: torch.Tensor, xs: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int,
-                bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
-                dtype: torch.dtype = torch.bfloat16,
-                launch_shape: tuple[int, int] | None = None) -> torch.Tensor:
+def gemv_cuda_i8(xq: torch.Tensor, xs: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int,
+                 qtype: int = 12, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
+                 dtype: torch.dtype = torch.bfloat16, split: bool = False,
+                 launch_shape: tuple[int, int] | None = None) -> torch.Tensor:
     """y [1, out] = x @ W.T for one token: xq int32 [1, K / 4], xs float32 [1, K / 32, 4] (quantize_x),
-    raw uint8 [out, K / 256 * 144] Q4_K; + bias [out]; residual [1, out] (bf16 / fp16): added into it in
-    place and returned. launch_shape: (NW, R) instead of DEFAULT_LAUNCH."""
+    raw uint8 [out, row_bytes] Q4_K (12; GGUF's blocks) or Q6_K (14; split: layout.split_q6_k's layout);
+    + bias [out]; residual [1, out] (bf16 / fp16): added into it in place and returned. launch_shape:
+    (NW, R) instead of the type's DEFAULT_LAUNCH."""
+    qt = int(qtype)
+    if (qt, bool(split)) not in KERNELS:
+        raise ValueError(f"gemv_cuda_i8: Q4_K on GGUF's blocks or split Q6_K, got type {qt} split={split}")
     if xq.shape != (1, in_features // 4) or in_features % 256:
-        raise ValueError(f"gemv_q4k_i8: one token of K % 256 == 0 inputs, got xq {tuple(xq.shape)}")
-    if raw.numel() != out_features * in_features // 256 * BLOCK_BYTES or raw.data_ptr() % 16:
-        row = in_features // 256 * BLOCK_BYTES
+        raise ValueError(f"gemv_cuda_i8: one token of K % 256 == 0 inputs, got xq {tuple(xq.shape)}")
+    row = row_bytes(qt, in_features)
+    if raw.numel() != out_features * row or raw.data_ptr() % 16:
         raise ValueError(f"raw must be uint8 [{out_features}, {row}], 16-byte aligned")
     y = residual if residual is not None else torch.empty((1, out_features), dtype=dtype, device=xq.device)
     if y.dtype not in OUT_KIND or not y.is_contiguous():
-        raise ValueError(f"gemv_q4k_i8: a contiguous bf16 / fp16 output, got {y.dtype}")
-    nw, r = launch_shape or DEFAULT_LAUNCH
+        raise ValueError(f"gemv_cuda_i8: a contiguous bf16 / fp16 output, got {y.dtype}")
+    nw, r = launch_shape or DEFAULT_LAUNCH[qt]
     b, has_bias = bias_arg(bias, y, y)
     pdl = pdl_enabled(xq.device)
-    kern = _kernel(nw, r, OUT_KIND[y.dtype], has_bias, residual is not None, pdl, xq.device.index or 0)
-    grid = (-(-out_features // r), 1, 1)
-    launch(kern, grid, (32 * nw, 1, 1), [raw, xq, xs, b, y, out_features, in_features // 256], pdl)
+    name = KERNELS[(qt, bool(split))]
+    kern = _kernel(name, nw, r, OUT_KIND[y.dtype], has_bias, residual is not None, pdl, xq.device.index or 0)
+    weights = [raw] if qt == 12 else [raw, q6k_tail(raw)]  # Q6_K: the 208-byte blocks, then the d's
+    args = [*weights, xq, xs, b, y, out_features, in_features // 256]
+    launch(kern, (-(-out_features // r), 1, 1), (32 * nw, 1, 1), args, pdl)
     return y

@@ -12,14 +12,7 @@
 // The next super-blocks' weights are loaded before this one's products (two in flight per lane and row).
 // Sums in a fixed order (lanes by shuffles, warps in order): the result does not depend on timing.
 
-#define LANES 32
 #define NIB 0x0F0F0F0Fu
-
-__device__ __forceinline__ int dp4a(unsigned int a, int b, int c) {
-  int d;
-  asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
 
 // the lane's share of one row's super-block: head hd, quant piece qv; x pieces xa (sub-block 2c), xb (2c + 1)
 __device__ __forceinline__ float piece_dot(uint4 hd, uint4 qv, int4 xa, int4 xb, float4 sa, float4 sb,
@@ -37,16 +30,6 @@ __device__ __forceinline__ float piece_dot(uint4 hd, uint4 qv, int4 xa, int4 xb,
   hi = dp4a((qv.w >> 4) & NIB, xb.w, hi);
   const float suma = h ? sa.z : sa.y, sumb = h ? sb.z : sb.y;
   return dsc0 * sa.x * (float)lo + dsc1 * sb.x * (float)hi - dmn0 * suma - dmn1 * sumb;
-}
-
-// y[i] as float (OUT_KIND's 16-bit type)
-__device__ __forceinline__ float load_out(const void* y, long long i) {
-  const unsigned int h = ((const unsigned short*)y)[i];
-#if OUT_KIND == 0
-  return __uint_as_float(h << 16);
-#else
-  return half_to_float(h);
-#endif
 }
 
 extern "C" __global__ void __launch_bounds__(NW * LANES) gemv_q4k_i8(
@@ -93,25 +76,5 @@ extern "C" __global__ void __launch_bounds__(NW * LANES) gemv_q4k_i8(
       qv[r] = qn[r];
     }
   }
-  __shared__ float red[NW][R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    float v = acc[r];
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-    if (lane == 0) red[warp][r] = v;
-  }
-  __syncthreads();
-  const int row = row0 + threadIdx.x;
-  if (threadIdx.x < R && row < N) {
-    float v = 0.f;
-    for (int k = 0; k < NW; ++k) v += red[k][threadIdx.x];
-#if HAS_BIAS
-    v += bias_at(bias, row);
-#endif
-#if RES
-    v += load_out(y, row);
-#endif
-    store_out(y, row, v);
-  }
+  store_rows(acc, bias, y, N, row0);
 }
