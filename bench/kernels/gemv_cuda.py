@@ -26,7 +26,7 @@ sys.path[:0] = [str(ROOT / "bench/peers"), str(ROOT / "tests/gpu")]
 from gpu_blocks import reference, rel_err  # noqa: E402
 from products import blocks, copies_for, copy_bandwidth, graph_time  # noqa: E402
 
-from orcd.quant.kernels.gemv_cuda import DEFAULT_LAUNCH, gemv_cuda_i8  # noqa: E402
+from orcd.quant.kernels.gemv_cuda import WIDE_ROWS, gemv_cuda_i8  # noqa: E402
 from orcd.quant.kernels.gemv_int8 import gemv_i8  # noqa: E402
 from orcd.quant.kernels.layout import row_bytes, split_q6_k  # noqa: E402
 from orcd.quant.kernels.xquant import quantize_x  # noqa: E402
@@ -69,7 +69,8 @@ def measure(name: str, qt: Q, n: int, k: int, launches: list, bw: float) -> list
 
 
 def table(rows: list[dict], bw: float) -> str:
-    lines = [f"Copy bandwidth {bw / 1e12:.2f} TB/s; default CUDA launch {DEFAULT_LAUNCH}.", "",
+    launch = f"default CUDA launch 2x2 from {WIDE_ROWS} rows, else 4x2"
+    lines = [f"Copy bandwidth {bw / 1e12:.2f} TB/s; {launch}.", "",
              "| product | kernel | launch | µs | TB/s | % of floor | rel err | vs Triton |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:

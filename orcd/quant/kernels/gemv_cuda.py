@@ -22,9 +22,15 @@ from orcd.quant.kernels.layout import q6k_tail, row_bytes
 from orcd.quant.kernels.mmq_cuda import OUT_KIND, _source, available, bias_arg
 
 KERNELS = {(12, False): "gemv_q4k_i8", (14, True): "gemv_q6k_i8"}  # (type, split layout) -> cuda/NAME.cu
-# type -> (NW warps splitting K, R rows per block). Q4_K, one H200 (bench/results/s36/gemv_cuda): the
-# 7B's down 17.5 us at 4 x 2 (Triton gemv_i8 21.0), o 5.7 (2 x 2: 5.4; Triton 6.9).
-DEFAULT_LAUNCH = {12: (4, 2), 14: (4, 2)}
+# (NW warps splitting K, R rows per block) by output rows: two rows a block; 2 warps where the rows alone
+# make >= 1024 blocks, else 4 (more of K in flight for few rows). One H200, µs (bench/results/s36/
+# gemv_cuda; Triton gemv_i8 in brackets): 7B o Q4_K 5.5 at 2 x 2, 5.9 at 4 x 2 (6.9); 7B down Q4_K 17.6 /
+# 17.5 (21.0), Q6_K 20.2 / 21.2 (25.9); 0.5B down (896 rows) Q4_K 3.8 / 3.2 (3.5), Q6_K 3.9 / 3.2 (7.6).
+WIDE_ROWS = 2048
+
+
+def default_launch(out_features: int) -> tuple[int, int]:
+    return (2, 2) if out_features >= WIDE_ROWS else (4, 2)
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 
 
@@ -87,7 +93,7 @@ def gemv_cuda_i8(xq: torch.Tensor, xs: torch.Tensor, raw: torch.Tensor, out_feat
     """y [1, out] = x @ W.T for one token: xq int32 [1, K / 4], xs float32 [1, K / 32, 4] (quantize_x),
     raw uint8 [out, row_bytes] Q4_K (12; GGUF's blocks) or Q6_K (14; split: layout.split_q6_k's layout);
     + bias [out]; residual [1, out] (bf16 / fp16): added into it in place and returned. launch_shape:
-    (NW, R) instead of the type's DEFAULT_LAUNCH."""
+    (NW, R) instead of default_launch's."""
     qt = int(qtype)
     if (qt, bool(split)) not in KERNELS:
         raise ValueError(f"gemv_cuda_i8: Q4_K on GGUF's blocks or split Q6_K, got type {qt} split={split}")
@@ -99,7 +105,7 @@ def gemv_cuda_i8(xq: torch.Tensor, xs: torch.Tensor, raw: torch.Tensor, out_feat
     y = residual if residual is not None else torch.empty((1, out_features), dtype=dtype, device=xq.device)
     if y.dtype not in OUT_KIND or not y.is_contiguous():
         raise ValueError(f"gemv_cuda_i8: a contiguous bf16 / fp16 output, got {y.dtype}")
-    nw, r = launch_shape or DEFAULT_LAUNCH[qt]
+    nw, r = launch_shape or default_launch(out_features)
     b, has_bias = bias_arg(bias, y, y)
     pdl = pdl_enabled(xq.device)
     name = KERNELS[(qt, bool(split))]
