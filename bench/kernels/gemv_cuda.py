@@ -1,14 +1,15 @@
 """One token's Q4_K and split Q6_K products: the CUDA-C GEMVs (gemv_cuda.py) against the Triton gemv_i8
 at the 7B's and the 0.5B's shapes, alone, on CUDA.
 
-usage: python bench/kernels/gemv_cuda.py OUT.json [--launches 4x2,8x2,...]
+usage: python bench/kernels/gemv_cuda.py OUT.json [--launches 4x2,8x2,...] [--qkv-only]
 
 Each product timed as bench/peers/products.py times them: back-to-back launches in one CUDA graph over
 >= 200 MB of weight copies (no launch finds its weights in the L2), median replay / launches; x quantized
 once (quantize_x), the residual added in place as the decode step's o and down do. Floor = weight bytes /
 the measured copy bandwidth. Error: both kernels against float64 x @ W.T of the dequantized weights, and
 the CUDA kernel against Triton's. Writes OUT.json and OUT.md (a table per shape: the Triton kernel, the
-CUDA kernel at each launch, µs, TB/s, % of the floor).
+CUDA kernel at each launch, µs, TB/s, % of the floor), then the 7B's q/k/v (with biases) in one launch:
+gemv3_i8 against gemv3_cuda_i8, v Q4_K and v Q6_K (the two kinds of the 7B's layers).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ sys.path[:0] = [str(ROOT / "bench/peers"), str(ROOT / "tests/gpu")]
 from gpu_blocks import reference, rel_err  # noqa: E402
 from products import blocks, copies_for, copy_bandwidth, graph_time  # noqa: E402
 
-from orcd.quant.kernels.gemv_cuda import WIDE_ROWS, gemv_cuda_i8  # noqa: E402
+from orcd.quant.kernels.gemv3_int8 import gemv3_i8  # noqa: E402
+from orcd.quant.kernels.gemv_cuda import WIDE_ROWS, gemv3_cuda_i8, gemv_cuda_i8  # noqa: E402
 from orcd.quant.kernels.gemv_int8 import gemv_i8  # noqa: E402
 from orcd.quant.kernels.layout import row_bytes, split_q6_k  # noqa: E402
 from orcd.quant.kernels.xquant import quantize_x  # noqa: E402
@@ -68,6 +70,33 @@ def measure(name: str, qt: Q, n: int, k: int, launches: list, bw: float) -> list
     return rows
 
 
+def measure_qkv(v_type: Q, bw: float) -> list[dict]:
+    """The 7B's q (3584), k, v (512) of K 3584 with biases: Triton gemv3_i8 and CUDA gemv3_cuda_i8."""
+    k, outs, types = 3584, (3584, 512, 512), (Q.Q4_K, Q.Q4_K, v_type)
+    wbytes = sum(n * row_bytes(qt, k) for n, qt in zip(outs, types, strict=True))
+    copies = []
+    for c in range(copies_for(wbytes)):
+        mats = [blocks(qt, n, k, 10 * c + j) for j, (qt, n) in enumerate(zip(types, outs, strict=True))]
+        copies.append([(split_q6_k(m) if qt == Q.Q6_K else m, n, int(qt), torch.randn(n, device="cuda",
+                        dtype=torch.bfloat16)) for m, qt, n in zip(mats, types, outs, strict=True)])
+    split = tuple(qt == Q.Q6_K for qt in types)
+    xq, xs = quantize_x(torch.randn(1, k, device="cuda", dtype=torch.bfloat16))
+    tri = gemv3_i8(xq, xs, copies[0], k, torch.bfloat16, split=split)
+    cud = gemv3_cuda_i8(xq, xs, copies[0], k, torch.bfloat16, split=split)
+    diff = max(rel_err(a, b.double()) for a, b in zip(cud, tri, strict=True))
+    base = {"name": "7B q/k/v", "type": f"v {v_type.name}", "out": sum(outs), "in": k, "bytes": wbytes,
+            "floor_us": wbytes / bw * 1e6, "rel_err": float("nan")}
+    rows = []
+    for kernel, fn in [("triton gemv3_i8", gemv3_i8), ("cuda gemv3_cuda_i8", gemv3_cuda_i8)]:
+        t = graph_time([lambda w=w, f=fn: f(xq, xs, w, k, torch.bfloat16, split=split) for w in copies])
+        rows.append({**base, "kernel": kernel, "launch": "default", "us": t * 1e6,
+                     "vs_triton": diff if kernel.startswith("cuda") else 0.0})
+    for row in rows:
+        row["tb_s"] = wbytes / row["us"] / 1e6
+        row["floor_pct"] = 100 * row["floor_us"] / row["us"]
+    return rows
+
+
 def table(rows: list[dict], bw: float) -> str:
     launch = f"default CUDA launch 2x2 from {WIDE_ROWS} rows, else 4x2"
     lines = [f"Copy bandwidth {bw / 1e12:.2f} TB/s; {launch}.", "",
@@ -84,10 +113,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("--launches", help="NWxR,... for every type (default: LAUNCHES by type)")
+    ap.add_argument("--qkv-only", action="store_true", help="only the q/k/v launches")
     a = ap.parse_args()
     given = [tuple(int(v) for v in s.split("x")) for s in a.launches.split(",")] if a.launches else None
     bw = copy_bandwidth()
-    rows = [r for name, qt, n, k in SHAPES for r in measure(name, qt, n, k, given or LAUNCHES[qt], bw)]
+    shapes = [] if a.qkv_only else SHAPES
+    rows = [r for name, qt, n, k in shapes for r in measure(name, qt, n, k, given or LAUNCHES[qt], bw)]
+    rows += measure_qkv(Q.Q4_K, bw) + measure_qkv(Q.Q6_K, bw)
     out = Path(a.out)
     meta = {"device": torch.cuda.get_device_name(), "copy_bw": bw}
     out.write_text(json.dumps({**meta, "rows": rows}, indent=1))

@@ -181,7 +181,8 @@ class DecodeProducts:
     gemv3_int8.py); ~1 % error per product on top of bf16's, as llama.cpp's MMVQ. int8_attn: q/k/v and
     o too (a bench may switch this part off alone). batched_qkv: above the norm-fused rows (5..64),
     q/k/v in one launch (batched_qkv.py) instead of three products. cuda_gemv: one token's Q4_K and
-    split Q6_K o and down on the CUDA-C GEMVs where they compile (gemv_cuda.py), not gemv_i8."""
+    split Q6_K q/k/v, o and down on the CUDA-C GEMVs where they compile (gemv_cuda.py), not the Triton
+    gemv3_i8 / gemv_i8."""
 
     def __init__(self, int8_x: bool, int8_attn: bool, batched_qkv: bool = False, cuda_gemv: bool = False):
         self.int8_x, self.int8_attn, self.batched_qkv = int8_x, int8_attn, batched_qkv
@@ -260,8 +261,10 @@ class DecodeProducts:
         same_bias = len({m.bias is None for m in qkv}) == 1
         if self.qkv_i8(lin):
             xq, xs = quantize_x(res, norm=nrm)
-            return gemv3_i8(xq, xs, [(m.raw, m.out_features, m.qtype, m.bias) for m in qkv], k_in, res.dtype,
-                            split=tuple(split(m) for m in qkv))
+            weights, splits = [(m.raw, m.out_features, m.qtype, m.bias) for m in qkv], tuple(map(split, qkv))
+            if self.cuda_gemv and gemv_cuda.gemv3_routed(xq, weights, k_in, splits):
+                return gemv_cuda.gemv3_cuda_i8(xq, xs, weights, k_in, res.dtype, split=splits)
+            return gemv3_i8(xq, xs, weights, k_in, res.dtype, split=splits)
         if same_bias:
             weights = [(gguf_raw(m, "fused_gemv3"), m.out_features, m.qtype, m.bias) for m in qkv]
             return fused_gemv3(res, weights, k_in, norm=nrm)

@@ -108,3 +108,38 @@ def test_gemv_cuda_i8_refuses_bad_shapes():
         gemv_cuda_i8(torch.zeros(1, 64, dtype=torch.int32), torch.zeros(1, 8, 4), raw[:-16], 4, 256)
     with pytest.raises(ValueError, match="split Q6_K"):
         gemv_cuda_i8(torch.zeros(1, 64, dtype=torch.int32), torch.zeros(1, 8, 4), raw, 4, 256, 14)
+
+
+MIXES = [(T.Q4_K, T.Q4_K, T.Q4_K), (T.Q4_K, T.Q4_K, T.Q6_K), (T.Q6_K, T.Q4_K, T.Q6_K)]
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("types", MIXES, ids=lambda v: "-".join(t.name for t in v))
+@pytest.mark.parametrize("outs,k", [((3584, 512, 512), 3584), ((77, 17, 3), 1280)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_gemv3_cuda_i8_matches_triton(types, outs, k, bias):
+    """q, k, v in one launch: each equal to the Triton gemv3_i8's up to the sum order, and to float64."""
+    from orcd.quant.kernels.gemv3_int8 import gemv3_i8
+    from orcd.quant.kernels.gemv_cuda import gemv3_cuda_i8
+    from orcd.quant.kernels.layout import split_q6_k
+    from orcd.quant.kernels.xquant import quantize_x
+
+    g = torch.Generator(device="cuda").manual_seed(k + len(outs))
+    x = torch.randn(1, k, device="cuda", generator=g).to(torch.bfloat16)
+    xq, xs = quantize_x(x)
+    weights, refs = [], []
+    for j, (qt, n) in enumerate(zip(types, outs, strict=True)):
+        raw = random_blocks(qt, n, k, seed=j * 7 + n).cuda()
+        b = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16) if bias else None
+        refs.append(reference(x.float(), raw, qt, n, k).cuda() + (b.double() if bias else 0))
+        weights.append((split_q6_k(raw) if qt == T.Q6_K else raw, n, int(qt), b))
+    split = tuple(qt == T.Q6_K for qt in types)
+    ys = gemv3_cuda_i8(xq, xs, weights, k, torch.bfloat16, split=split)
+    tri = gemv3_i8(xq, xs, weights, k, torch.bfloat16, split=split)
+    for y, t, ref, n in zip(ys, tri, refs, outs, strict=True):
+        assert y.shape == (1, n)
+        assert rel_err(y, ref) < 2e-2
+        assert rel_err(y, t.double()) < 5e-3
+    assert all(torch.equal(a, b) for a, b in zip(ys, gemv3_cuda_i8(xq, xs, weights, k, torch.bfloat16,
+                                                                      split=split), strict=True))

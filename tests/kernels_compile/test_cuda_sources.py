@@ -120,3 +120,17 @@ def test_gemv_cuda_compiles_for_sm90(name, dots):
             assert ptx.count("dp4a.s32.s32") == dots * r, (nw, r)
             assert ("griddepcontrol.wait" in ptx) == pdl
             assert ".local" not in ptx, (nw, r)
+
+
+@needs_nvrtc
+def test_gemv3_cuda_compiles_for_sm90():
+    """gemv_cuda.py's q/k/v kernel for the type mixes a model can hand it, with and without biases."""
+    from orcd.quant.kernels.gemv_cuda import GEMV3
+    from orcd.quant.kernels.gemv_cuda import kernel_source as gemv_source
+
+    for types in [(12, 12, 12), (12, 12, 14), (14, 14, 14)]:
+        for nw, r in [(2, 2), (4, 2)]:
+            for bias in (0, 1, 2):
+                ptx = compile_ptx(gemv_source(GEMV3, nw, r, 0, bias, False, True, types))
+                assert f".entry {GEMV3}(" in ptx
+                assert ".local" not in ptx, (types, nw, r)

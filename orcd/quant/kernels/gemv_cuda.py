@@ -22,6 +22,7 @@ from orcd.quant.kernels.layout import q6k_tail, row_bytes
 from orcd.quant.kernels.mmq_cuda import OUT_KIND, _source, available, bias_arg
 
 KERNELS = {(12, False): "gemv_q4k_i8", (14, True): "gemv_q6k_i8"}  # (type, split layout) -> cuda/NAME.cu
+GEMV3 = "gemv3_i8"  # q, k, v in one launch (cuda/gemv3_i8.cu, after both kernels' sources)
 # (NW warps splitting K, R rows per block) by output rows: two rows a block; 2 warps where the rows alone
 # make >= 1024 blocks, else 4 (more of K in flight for few rows). One H200, µs (bench/results/s36/
 # gemv_cuda; Triton gemv_i8 in brackets): 7B o Q4_K 5.5 at 2 x 2, 5.9 at 4 x 2 (6.9); 7B down Q4_K 17.6 /
@@ -62,19 +63,24 @@ def launch(kernel, grid: tuple[int, int, int], block: tuple[int, int, int], args
         raise RuntimeError(f"cuLaunchKernelEx failed with CUresult {rc}")
 
 
-def kernel_source(name: str, nw: int, r: int, out_kind: int, has_bias: int, res: bool, pdl: bool) -> str:
-    """The CUDA-C text NVRTC compiles for kernel `name` (a KERNELS value) at one configuration
-    (tests/kernels_compile compiles the same)."""
+def kernel_source(name: str, nw: int, r: int, out_kind: int, has_bias: int, res: bool, pdl: bool,
+                  types: tuple[int, ...] = ()) -> str:
+    """The CUDA-C text NVRTC compiles for kernel `name` (a KERNELS value, or GEMV3) at one configuration
+    (tests/kernels_compile compiles the same). types: GEMV3's three matrices' types (QA, QB, QC)."""
     defines = f"#define NW {nw}\n#define R {r}\n#define OUT_KIND {out_kind}\n#define HAS_BIAS {has_bias}\n"
     defines += f"#define RES {int(res)}\n#define PDL {int(pdl)}\n"
-    return defines + "".join(_source(part) for part in ("scalars.cuh", "gemv.cuh", name + ".cu"))
+    defines += "".join(f"#define Q{'ABC'[j]} {t}\n" for j, t in enumerate(types))
+    kernels = [*KERNELS.values(), GEMV3] if name == GEMV3 else [name]
+    parts = ["scalars.cuh", "gemv.cuh", *(k + ".cu" for k in kernels)]
+    return defines + "".join(_source(part) for part in parts)
 
 
 @functools.cache
 def _kernel(name: str, nw: int, r: int, out_kind: int, has_bias: int, res: bool, pdl: bool,
-            device_index: int):
+            device_index: int, types: tuple[int, ...] = ()):
     with torch.cuda.device(device_index):
-        return torch.cuda._compile_kernel(kernel_source(name, nw, r, out_kind, has_bias, res, pdl), name)
+        source = kernel_source(name, nw, r, out_kind, has_bias, res, pdl, types)
+        return torch.cuda._compile_kernel(source, name)
 
 
 def routed(x: torch.Tensor, raw: torch.Tensor, in_features: int, qtype: int, split: bool) -> bool:
@@ -114,3 +120,36 @@ def gemv_cuda_i8(xq: torch.Tensor, xs: torch.Tensor, raw: torch.Tensor, out_feat
     args = [*weights, xq, xs, b, y, out_features, in_features // 256]
     launch(kern, (-(-out_features // r), 1, 1), (32 * nw, 1, 1), args, pdl)
     return y
+
+
+def gemv3_routed(xq: torch.Tensor, weights: list, in_features: int, split: tuple) -> bool:
+    """Whether gemv3_cuda_i8 takes q/k/v: each (raw, out, qtype, bias) as routed() takes it alone."""
+    return all(routed(xq, raw, in_features, qt, s) for (raw, _, qt, _), s in zip(weights, split, strict=True))
+
+
+def gemv3_cuda_i8(xq: torch.Tensor, xs: torch.Tensor, weights: list, in_features: int, dtype: torch.dtype,
+                  split: tuple = (False, False, False),
+                  launch_shape: tuple[int, int] | None = None) -> list[torch.Tensor]:
+    """gemv3_int8.gemv3_i8 for one token: weights 3 x (raw, out_i, qtype_i, bias_i: all or none), each Q4_K
+    on GGUF's blocks or Q6_K in the split layout (split[i]) -> [y_i [1, out_i]] in dtype. launch_shape:
+    (NW, R) instead of default_launch's for all three's rows."""
+    if len(weights) != 3 or len({b is None for *_, b in weights}) != 1:
+        raise ValueError("gemv3_cuda_i8: three weights, biases all present or all absent")
+    if xq.shape != (1, in_features // 4) or in_features % 256:
+        raise ValueError(f"gemv3_cuda_i8: one token of K % 256 == 0 inputs, got xq {tuple(xq.shape)}")
+    args, types, ys = [], [], []
+    for (raw, out_f, qtype, bias), sp in zip(weights, split, strict=True):
+        qt = int(qtype)
+        if (qt, bool(sp)) not in KERNELS or raw.numel() != out_f * row_bytes(qt, in_features):
+            raise ValueError(f"gemv3_cuda_i8: Q4_K or split Q6_K [{out_f}, row bytes], got type {qt}")
+        y = torch.empty((1, out_f), dtype=dtype, device=xq.device)
+        b, has_bias = bias_arg(bias, y, y)
+        args += [raw, q6k_tail(raw) if qt == 14 else raw, b, y, out_f]
+        types.append(qt)
+        ys.append(y)
+    nw, r = launch_shape or default_launch(sum(w[1] for w in weights))
+    pdl = pdl_enabled(xq.device)
+    kern = _kernel(GEMV3, nw, r, OUT_KIND[dtype], has_bias, False, pdl, xq.device.index or 0, tuple(types))
+    blocks = sum(-(-w[1] // r) for w in weights)
+    launch(kern, (blocks, 1, 1), (32 * nw, 1, 1), [xq, xs, in_features // 256, *args], pdl)
+    return ys

@@ -32,17 +32,15 @@ __device__ __forceinline__ float piece_dot(uint4 hd, uint4 qv, int4 xa, int4 xb,
   return dsc0 * sa.x * (float)lo + dsc1 * sb.x * (float)hi - dmn0 * suma - dmn1 * sumb;
 }
 
-extern "C" __global__ void __launch_bounds__(NW * LANES) gemv_q4k_i8(
-    const uint4* __restrict__ w, const int4* __restrict__ xq, const float4* __restrict__ xs,
-    const void* __restrict__ bias, void* y, int N, int nb) {
+// Rows row0 .. row0 + R - 1 of W (rows past N: row N - 1, not stored): each lane's partial sums in acc[R]
+__device__ __forceinline__ void q4k_rows(const uint4* __restrict__ w, const int4* __restrict__ xq,
+                                         const float4* __restrict__ xs, int N, int nb, int row0, float* acc) {
   const int lane = threadIdx.x % LANES, warp = threadIdx.x / LANES;
   const int p = lane % 8, s = lane / 8, c = p / 2, h = p % 2;
-  const int row0 = blockIdx.x * R;
   const long long row_pieces = (long long)nb * 9;  // 16-byte pieces per row
   const uint4* wr[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) wr[r] = w + (long long)min(row0 + r, N - 1) * row_pieces;
-  float acc[R];
   uint4 hd[R], qv[R];
   int sb = 4 * warp + s;
 #pragma unroll
@@ -76,5 +74,13 @@ extern "C" __global__ void __launch_bounds__(NW * LANES) gemv_q4k_i8(
       qv[r] = qn[r];
     }
   }
+}
+
+extern "C" __global__ void __launch_bounds__(NW * LANES) gemv_q4k_i8(
+    const uint4* __restrict__ w, const int4* __restrict__ xq, const float4* __restrict__ xs,
+    const void* __restrict__ bias, void* y, int N, int nb) {
+  const int row0 = blockIdx.x * R;
+  float acc[R];
+  q4k_rows(w, xq, xs, N, nb, row0, acc);
   store_rows(acc, bias, y, N, row0);
 }

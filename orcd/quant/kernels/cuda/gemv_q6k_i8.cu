@@ -51,12 +51,12 @@ __device__ __forceinline__ float quarter_dot(uint4 qa, uint4 qb, uint4 qh, uint4
   return d * sum;
 }
 
-extern "C" __global__ void __launch_bounds__(NW * LANES) gemv_q6k_i8(
-    const uint4* __restrict__ w, const unsigned short* __restrict__ dt, const int4* __restrict__ xq,
-    const float4* __restrict__ xs, const void* __restrict__ bias, void* y, int N, int nb) {
+// Rows row0 .. row0 + R - 1 of W (rows past N: row N - 1, not stored): each lane's partial sums in acc[R]
+__device__ __forceinline__ void q6k_rows(const uint4* __restrict__ w, const unsigned short* __restrict__ dt,
+                                         const int4* __restrict__ xq, const float4* __restrict__ xs, int N,
+                                         int nb, int row0, float* acc) {
   const int lane = threadIdx.x % LANES, warp = threadIdx.x / LANES;
   const int s = lane / 4, t = lane % 4, n = t / 2, h = t % 2;
-  const int row0 = blockIdx.x * R;
   const uint4* wr[R];
   const unsigned short* dr[R];
 #pragma unroll
@@ -65,7 +65,6 @@ extern "C" __global__ void __launch_bounds__(NW * LANES) gemv_q6k_i8(
     wr[r] = w + row * nb * 13;  // 13 16-byte pieces a block
     dr[r] = dt + row * nb;
   }
-  float acc[R];
   uint4 qa[R], qb[R], qh[R], sc[R];
   unsigned int dh[R];
   int sb = 8 * warp + s;
@@ -112,5 +111,13 @@ extern "C" __global__ void __launch_bounds__(NW * LANES) gemv_q6k_i8(
       dh[r] = nd[r];
     }
   }
+}
+
+extern "C" __global__ void __launch_bounds__(NW * LANES) gemv_q6k_i8(
+    const uint4* __restrict__ w, const unsigned short* __restrict__ dt, const int4* __restrict__ xq,
+    const float4* __restrict__ xs, const void* __restrict__ bias, void* y, int N, int nb) {
+  const int row0 = blockIdx.x * R;
+  float acc[R];
+  q6k_rows(w, dt, xq, xs, N, nb, row0, acc);
   store_rows(acc, bias, y, N, row0);
 }
