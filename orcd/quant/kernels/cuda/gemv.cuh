@@ -1,5 +1,5 @@
 // Pieces of the one-token GEMVs (gemv_q4k_i8.cu, gemv_q6k_i8.cu; prepended after scalars.cuh by
-// gemv_cuda.py): the 4-way int8 dot product, the output's old value, and the rows' sums out.
+// gemv_cuda.py): the 4-way int8 dot product, the wait for x, and the rows' sums out.
 
 #define LANES 32
 
@@ -9,13 +9,12 @@ __device__ __forceinline__ int dp4a(unsigned int a, int b, int c) {
   return d;
 }
 
-// y[i] as float (OUT_KIND's 16-bit type)
-__device__ __forceinline__ float load_out(const void* y, long long i) {
-  const unsigned int h = ((const unsigned short*)y)[i];
-#if OUT_KIND == 0
-  return __uint_as_float(h << 16);
-#else
-  return half_to_float(h);
+// Before reading x (the previous kernel's output): with PDL, wait for that kernel, then let the next one
+// start its own weight loads.
+__device__ __forceinline__ void wait_for_x() {
+#if PDL
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
 #endif
 }
 
@@ -40,7 +39,7 @@ __device__ __forceinline__ void store_rows(const float* acc, const void* bias, v
     v += bias_at(bias, row);
 #endif
 #if RES
-    v += load_out(y, row);
+    v += out16_at(y, row);
 #endif
     store_out(y, row, v);
   }

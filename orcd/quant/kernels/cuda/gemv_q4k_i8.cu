@@ -51,10 +51,7 @@ __device__ __forceinline__ void q4k_rows(const uint4* __restrict__ w, const int4
       qv[r] = wr[r][sb * 9 + 1 + p];
     }
   }
-#if PDL
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // x is the previous kernel's output
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  wait_for_x();
   for (; sb < nb; sb += 4 * NW) {
     const int nx = sb + 4 * NW;
     uint4 hn[R], qn[R];

@@ -51,6 +51,19 @@ __device__ __forceinline__ float quarter_dot(uint4 qa, uint4 qb, uint4 qh, uint4
   return d * sum;
 }
 
+// The lane's pieces of one row's super-block sb (wr: the row's blocks, dr: its d's): ql at 64n + 16h and
+// 64n + 32 + 16h, qh at 32n + 16h, the 16 scales, the d's bits
+__device__ __forceinline__ void load_quarter(const uint4* __restrict__ wr, const unsigned short* __restrict__ dr,
+                                             int sb, int n, int h, uint4& qa, uint4& qb, uint4& qh, uint4& sc,
+                                             unsigned int& d) {
+  const uint4* b = wr + sb * 13;  // 13 16-byte pieces a block
+  qa = b[4 * n + h];
+  qb = b[4 * n + 2 + h];
+  qh = b[8 + 2 * n + h];
+  sc = b[12];
+  d = dr[sb];
+}
+
 // Rows row0 .. row0 + R - 1 of W (rows past N: row N - 1, not stored): each lane's partial sums in acc[R]
 __device__ __forceinline__ void q6k_rows(const uint4* __restrict__ w, const unsigned short* __restrict__ dt,
                                          const int4* __restrict__ xq, const float4* __restrict__ xs, int N,
@@ -62,7 +75,7 @@ __device__ __forceinline__ void q6k_rows(const uint4* __restrict__ w, const unsi
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const long long row = min(row0 + r, N - 1);
-    wr[r] = w + row * nb * 13;  // 13 16-byte pieces a block
+    wr[r] = w + row * nb * 13;
     dr[r] = dt + row * nb;
   }
   uint4 qa[R], qb[R], qh[R], sc[R];
@@ -71,33 +84,16 @@ __device__ __forceinline__ void q6k_rows(const uint4* __restrict__ w, const unsi
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     acc[r] = 0.f;
-    if (sb < nb) {
-      const uint4* b = wr[r] + sb * 13;
-      qa[r] = b[4 * n + h];
-      qb[r] = b[4 * n + 2 + h];
-      qh[r] = b[8 + 2 * n + h];
-      sc[r] = b[12];
-      dh[r] = dr[r][sb];
-    }
+    if (sb < nb) load_quarter(wr[r], dr[r], sb, n, h, qa[r], qb[r], qh[r], sc[r], dh[r]);
   }
-#if PDL
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // x is the previous kernel's output
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  wait_for_x();
   for (; sb < nb; sb += 8 * NW) {
     const int nx = sb + 8 * NW;
     uint4 na[R], nb_[R], nh[R], ns[R];
     unsigned int nd[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      if (nx < nb) {
-        const uint4* b = wr[r] + nx * 13;
-        na[r] = b[4 * n + h];
-        nb_[r] = b[4 * n + 2 + h];
-        nh[r] = b[8 + 2 * n + h];
-        ns[r] = b[12];
-        nd[r] = dr[r][nx];
-      }
+      if (nx < nb) load_quarter(wr[r], dr[r], nx, n, h, na[r], nb_[r], nh[r], ns[r], nd[r]);
     }
     const int4* xp = xq + sb * 16 + 8 * n + h;  // element 256 sb + 128 n + 16 h, in 16-byte pieces
     const float4* sp = xs + sb * 8 + 4 * n;

@@ -8,16 +8,21 @@ __device__ __forceinline__ float half_to_float(unsigned int bits) {
   return f;
 }
 
-// bias[row] as float: HAS_BIAS 1 a float32 bias, 2 one in the output's type (OUT_KIND), read as it is (a
-// bf16 model's own bias: no float32 copy made each call)
-__device__ __forceinline__ float bias_at(const void* bias, int row) {
-#if HAS_BIAS == 2
-  const unsigned int h = ((const unsigned short*)bias)[row];
+// p[i] as float, p holding values of the output's 16-bit type (OUT_KIND 0: bf16, 1: fp16)
+__device__ __forceinline__ float out16_at(const void* p, long long i) {
+  const unsigned int h = ((const unsigned short*)p)[i];
 #if OUT_KIND == 0
   return __uint_as_float(h << 16);
 #else
   return half_to_float(h);
 #endif
+}
+
+// bias[row] as float: HAS_BIAS 1 a float32 bias, 2 one in the output's type (OUT_KIND), read as it is (a
+// bf16 model's own bias: no float32 copy made each call)
+__device__ __forceinline__ float bias_at(const void* bias, int row) {
+#if HAS_BIAS == 2
+  return out16_at(bias, row);
 #else
   return ((const float*)bias)[row];
 #endif
