@@ -1,8 +1,8 @@
-"""One token's Q4_K and split Q6_K products with int8 x, in CUDA C (cuda/gemv_q4k_i8.cu,
-cuda/gemv_q6k_i8.cu): the same inputs and result as gemv_int8.gemv_i8 at one row (x from
-xquant.quantize_x, + bias, + the residual in place), written for the memory system: each lane loads whole
-16-byte pieces of the blocks (Triton reads them as 4-byte words) and the next super-blocks' weights are in
-flight while this one's dot products run.
+"""One token's Q4_K and split Q6_K products with int8 x in CUDA C (cuda/gemv_q4k_i8.cu, gemv_q6k_i8.cu;
+q/k/v in one launch: gemv3_i8.cu, as gemv3_int8.py): the same inputs and result as gemv_int8.gemv_i8 at
+one row (x from xquant.quantize_x, + bias, + the residual in place), written for the memory system: each
+lane loads whole 16-byte pieces of the blocks (Triton reads them as 4-byte words) and the next
+super-blocks' weights are in flight while this one's dot products run.
 
 Compiled at first use by NVRTC through torch (as mmq_cuda.py), once per launch configuration and
 process. Launched with programmatic dependent launch where the GEMVs use it (fused_linear.pdl_enabled):
@@ -28,11 +28,12 @@ GEMV3 = "gemv3_i8"  # q, k, v in one launch (cuda/gemv3_i8.cu, after both kernel
 # gemv_cuda; Triton gemv_i8 in brackets): 7B o Q4_K 5.5 at 2 x 2, 5.9 at 4 x 2 (6.9); 7B down Q4_K 17.6 /
 # 17.5 (21.0), Q6_K 20.2 / 21.2 (25.9); 0.5B down (896 rows) Q4_K 3.8 / 3.2 (3.5), Q6_K 3.9 / 3.2 (7.6).
 WIDE_ROWS = 2048
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 
 
 def default_launch(out_features: int) -> tuple[int, int]:
+    """(NW, R) for a product of `out_features` rows (for q/k/v: the three's rows together)."""
     return (2, 2) if out_features >= WIDE_ROWS else (4, 2)
-_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 
 
 class _Attr(ctypes.Structure):  # CUlaunchAttribute: id, padding, a 64-byte value union
