@@ -1,7 +1,7 @@
 """One token's Q4_K and split Q6_K products: the CUDA-C GEMVs (gemv_cuda.py) against the Triton gemv_i8
 at the 7B's and the 0.5B's shapes, alone, on CUDA.
 
-usage: python bench/kernels/gemv_cuda.py OUT.json [--launches 4x2,8x2,...] [--qkv-only]
+usage: python bench/kernels/gemv_cuda.py OUT.json [--launches 4x2,8x2,...] [--qkv-only] [--glu-only]
 
 Each product timed as bench/peers/products.py times them: back-to-back launches in one CUDA graph over
 >= 200 MB of weight copies (no launch finds its weights in the L2), median replay / launches; x quantized
@@ -9,7 +9,9 @@ once (quantize_x), the residual added in place as the decode step's o and down d
 the measured copy bandwidth. Error: both kernels against float64 x @ W.T of the dequantized weights, and
 the CUDA kernel against Triton's. Writes OUT.json and OUT.md (a table per shape: the Triton kernel, the
 CUDA kernel at each launch, µs, TB/s, % of the floor), then the 7B's q/k/v (with biases) in one launch:
-gemv3_i8 against gemv3_cuda_i8, v Q4_K and v Q6_K (the two kinds of the 7B's layers).
+gemv3_i8 against gemv3_cuda_i8, v Q4_K and v Q6_K (the two kinds of the 7B's layers); then the 7B's
+SwiGLU gate/up (2 x 18944 x 3584 Q4_K): Triton glu_q4k_i8 (its y, as the step uses it) against
+glu_cuda_i8 at GLU_LAUNCHES.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from gpu_blocks import reference, rel_err  # noqa: E402
 from products import blocks, copies_for, copy_bandwidth, graph_time  # noqa: E402
 
 from orcd.quant.kernels.gemv3_int8 import gemv3_i8  # noqa: E402
-from orcd.quant.kernels.gemv_cuda import WIDE_ROWS, gemv3_cuda_i8, gemv_cuda_i8  # noqa: E402
-from orcd.quant.kernels.gemv_int8 import gemv_i8  # noqa: E402
+from orcd.quant.kernels.gemv_cuda import WIDE_ROWS, gemv3_cuda_i8, gemv_cuda_i8, glu_cuda_i8  # noqa: E402
+from orcd.quant.kernels.gemv_int8 import gemv_i8, glu_q4k_i8  # noqa: E402
 from orcd.quant.kernels.layout import row_bytes, split_q6_k  # noqa: E402
 from orcd.quant.kernels.xquant import quantize_x  # noqa: E402
 
@@ -97,6 +99,32 @@ def measure_qkv(v_type: Q, bw: float) -> list[dict]:
     return rows
 
 
+GLU_LAUNCHES = [None, (4, 2), (2, 4), (4, 1), (8, 2)]
+
+
+def measure_glu(bw: float, n: int = 18944, k: int = 3584) -> list[dict]:
+    """The 7B's SwiGLU (gate and up Q4_K, n x k each): Triton glu_q4k_i8 and glu_cuda_i8 per launch."""
+    wbytes = 2 * n * row_bytes(Q.Q4_K, k)
+    copies = range(copies_for(wbytes))
+    pairs = [(blocks(Q.Q4_K, n, k, 2 * c), blocks(Q.Q4_K, n, k, 2 * c + 1)) for c in copies]
+    xq, xs = quantize_x(torch.randn(1, k, device="cuda", dtype=torch.bfloat16))
+    tri = glu_q4k_i8(xq, xs, *pairs[0], n, k, quant_out=False)[0]
+    base = {"name": "7B SwiGLU gate+up", "type": "Q4_K", "out": n, "in": k, "bytes": wbytes,
+            "floor_us": wbytes / bw * 1e6, "rel_err": float("nan")}
+    t = graph_time([lambda p=p: glu_q4k_i8(xq, xs, *p, n, k, quant_out=False) for p in pairs])
+    rows = [{**base, "kernel": "triton glu_q4k_i8", "launch": "default", "us": t * 1e6, "vs_triton": 0.0}]
+    for shape in GLU_LAUNCHES:
+        out = glu_cuda_i8(xq, xs, *pairs[0], n, k, launch_shape=shape)
+        t = graph_time([lambda p=p, s=shape: glu_cuda_i8(xq, xs, *p, n, k, launch_shape=s) for p in pairs])
+        launch = "x".join(map(str, shape)) if shape else "default"
+        rows.append({**base, "kernel": "cuda glu_cuda_i8", "launch": launch, "us": t * 1e6,
+                     "vs_triton": rel_err(out, tri.double())})
+    for row in rows:
+        row["tb_s"] = wbytes / row["us"] / 1e6
+        row["floor_pct"] = 100 * row["floor_us"] / row["us"]
+    return rows
+
+
 def table(rows: list[dict], bw: float) -> str:
     launch = f"default CUDA launch 2x2 from {WIDE_ROWS} rows, else 4x2"
     lines = [f"Copy bandwidth {bw / 1e12:.2f} TB/s; {launch}.", "",
@@ -113,13 +141,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("--launches", help="NWxR,... for every type (default: LAUNCHES by type)")
-    ap.add_argument("--qkv-only", action="store_true", help="only the q/k/v launches")
+    ap.add_argument("--qkv-only", action="store_true", help="only the q/k/v launches (and the SwiGLU)")
+    ap.add_argument("--glu-only", action="store_true", help="only the SwiGLU launches")
     a = ap.parse_args()
     given = [tuple(int(v) for v in s.split("x")) for s in a.launches.split(",")] if a.launches else None
     bw = copy_bandwidth()
-    shapes = [] if a.qkv_only else SHAPES
+    shapes = [] if a.qkv_only or a.glu_only else SHAPES
     rows = [r for name, qt, n, k in shapes for r in measure(name, qt, n, k, given or LAUNCHES[qt], bw)]
-    rows += measure_qkv(Q.Q4_K, bw) + measure_qkv(Q.Q6_K, bw)
+    if not a.glu_only:
+        rows += measure_qkv(Q.Q4_K, bw) + measure_qkv(Q.Q6_K, bw)
+    rows += measure_glu(bw)
     out = Path(a.out)
     meta = {"device": torch.cuda.get_device_name(), "copy_bw": bw}
     out.write_text(json.dumps({**meta, "rows": rows}, indent=1))

@@ -143,3 +143,25 @@ def test_gemv3_cuda_i8_matches_triton(types, outs, k, bias):
         assert rel_err(y, t.double()) < 5e-3
     assert all(torch.equal(a, b) for a, b in zip(ys, gemv3_cuda_i8(xq, xs, weights, k, torch.bfloat16,
                                                                       split=split), strict=True))
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("n,k", [(18944, 3584), (96, 1280), (4864, 256)])
+@pytest.mark.parametrize("launch", [None, (4, 2), (2, 4), (4, 1)], ids=str)
+def test_glu_cuda_i8_matches_triton(n, k, launch):
+    """silu(x Wg) * (x Wu) for one token: equal to the Triton glu_q4k_i8's y up to the sum order and exp's
+    last bits, and to float64 of the dequantized weights within x's int8 rounding; repeatable."""
+    from orcd.quant.kernels.gemv_cuda import glu_cuda_i8
+    from orcd.quant.kernels.gemv_int8 import glu_q4k_i8
+
+    wg, _, x, xq, xs = _case(T.Q4_K, n, k, seed=n)
+    wu = random_blocks(T.Q4_K, n, k, seed=n + 1).cuda()
+    g, u = reference(x.float(), wg, T.Q4_K, n, k).cuda(), reference(x.float(), wu, T.Q4_K, n, k).cuda()
+    ref = g / (1 + torch.exp(-g)) * u
+    y = glu_cuda_i8(xq, xs, wg, wu, n, k, launch_shape=launch)
+    tri, _, _ = glu_q4k_i8(xq, xs, wg, wu, n, k, quant_out=False)
+    assert y.shape == (1, n)
+    assert rel_err(y, ref) < 3e-2
+    assert rel_err(y, tri.double()) < 5e-3
+    assert torch.equal(y, glu_cuda_i8(xq, xs, wg, wu, n, k, launch_shape=launch))

@@ -134,3 +134,17 @@ def test_gemv3_cuda_compiles_for_sm90():
                 ptx = compile_ptx(gemv_source(GEMV3, nw, r, 0, bias, False, True, types))
                 assert f".entry {GEMV3}(" in ptx
                 assert ".local" not in ptx, (types, nw, r)
+
+
+@needs_nvrtc
+def test_glu_cuda_compiles_for_sm90():
+    """gemv_cuda.py's SwiGLU kernel: 2R row streams, 8 dp4a each per lane's share of a super-block."""
+    from orcd.quant.kernels.gemv_cuda import GLU
+    from orcd.quant.kernels.gemv_cuda import kernel_source as gemv_source
+
+    for nw, r in [(2, 2), (4, 2), (4, 1), (2, 4)]:
+        for kind, pdl in [(0, True), (1, False)]:
+            ptx = compile_ptx(gemv_source(GLU, nw, r, kind, 0, False, pdl))
+            body = ptx[ptx.index(f".entry {GLU}("):]
+            assert body.count("dp4a.s32.s32") == 8 * 2 * r, (nw, r)
+            assert ".local" not in ptx, (nw, r)

@@ -23,6 +23,7 @@ from orcd.quant.kernels.mmq_cuda import OUT_KIND, _source, available, bias_arg
 
 KERNELS = {(12, False): "gemv_q4k_i8", (14, True): "gemv_q6k_i8"}  # (type, split layout) -> cuda/NAME.cu
 GEMV3 = "gemv3_i8"  # q, k, v in one launch (cuda/gemv3_i8.cu, after both kernels' sources)
+GLU = "glu_q4k_i8"  # SwiGLU's gate and up in one launch (cuda/glu_q4k_i8.cu, after gemv_q4k_i8.cu)
 # (NW warps splitting K, R rows per block) by output rows: two rows a block; 2 warps where the rows alone
 # make >= 1024 blocks, else 4 (more of K in flight for few rows). One H200, µs (bench/results/s36/
 # gemv_cuda; Triton gemv_i8 in brackets): 7B o Q4_K 5.5 at 2 x 2, 5.9 at 4 x 2 (6.9); 7B down Q4_K 17.6 /
@@ -66,12 +67,12 @@ def launch(kernel, grid: tuple[int, int, int], block: tuple[int, int, int], args
 
 def kernel_source(name: str, nw: int, r: int, out_kind: int, has_bias: int, res: bool, pdl: bool,
                   types: tuple[int, ...] = ()) -> str:
-    """The CUDA-C text NVRTC compiles for kernel `name` (a KERNELS value, or GEMV3) at one configuration
+    """The CUDA-C text NVRTC compiles for kernel `name` (a KERNELS value, GEMV3 or GLU) at one configuration
     (tests/kernels_compile compiles the same). types: GEMV3's three matrices' types (QA, QB, QC)."""
     defines = f"#define NW {nw}\n#define R {r}\n#define OUT_KIND {out_kind}\n#define HAS_BIAS {has_bias}\n"
     defines += f"#define RES {int(res)}\n#define PDL {int(pdl)}\n"
     defines += "".join(f"#define Q{'ABC'[j]} {t}\n" for j, t in enumerate(types))
-    kernels = [*KERNELS.values(), GEMV3] if name == GEMV3 else [name]
+    kernels = {GEMV3: [*KERNELS.values(), GEMV3], GLU: [KERNELS[(12, False)], GLU]}.get(name, [name])
     parts = ["scalars.cuh", "gemv.cuh", *(k + ".cu" for k in kernels)]
     return defines + "".join(_source(part) for part in parts)
 
@@ -154,3 +155,29 @@ def gemv3_cuda_i8(xq: torch.Tensor, xs: torch.Tensor, weights: list, in_features
     blocks = sum(-(-w[1] // r) for w in weights)
     launch(kern, (blocks, 1, 1), (32 * nw, 1, 1), [xq, xs, in_features // 256, *args], pdl)
     return ys
+
+
+def glu_routed(xq: torch.Tensor, raw_gate: torch.Tensor, raw_up: torch.Tensor, in_features: int) -> bool:
+    """Whether glu_cuda_i8 takes this SwiGLU: both weights as routed() takes a Q4_K one alone."""
+    return all(routed(xq, raw, in_features, 12, False) for raw in (raw_gate, raw_up))
+
+
+def glu_cuda_i8(xq: torch.Tensor, xs: torch.Tensor, raw_gate: torch.Tensor, raw_up: torch.Tensor,
+                out_features: int, in_features: int, dtype: torch.dtype = torch.bfloat16,
+                launch_shape: tuple[int, int] | None = None) -> torch.Tensor:
+    """silu(x @ Wg.T) * (x @ Wu.T) -> y [1, out] in dtype for one token (gemv_int8.glu_q4k_i8's y): x from
+    quantize_x, both weights raw Q4_K [out, K / 256 * 144]. launch_shape: (NW, R) instead of
+    default_launch's."""
+    if xq.shape != (1, in_features // 4) or in_features % 256:
+        raise ValueError(f"glu_cuda_i8: one token of K % 256 == 0 inputs, got xq {tuple(xq.shape)}")
+    row = row_bytes(12, in_features)
+    for raw in (raw_gate, raw_up):
+        if raw.numel() != out_features * row or raw.data_ptr() % 16:
+            raise ValueError(f"raw must be uint8 [{out_features}, {row}], 16-byte aligned")
+    y = torch.empty((1, out_features), dtype=dtype, device=xq.device)
+    nw, r = launch_shape or default_launch(out_features)
+    pdl = pdl_enabled(xq.device)
+    kern = _kernel(GLU, nw, r, OUT_KIND[dtype], 0, False, pdl, xq.device.index or 0)
+    args = [raw_gate, raw_up, xq, xs, y, out_features, in_features // 256]
+    launch(kern, (-(-out_features // r), 1, 1), (32 * nw, 1, 1), args, pdl)
+    return y
