@@ -193,7 +193,7 @@ class DecodeProducts:
 
     def _gemv_i8(self, m, xq: torch.Tensor, xs: torch.Tensor, out: torch.Tensor | None,
                  dtype: torch.dtype) -> torch.Tensor:
-        """m's product on x from quantize_x (+ out, in place, where given): gemv_q4k_i8 where cuda_gemv
+        """m's product on x from quantize_x (+ out, in place, where given): gemv_cuda_i8 where cuda_gemv
         routes it (one token: Q4_K on GGUF's blocks, Q6_K in the split layout), else gemv_i8."""
         if self.cuda_gemv and gemv_cuda.routed(xq, m.raw, m.in_features, m.qtype, split(m)):
             return gemv_cuda.gemv_cuda_i8(xq, xs, m.raw, m.out_features, m.in_features, m.qtype, m.bias,

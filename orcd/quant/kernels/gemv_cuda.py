@@ -94,6 +94,21 @@ def routed(x: torch.Tensor, raw: torch.Tensor, in_features: int, qtype: int, spl
     return raw.data_ptr() % 16 == 0 and x.data_ptr() % 16 == 0 and available(x.device)
 
 
+def _check_x(who: str, xq: torch.Tensor, in_features: int) -> None:
+    if xq.shape != (1, in_features // 4) or in_features % 256:
+        raise ValueError(f"{who}: one token of K % 256 == 0 inputs, got xq {tuple(xq.shape)}")
+
+
+def _check_weight(who: str, raw: torch.Tensor, out_features: int, in_features: int, qt: int,
+                  split: bool) -> None:
+    """ValueError unless raw is a (type, layout) of KERNELS, [out, row_bytes], 16-byte aligned."""
+    if (qt, bool(split)) not in KERNELS:
+        raise ValueError(f"{who}: Q4_K on GGUF's blocks or split Q6_K, got type {qt} split={split}")
+    row = row_bytes(qt, in_features)
+    if raw.numel() != out_features * row or raw.data_ptr() % 16:
+        raise ValueError(f"raw must be uint8 [{out_features}, {row}], 16-byte aligned")
+
+
 def gemv_cuda_i8(xq: torch.Tensor, xs: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int,
                  qtype: int = 12, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
                  dtype: torch.dtype = torch.bfloat16, split: bool = False,
@@ -103,13 +118,8 @@ def gemv_cuda_i8(xq: torch.Tensor, xs: torch.Tensor, raw: torch.Tensor, out_feat
     + bias [out]; residual [1, out] (bf16 / fp16): added into it in place and returned. launch_shape:
     (NW, R) instead of default_launch's."""
     qt = int(qtype)
-    if (qt, bool(split)) not in KERNELS:
-        raise ValueError(f"gemv_cuda_i8: Q4_K on GGUF's blocks or split Q6_K, got type {qt} split={split}")
-    if xq.shape != (1, in_features // 4) or in_features % 256:
-        raise ValueError(f"gemv_cuda_i8: one token of K % 256 == 0 inputs, got xq {tuple(xq.shape)}")
-    row = row_bytes(qt, in_features)
-    if raw.numel() != out_features * row or raw.data_ptr() % 16:
-        raise ValueError(f"raw must be uint8 [{out_features}, {row}], 16-byte aligned")
+    _check_weight("gemv_cuda_i8", raw, out_features, in_features, qt, split)
+    _check_x("gemv_cuda_i8", xq, in_features)
     y = residual if residual is not None else torch.empty((1, out_features), dtype=dtype, device=xq.device)
     if y.dtype not in OUT_KIND or not y.is_contiguous():
         raise ValueError(f"gemv_cuda_i8: a contiguous bf16 / fp16 output, got {y.dtype}")
@@ -137,13 +147,11 @@ def gemv3_cuda_i8(xq: torch.Tensor, xs: torch.Tensor, weights: list, in_features
     (NW, R) instead of default_launch's for all three's rows."""
     if len(weights) != 3 or len({b is None for *_, b in weights}) != 1:
         raise ValueError("gemv3_cuda_i8: three weights, biases all present or all absent")
-    if xq.shape != (1, in_features // 4) or in_features % 256:
-        raise ValueError(f"gemv3_cuda_i8: one token of K % 256 == 0 inputs, got xq {tuple(xq.shape)}")
+    _check_x("gemv3_cuda_i8", xq, in_features)
     args, types, ys = [], [], []
     for (raw, out_f, qtype, bias), sp in zip(weights, split, strict=True):
         qt = int(qtype)
-        if (qt, bool(sp)) not in KERNELS or raw.numel() != out_f * row_bytes(qt, in_features):
-            raise ValueError(f"gemv3_cuda_i8: Q4_K or split Q6_K [{out_f}, row bytes], got type {qt}")
+        _check_weight("gemv3_cuda_i8", raw, out_f, in_features, qt, sp)
         y = torch.empty((1, out_f), dtype=dtype, device=xq.device)
         b, has_bias = bias_arg(bias, y, y)
         args += [raw, q6k_tail(raw) if qt == 14 else raw, b, y, out_f]
@@ -168,12 +176,9 @@ def glu_cuda_i8(xq: torch.Tensor, xs: torch.Tensor, raw_gate: torch.Tensor, raw_
     """silu(x @ Wg.T) * (x @ Wu.T) -> y [1, out] in dtype for one token (gemv_int8.glu_q4k_i8's y): x from
     quantize_x, both weights raw Q4_K [out, K / 256 * 144]. launch_shape: (NW, R) instead of
     default_launch's."""
-    if xq.shape != (1, in_features // 4) or in_features % 256:
-        raise ValueError(f"glu_cuda_i8: one token of K % 256 == 0 inputs, got xq {tuple(xq.shape)}")
-    row = row_bytes(12, in_features)
+    _check_x("glu_cuda_i8", xq, in_features)
     for raw in (raw_gate, raw_up):
-        if raw.numel() != out_features * row or raw.data_ptr() % 16:
-            raise ValueError(f"raw must be uint8 [{out_features}, {row}], 16-byte aligned")
+        _check_weight("glu_cuda_i8", raw, out_features, in_features, 12, False)
     y = torch.empty((1, out_features), dtype=dtype, device=xq.device)
     nw, r = launch_shape or default_launch(out_features)
     pdl = pdl_enabled(xq.device)
