@@ -166,13 +166,12 @@ def norm_fusable(blocks: list[BlockLinears], head) -> bool:
         and lin.o.bias is None and lin.down.bias is None for lin in blocks)
 
 
-def step_products(model, int8_x: bool = True, batched_qkv: bool = True, cuda_gemv: bool = True,
-                  cuda_glu: bool = False) -> DecodeProducts:
+def step_products(model, int8_x: bool = True, batched_qkv: bool = True,
+                  cuda_gemv: bool = True) -> DecodeProducts:
     """The launch choices of FusedDecoder / TPFusedDecoder(model, int8_x=, batched_qkv=): x quantized to
     int8 unless the model is float32 (run for exactness)."""
     int8 = int8_x and model.blocks[0].attn_norm.weight.dtype != torch.float32
-    return DecodeProducts(int8_x=int8, int8_attn=int8, batched_qkv=batched_qkv, cuda_gemv=cuda_gemv,
-                          cuda_glu=cuda_glu)
+    return DecodeProducts(int8_x=int8, int8_attn=int8, batched_qkv=batched_qkv, cuda_gemv=cuda_gemv)
 
 
 class DecodeProducts:
@@ -183,13 +182,12 @@ class DecodeProducts:
     o too (a bench may switch this part off alone). batched_qkv: above the norm-fused rows (5..64),
     q/k/v in one launch (batched_qkv.py) instead of three products. cuda_gemv: one token's Q4_K and
     split Q6_K q/k/v, o and down on the CUDA-C GEMVs where they compile (gemv_cuda.py), not the Triton
-    gemv3_i8 / gemv_i8. cuda_glu: one token's Q4_K SwiGLU on gemv_cuda.glu_cuda_i8 (built after session
-    36's last GPU call: off until an engine A/B has measured it)."""
+    gemv3_i8 / gemv_i8. The SwiGLU stays on Triton's glu_q4k_i8: a CUDA-C one (session 37) took 33.4 µs
+    at the 7B's shape against its 24.8."""
 
-    def __init__(self, int8_x: bool, int8_attn: bool, batched_qkv: bool = False, cuda_gemv: bool = False,
-                 cuda_glu: bool = False):
+    def __init__(self, int8_x: bool, int8_attn: bool, batched_qkv: bool = False, cuda_gemv: bool = False):
         self.int8_x, self.int8_attn, self.batched_qkv = int8_x, int8_attn, batched_qkv
-        self.cuda_gemv, self.cuda_glu = cuda_gemv, cuda_glu
+        self.cuda_gemv = cuda_gemv
 
     def _gemv_i8(self, m, xq: torch.Tensor, xs: torch.Tensor, out: torch.Tensor | None,
                  dtype: torch.dtype) -> torch.Tensor:
@@ -302,9 +300,6 @@ class DecodeProducts:
         g, u, dn = lin.gate, lin.up, lin.down
         if self.glu_i8(lin):
             xq, xs = quantize_x(res, norm=nrm)
-            if self.cuda_glu and gemv_cuda.glu_routed(xq, g.raw, u.raw, g.in_features):
-                y = gemv_cuda.glu_cuda_i8(xq, xs, g.raw, u.raw, g.out_features, g.in_features, res.dtype)
-                return (y, *quantize_x(y)) if dn.qtype in DOWN_I8_TYPES else (y, None, None)
             return glu_q4k_i8(xq, xs, g.raw, u.raw, g.out_features, g.in_features, res.dtype,
                               quant_out=dn.qtype in DOWN_I8_TYPES)
         y = fused_glu(res, gguf_raw(g, "fused_glu"), gguf_raw(u, "fused_glu"), g.out_features, g.in_features,

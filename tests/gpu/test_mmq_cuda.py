@@ -104,7 +104,7 @@ def test_mmq_cuda_sources_ship_with_the_package():
     patterns = setuptools["package-data"]["orcd"]
     names = ["scalars.cuh", "common.cuh", "w16.cuh", *(k + ".cu" for k in KERNELS.values()),
              "mmq_legacy_w16.cu", "gemv.cuh", "gemv_q4k_i8.cu", "gemv_q6k_i8.cu",
-             "gemv3_i8.cu", "glu_q4k_i8.cu"]
+             "gemv3_i8.cu"]
     files = sorted(p.name for p in (root / "orcd/quant/kernels/cuda").iterdir())
     assert sorted(names) == files
     for name in names:

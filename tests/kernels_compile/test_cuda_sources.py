@@ -110,16 +110,17 @@ def test_legacy_kernels_compile_for_sm90(qtype):
 def test_gemv_cuda_compiles_for_sm90(name, dots):
     """gemv_cuda.py's kernels at the launch shapes the bench and the GPU tests take, with and without the
     bias, the residual and the PDL wait: 8 (Q4_K) or 16 (Q6_K) dp4a per row per lane's share of a
-    super-block, no local memory."""
+    super-block (Q4_K: QG shares a pass), no local memory."""
     from orcd.quant.kernels.gemv_cuda import kernel_source as gemv_source
 
-    for nw, r in [(4, 2), (4, 1), (4, 4), (8, 1), (8, 2), (2, 2), (2, 4), (16, 1)]:
+    shapes = [(4, 2, 1), (4, 1, 1), (4, 4, 1), (8, 1, 1), (8, 2, 1), (2, 2, 1), (2, 4, 1), (16, 1, 1)]
+    for nw, r, qg in shapes + [(2, 2, 2), (4, 1, 2), (2, 1, 3)]:
         for kind, bias, res, pdl in [(0, 0, True, True), (1, 2, False, False), (0, 1, False, True)]:
-            ptx = compile_ptx(gemv_source(name, nw, r, kind, bias, res, pdl))
+            ptx = compile_ptx(gemv_source(name, nw, r, kind, bias, res, pdl, qg=qg))
             assert f".entry {name}(" in ptx
-            assert ptx.count("dp4a.s32.s32") == dots * r, (nw, r)
+            assert ptx.count("dp4a.s32.s32") == dots * r * (qg if name == "gemv_q4k_i8" else 1), (nw, r, qg)
             assert ("griddepcontrol.wait" in ptx) == pdl
-            assert ".local" not in ptx, (nw, r)
+            assert ".local" not in ptx, (nw, r, qg)
 
 
 @needs_nvrtc
@@ -134,17 +135,3 @@ def test_gemv3_cuda_compiles_for_sm90():
                 ptx = compile_ptx(gemv_source(GEMV3, nw, r, 0, bias, False, True, types))
                 assert f".entry {GEMV3}(" in ptx
                 assert ".local" not in ptx, (types, nw, r)
-
-
-@needs_nvrtc
-def test_glu_cuda_compiles_for_sm90():
-    """gemv_cuda.py's SwiGLU kernel: 2R row streams, 8 dp4a each per lane's share of a super-block."""
-    from orcd.quant.kernels.gemv_cuda import GLU
-    from orcd.quant.kernels.gemv_cuda import kernel_source as gemv_source
-
-    for nw, r in [(2, 2), (4, 2), (4, 1), (2, 4)]:
-        for kind, pdl in [(0, True), (1, False)]:
-            ptx = compile_ptx(gemv_source(GLU, nw, r, kind, 0, False, pdl))
-            body = ptx[ptx.index(f".entry {GLU}("):]
-            assert body.count("dp4a.s32.s32") == 8 * 2 * r, (nw, r)
-            assert ".local" not in ptx, (nw, r)

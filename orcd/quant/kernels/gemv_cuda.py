@@ -23,7 +23,6 @@ from orcd.quant.kernels.mmq_cuda import OUT_KIND, _source, available, bias_arg
 
 KERNELS = {(12, False): "gemv_q4k_i8", (14, True): "gemv_q6k_i8"}  # (type, split layout) -> cuda/NAME.cu
 GEMV3 = "gemv3_i8"  # q, k, v in one launch (cuda/gemv3_i8.cu, after both kernels' sources)
-GLU = "glu_q4k_i8"  # SwiGLU's gate and up in one launch (cuda/glu_q4k_i8.cu, after gemv_q4k_i8.cu)
 # (NW warps splitting K, R rows per block) by output rows: two rows a block; 2 warps where the rows alone
 # make >= 1024 blocks, else 4 (more of K in flight for few rows). One H200, µs (bench/results/s36/
 # gemv_cuda; Triton gemv_i8 in brackets): 7B o Q4_K 5.5 at 2 x 2, 5.9 at 4 x 2 (6.9); 7B down Q4_K 17.6 /
@@ -32,9 +31,16 @@ WIDE_ROWS = 2048
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 
 
-def default_launch(out_features: int) -> tuple[int, int]:
-    """(NW, R) for a product of `out_features` rows (for q/k/v: the three's rows together)."""
-    return (2, 2) if out_features >= WIDE_ROWS else (4, 2)
+def default_launch(out_features: int) -> tuple[int, int, int]:
+    """(NW, R, QG) for a product of `out_features` rows (for q/k/v: the three's rows together)."""
+    return (2, 2, 1) if out_features >= WIDE_ROWS else (4, 2, 1)
+
+
+def _shape(launch_shape: tuple[int, ...] | None, out_features: int) -> tuple[int, int, int]:
+    """(NW, R, QG): launch_shape's ((NW, R) with QG 1), else default_launch's."""
+    if launch_shape is None:
+        return default_launch(out_features)
+    return (*launch_shape, 1)[:3]
 
 
 class _Attr(ctypes.Structure):  # CUlaunchAttribute: id, padding, a 64-byte value union
@@ -66,22 +72,23 @@ def launch(kernel, grid: tuple[int, int, int], block: tuple[int, int, int], args
 
 
 def kernel_source(name: str, nw: int, r: int, out_kind: int, has_bias: int, res: bool, pdl: bool,
-                  types: tuple[int, ...] = ()) -> str:
-    """The CUDA-C text NVRTC compiles for kernel `name` (a KERNELS value, GEMV3 or GLU) at one configuration
-    (tests/kernels_compile compiles the same). types: GEMV3's three matrices' types (QA, QB, QC)."""
-    defines = f"#define NW {nw}\n#define R {r}\n#define OUT_KIND {out_kind}\n#define HAS_BIAS {has_bias}\n"
-    defines += f"#define RES {int(res)}\n#define PDL {int(pdl)}\n"
+                  types: tuple[int, ...] = (), qg: int = 1) -> str:
+    """The CUDA-C text NVRTC compiles for kernel `name` (a KERNELS value or GEMV3) at one configuration
+    (tests/kernels_compile compiles the same). types: GEMV3's three matrices' types (QA, QB, QC). qg: a
+    Q4_K warp's pass in groups of four super-blocks."""
+    defines = f"#define NW {nw}\n#define R {r}\n#define QG {qg}\n#define OUT_KIND {out_kind}\n"
+    defines += f"#define HAS_BIAS {has_bias}\n#define RES {int(res)}\n#define PDL {int(pdl)}\n"
     defines += "".join(f"#define Q{'ABC'[j]} {t}\n" for j, t in enumerate(types))
-    kernels = {GEMV3: [*KERNELS.values(), GEMV3], GLU: [KERNELS[(12, False)], GLU]}.get(name, [name])
+    kernels = [*KERNELS.values(), GEMV3] if name == GEMV3 else [name]
     parts = ["scalars.cuh", "gemv.cuh", *(k + ".cu" for k in kernels)]
     return defines + "".join(_source(part) for part in parts)
 
 
 @functools.cache
 def _kernel(name: str, nw: int, r: int, out_kind: int, has_bias: int, res: bool, pdl: bool,
-            device_index: int, types: tuple[int, ...] = ()):
+            device_index: int, types: tuple[int, ...] = (), qg: int = 1):
     with torch.cuda.device(device_index):
-        source = kernel_source(name, nw, r, out_kind, has_bias, res, pdl, types)
+        source = kernel_source(name, nw, r, out_kind, has_bias, res, pdl, types, qg)
         return torch.cuda._compile_kernel(source, name)
 
 
@@ -112,22 +119,23 @@ def _check_weight(who: str, raw: torch.Tensor, out_features: int, in_features: i
 def gemv_cuda_i8(xq: torch.Tensor, xs: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int,
                  qtype: int = 12, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
                  dtype: torch.dtype = torch.bfloat16, split: bool = False,
-                 launch_shape: tuple[int, int] | None = None) -> torch.Tensor:
+                 launch_shape: tuple[int, ...] | None = None) -> torch.Tensor:
     """y [1, out] = x @ W.T for one token: xq int32 [1, K / 4], xs float32 [1, K / 32, 4] (quantize_x),
     raw uint8 [out, row_bytes] Q4_K (12; GGUF's blocks) or Q6_K (14; split: layout.split_q6_k's layout);
     + bias [out]; residual [1, out] (bf16 / fp16): added into it in place and returned. launch_shape:
-    (NW, R) instead of default_launch's."""
+    (NW, R) or (NW, R, QG) instead of default_launch's."""
     qt = int(qtype)
     _check_weight("gemv_cuda_i8", raw, out_features, in_features, qt, split)
     _check_x("gemv_cuda_i8", xq, in_features)
     y = residual if residual is not None else torch.empty((1, out_features), dtype=dtype, device=xq.device)
     if y.dtype not in OUT_KIND or not y.is_contiguous():
         raise ValueError(f"gemv_cuda_i8: a contiguous bf16 / fp16 output, got {y.dtype}")
-    nw, r = launch_shape or default_launch(out_features)
+    nw, r, qg = _shape(launch_shape, out_features)
     b, has_bias = bias_arg(bias, y, y)
     pdl = pdl_enabled(xq.device)
     name = KERNELS[(qt, bool(split))]
-    kern = _kernel(name, nw, r, OUT_KIND[y.dtype], has_bias, residual is not None, pdl, xq.device.index or 0)
+    kern = _kernel(name, nw, r, OUT_KIND[y.dtype], has_bias, residual is not None, pdl, xq.device.index or 0,
+                   qg=qg)
     weights = [raw] if qt == 12 else [raw, q6k_tail(raw)]  # Q6_K: the 208-byte blocks, then the d's
     args = [*weights, xq, xs, b, y, out_features, in_features // 256]
     launch(kern, (-(-out_features // r), 1, 1), (32 * nw, 1, 1), args, pdl)
@@ -141,10 +149,10 @@ def gemv3_routed(xq: torch.Tensor, weights: list, in_features: int, split: tuple
 
 def gemv3_cuda_i8(xq: torch.Tensor, xs: torch.Tensor, weights: list, in_features: int, dtype: torch.dtype,
                   split: tuple = (False, False, False),
-                  launch_shape: tuple[int, int] | None = None) -> list[torch.Tensor]:
+                  launch_shape: tuple[int, ...] | None = None) -> list[torch.Tensor]:
     """gemv3_int8.gemv3_i8 for one token: weights 3 x (raw, out_i, qtype_i, bias_i: all or none), each Q4_K
     on GGUF's blocks or Q6_K in the split layout (split[i]) -> [y_i [1, out_i]] in dtype. launch_shape:
-    (NW, R) instead of default_launch's for all three's rows."""
+    (NW, R) or (NW, R, QG) instead of default_launch's for all three's rows."""
     if len(weights) != 3 or len({b is None for *_, b in weights}) != 1:
         raise ValueError("gemv3_cuda_i8: three weights, biases all present or all absent")
     _check_x("gemv3_cuda_i8", xq, in_features)
@@ -157,32 +165,11 @@ def gemv3_cuda_i8(xq: torch.Tensor, xs: torch.Tensor, weights: list, in_features
         args += [raw, q6k_tail(raw) if qt == 14 else raw, b, y, out_f]
         types.append(qt)
         ys.append(y)
-    nw, r = launch_shape or default_launch(sum(w[1] for w in weights))
+    nw, r, qg = _shape(launch_shape, sum(w[1] for w in weights))
     pdl = pdl_enabled(xq.device)
-    kern = _kernel(GEMV3, nw, r, OUT_KIND[dtype], has_bias, False, pdl, xq.device.index or 0, tuple(types))
+    kern = _kernel(GEMV3, nw, r, OUT_KIND[dtype], has_bias, False, pdl, xq.device.index or 0, tuple(types),
+                   qg)
     blocks = sum(-(-w[1] // r) for w in weights)
     launch(kern, (blocks, 1, 1), (32 * nw, 1, 1), [xq, xs, in_features // 256, *args], pdl)
     return ys
 
-
-def glu_routed(xq: torch.Tensor, raw_gate: torch.Tensor, raw_up: torch.Tensor, in_features: int) -> bool:
-    """Whether glu_cuda_i8 takes this SwiGLU: both weights as routed() takes a Q4_K one alone."""
-    return all(routed(xq, raw, in_features, 12, False) for raw in (raw_gate, raw_up))
-
-
-def glu_cuda_i8(xq: torch.Tensor, xs: torch.Tensor, raw_gate: torch.Tensor, raw_up: torch.Tensor,
-                out_features: int, in_features: int, dtype: torch.dtype = torch.bfloat16,
-                launch_shape: tuple[int, int] | None = None) -> torch.Tensor:
-    """silu(x @ Wg.T) * (x @ Wu.T) -> y [1, out] in dtype for one token (gemv_int8.glu_q4k_i8's y): x from
-    quantize_x, both weights raw Q4_K [out, K / 256 * 144]. launch_shape: (NW, R) instead of
-    default_launch's."""
-    _check_x("glu_cuda_i8", xq, in_features)
-    for raw in (raw_gate, raw_up):
-        _check_weight("glu_cuda_i8", raw, out_features, in_features, 12, False)
-    y = torch.empty((1, out_features), dtype=dtype, device=xq.device)
-    nw, r = launch_shape or default_launch(out_features)
-    pdl = pdl_enabled(xq.device)
-    kern = _kernel(GLU, nw, r, OUT_KIND[dtype], 0, False, pdl, xq.device.index or 0)
-    args = [raw_gate, raw_up, xq, xs, y, out_features, in_features // 256]
-    launch(kern, (-(-out_features // r), 1, 1), (32 * nw, 1, 1), args, pdl)
-    return y
