@@ -1,16 +1,15 @@
 """One token's Q4_K and split Q6_K products: the CUDA-C GEMVs (gemv_cuda.py) against the Triton gemv_i8
 at the 7B's and the 0.5B's shapes, alone, on CUDA.
 
-usage: python bench/kernels/gemv_cuda.py OUT.json [--launches 4x2,2x2x2,...] [--qkv-only]
+usage: python bench/kernels/gemv_cuda.py OUT.json [--launches 4x2,8x2,...] [--qkv-only]
 
 Each product timed as bench/peers/products.py times them: back-to-back launches in one CUDA graph over
 >= 200 MB of weight copies (no launch finds its weights in the L2), median replay / launches; x quantized
 once (quantize_x), the residual added in place as the decode step's o and down do. Floor = weight bytes /
 the measured copy bandwidth. Error: both kernels against float64 x @ W.T of the dequantized weights, and
 the CUDA kernel against Triton's. Writes OUT.json and OUT.md (a table per shape: the Triton kernel, the
-CUDA kernel at each launch NWxR or NWxRxQG: warps, rows a block, a Q4_K warp's pass in groups of four
-super-blocks; µs, TB/s, % of the floor), then the 7B's q/k/v (with biases) in one launch: gemv3_i8 against
-gemv3_cuda_i8 at QKV_LAUNCHES, v Q4_K and v Q6_K (the two kinds of the 7B's layers).
+CUDA kernel at each launch, µs, TB/s, % of the floor), then the 7B's q/k/v (with biases) in one launch:
+gemv3_i8 against gemv3_cuda_i8, v Q4_K and v Q6_K (the two kinds of the 7B's layers).
 """
 
 from __future__ import annotations
@@ -39,9 +38,8 @@ SHAPES = [("7B down", Q.Q4_K, 3584, 18944), ("7B o", Q.Q4_K, 3584, 3584), ("7B k
           ("7B gate (one of two)", Q.Q4_K, 18944, 3584), ("0.5B down", Q.Q4_K, 896, 4864),
           ("7B down", Q.Q6_K, 3584, 18944), ("7B v", Q.Q6_K, 512, 3584), ("0.5B down", Q.Q6_K, 896, 4864),
           ("7B head", Q.Q6_K, 152064, 3584)]
-LAUNCHES = {Q.Q4_K: [(2, 2), (4, 2), (2, 1, 2), (2, 2, 2), (4, 1, 2), (4, 2, 2), (2, 1, 3), (2, 2, 3)],
+LAUNCHES = {Q.Q4_K: [(4, 1), (4, 2), (4, 4), (8, 2), (2, 2), (2, 4)],
             Q.Q6_K: [(4, 1), (8, 1), (2, 1), (4, 2), (2, 2), (16, 1)]}
-QKV_LAUNCHES = [None, (2, 2, 2), (2, 1, 2), (4, 2, 2)]  # None: default_launch's
 
 
 def measure(name: str, qt: Q, n: int, k: int, launches: list, bw: float) -> list[dict]:
@@ -84,20 +82,15 @@ def measure_qkv(v_type: Q, bw: float) -> list[dict]:
     split = tuple(qt == Q.Q6_K for qt in types)
     xq, xs = quantize_x(torch.randn(1, k, device="cuda", dtype=torch.bfloat16))
     tri = gemv3_i8(xq, xs, copies[0], k, torch.bfloat16, split=split)
-    diff = 0.0
-    for shape in QKV_LAUNCHES:
-        cud = gemv3_cuda_i8(xq, xs, copies[0], k, torch.bfloat16, split=split, launch_shape=shape)
-        diff = max(diff, *(rel_err(a, b.double()) for a, b in zip(cud, tri, strict=True)))
+    cud = gemv3_cuda_i8(xq, xs, copies[0], k, torch.bfloat16, split=split)
+    diff = max(rel_err(a, b.double()) for a, b in zip(cud, tri, strict=True))
     base = {"name": "7B q/k/v", "type": f"v {v_type.name}", "out": sum(outs), "in": k, "bytes": wbytes,
             "floor_us": wbytes / bw * 1e6, "rel_err": float("nan")}
-    t = graph_time([lambda w=w: gemv3_i8(xq, xs, w, k, torch.bfloat16, split=split) for w in copies])
-    rows = [{**base, "kernel": "triton gemv3_i8", "launch": "default", "us": t * 1e6, "vs_triton": 0.0}]
-    for shape in QKV_LAUNCHES:
-        t = graph_time([lambda w=w, s=shape: gemv3_cuda_i8(xq, xs, w, k, torch.bfloat16, split=split,
-                                                           launch_shape=s) for w in copies])
-        launch = "x".join(map(str, shape)) if shape else "default"
-        rows.append({**base, "kernel": "cuda gemv3_cuda_i8", "launch": launch, "us": t * 1e6,
-                     "vs_triton": diff})
+    rows = []
+    for kernel, fn in [("triton gemv3_i8", gemv3_i8), ("cuda gemv3_cuda_i8", gemv3_cuda_i8)]:
+        t = graph_time([lambda w=w, f=fn: f(xq, xs, w, k, torch.bfloat16, split=split) for w in copies])
+        rows.append({**base, "kernel": kernel, "launch": "default", "us": t * 1e6,
+                     "vs_triton": diff if kernel.startswith("cuda") else 0.0})
     for row in rows:
         row["tb_s"] = wbytes / row["us"] / 1e6
         row["floor_pct"] = 100 * row["floor_us"] / row["us"]

@@ -32,17 +32,15 @@ def test_routes_only_one_token_of_its_types_on_a_gpu():
 
 
 def test_launch_by_output_rows():
-    assert gemv_cuda.default_launch(3584) == (2, 2, 1) == gemv_cuda.default_launch(gemv_cuda.WIDE_ROWS)
-    assert gemv_cuda.default_launch(896) == (4, 2, 1) == gemv_cuda.default_launch(gemv_cuda.WIDE_ROWS - 1)
-    assert gemv_cuda._shape((4, 1), 3584) == (4, 1, 1) and gemv_cuda._shape((2, 2, 3), 896) == (2, 2, 3)
+    assert gemv_cuda.default_launch(3584) == (2, 2) == gemv_cuda.default_launch(gemv_cuda.WIDE_ROWS)
+    assert gemv_cuda.default_launch(896) == (4, 2) == gemv_cuda.default_launch(gemv_cuda.WIDE_ROWS - 1)
 
 
 def test_kernel_sources():
     """Each kernel after scalars.cuh and gemv.cuh with its defines; the q/k/v kernel after both GEMVs'
     sources (it calls their row functions), with its three types."""
     src = gemv_cuda.kernel_source("gemv_q4k_i8", 2, 2, 0, 0, True, True)
-    head = "#define NW 2\n#define R 2\n#define QG 1\n#define OUT_KIND 0\n#define HAS_BIAS 0\n#define RES 1\n"
-    head += "#define PDL 1\n"
+    head = "#define NW 2\n#define R 2\n#define OUT_KIND 0\n#define HAS_BIAS 0\n#define RES 1\n#define PDL 1\n"
     assert src.startswith(head)
     assert src.index("half_to_float") < src.index("store_rows") < src.index("gemv_q4k_i8(")
     assert "q6k_rows" not in src

@@ -31,16 +31,9 @@ WIDE_ROWS = 2048
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 
 
-def default_launch(out_features: int) -> tuple[int, int, int]:
-    """(NW, R, QG) for a product of `out_features` rows (for q/k/v: the three's rows together)."""
-    return (2, 2, 1) if out_features >= WIDE_ROWS else (4, 2, 1)
-
-
-def _shape(launch_shape: tuple[int, ...] | None, out_features: int) -> tuple[int, int, int]:
-    """(NW, R, QG): launch_shape's ((NW, R) with QG 1), else default_launch's."""
-    if launch_shape is None:
-        return default_launch(out_features)
-    return (*launch_shape, 1)[:3]
+def default_launch(out_features: int) -> tuple[int, int]:
+    """(NW, R) for a product of `out_features` rows (for q/k/v: the three's rows together)."""
+    return (2, 2) if out_features >= WIDE_ROWS else (4, 2)
 
 
 class _Attr(ctypes.Structure):  # CUlaunchAttribute: id, padding, a 64-byte value union
@@ -72,12 +65,11 @@ def launch(kernel, grid: tuple[int, int, int], block: tuple[int, int, int], args
 
 
 def kernel_source(name: str, nw: int, r: int, out_kind: int, has_bias: int, res: bool, pdl: bool,
-                  types: tuple[int, ...] = (), qg: int = 1) -> str:
+                  types: tuple[int, ...] = ()) -> str:
     """The CUDA-C text NVRTC compiles for kernel `name` (a KERNELS value or GEMV3) at one configuration
-    (tests/kernels_compile compiles the same). types: GEMV3's three matrices' types (QA, QB, QC). qg: a
-    Q4_K warp's pass in groups of four super-blocks."""
-    defines = f"#define NW {nw}\n#define R {r}\n#define QG {qg}\n#define OUT_KIND {out_kind}\n"
-    defines += f"#define HAS_BIAS {has_bias}\n#define RES {int(res)}\n#define PDL {int(pdl)}\n"
+    (tests/kernels_compile compiles the same). types: GEMV3's three matrices' types (QA, QB, QC)."""
+    defines = f"#define NW {nw}\n#define R {r}\n#define OUT_KIND {out_kind}\n#define HAS_BIAS {has_bias}\n"
+    defines += f"#define RES {int(res)}\n#define PDL {int(pdl)}\n"
     defines += "".join(f"#define Q{'ABC'[j]} {t}\n" for j, t in enumerate(types))
     kernels = [*KERNELS.values(), GEMV3] if name == GEMV3 else [name]
     parts = ["scalars.cuh", "gemv.cuh", *(k + ".cu" for k in kernels)]
@@ -86,9 +78,9 @@ def kernel_source(name: str, nw: int, r: int, out_kind: int, has_bias: int, res:
 
 @functools.cache
 def _kernel(name: str, nw: int, r: int, out_kind: int, has_bias: int, res: bool, pdl: bool,
-            device_index: int, types: tuple[int, ...] = (), qg: int = 1):
+            device_index: int, types: tuple[int, ...] = ()):
     with torch.cuda.device(device_index):
-        source = kernel_source(name, nw, r, out_kind, has_bias, res, pdl, types, qg)
+        source = kernel_source(name, nw, r, out_kind, has_bias, res, pdl, types)
         return torch.cuda._compile_kernel(source, name)
 
 
@@ -119,23 +111,22 @@ def _check_weight(who: str, raw: torch.Tensor, out_features: int, in_features: i
 def gemv_cuda_i8(xq: torch.Tensor, xs: torch.Tensor, raw: torch.Tensor, out_features: int, in_features: int,
                  qtype: int = 12, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
                  dtype: torch.dtype = torch.bfloat16, split: bool = False,
-                 launch_shape: tuple[int, ...] | None = None) -> torch.Tensor:
+                 launch_shape: tuple[int, int] | None = None) -> torch.Tensor:
     """y [1, out] = x @ W.T for one token: xq int32 [1, K / 4], xs float32 [1, K / 32, 4] (quantize_x),
     raw uint8 [out, row_bytes] Q4_K (12; GGUF's blocks) or Q6_K (14; split: layout.split_q6_k's layout);
     + bias [out]; residual [1, out] (bf16 / fp16): added into it in place and returned. launch_shape:
-    (NW, R) or (NW, R, QG) instead of default_launch's."""
+    (NW, R) instead of default_launch's."""
     qt = int(qtype)
     _check_weight("gemv_cuda_i8", raw, out_features, in_features, qt, split)
     _check_x("gemv_cuda_i8", xq, in_features)
     y = residual if residual is not None else torch.empty((1, out_features), dtype=dtype, device=xq.device)
     if y.dtype not in OUT_KIND or not y.is_contiguous():
         raise ValueError(f"gemv_cuda_i8: a contiguous bf16 / fp16 output, got {y.dtype}")
-    nw, r, qg = _shape(launch_shape, out_features)
+    nw, r = launch_shape or default_launch(out_features)
     b, has_bias = bias_arg(bias, y, y)
     pdl = pdl_enabled(xq.device)
     name = KERNELS[(qt, bool(split))]
-    kern = _kernel(name, nw, r, OUT_KIND[y.dtype], has_bias, residual is not None, pdl, xq.device.index or 0,
-                   qg=qg)
+    kern = _kernel(name, nw, r, OUT_KIND[y.dtype], has_bias, residual is not None, pdl, xq.device.index or 0)
     weights = [raw] if qt == 12 else [raw, q6k_tail(raw)]  # Q6_K: the 208-byte blocks, then the d's
     args = [*weights, xq, xs, b, y, out_features, in_features // 256]
     launch(kern, (-(-out_features // r), 1, 1), (32 * nw, 1, 1), args, pdl)
@@ -149,10 +140,10 @@ def gemv3_routed(xq: torch.Tensor, weights: list, in_features: int, split: tuple
 
 def gemv3_cuda_i8(xq: torch.Tensor, xs: torch.Tensor, weights: list, in_features: int, dtype: torch.dtype,
                   split: tuple = (False, False, False),
-                  launch_shape: tuple[int, ...] | None = None) -> list[torch.Tensor]:
+                  launch_shape: tuple[int, int] | None = None) -> list[torch.Tensor]:
     """gemv3_int8.gemv3_i8 for one token: weights 3 x (raw, out_i, qtype_i, bias_i: all or none), each Q4_K
     on GGUF's blocks or Q6_K in the split layout (split[i]) -> [y_i [1, out_i]] in dtype. launch_shape:
-    (NW, R) or (NW, R, QG) instead of default_launch's for all three's rows."""
+    (NW, R) instead of default_launch's for all three's rows."""
     if len(weights) != 3 or len({b is None for *_, b in weights}) != 1:
         raise ValueError("gemv3_cuda_i8: three weights, biases all present or all absent")
     _check_x("gemv3_cuda_i8", xq, in_features)
@@ -165,10 +156,9 @@ def gemv3_cuda_i8(xq: torch.Tensor, xs: torch.Tensor, weights: list, in_features
         args += [raw, q6k_tail(raw) if qt == 14 else raw, b, y, out_f]
         types.append(qt)
         ys.append(y)
-    nw, r, qg = _shape(launch_shape, sum(w[1] for w in weights))
+    nw, r = launch_shape or default_launch(sum(w[1] for w in weights))
     pdl = pdl_enabled(xq.device)
-    kern = _kernel(GEMV3, nw, r, OUT_KIND[dtype], has_bias, False, pdl, xq.device.index or 0, tuple(types),
-                   qg)
+    kern = _kernel(GEMV3, nw, r, OUT_KIND[dtype], has_bias, False, pdl, xq.device.index or 0, tuple(types))
     blocks = sum(-(-w[1] // r) for w in weights)
     launch(kern, (blocks, 1, 1), (32 * nw, 1, 1), [xq, xs, in_features // 256, *args], pdl)
     return ys

@@ -1,16 +1,15 @@
 // One token's product y[row] = sum_k W[row, k] x[k] (+ bias, + y's old value where RES: the residual
 // stream, in place) for W raw Q4_K (GGUF's 144-byte blocks; rows 16-byte aligned) and x as
 // xquant.quantize_x writes it: int8 per input in 16-byte pieces, and per 32 inputs (dx, sum of the first
-// 16 inputs, sum of the last 16, 0). Defines: NW warps, R rows per block, QG groups of four super-blocks
-// a warp's pass, OUT_KIND, HAS_BIAS, RES, PDL.
+// 16 inputs, sum of the last 16, 0). Defines: NW warps, R rows per block, OUT_KIND, HAS_BIAS, RES, PDL.
 //
-// A block owns R rows; its NW warps take K's super-blocks 4 QG at a time in turn (QG 1: warp w's pass i
-// is super-blocks 4 (w + NW i) .. 4 (w + NW i) + 3). Lane (s = lane / 8, p = lane % 8) reads 16-byte piece p of super-block
+// A block owns R rows; its NW warps take K's super-blocks four at a time in turn (warp w: super-blocks
+// 4 (w + NW i) .. 4 (w + NW i) + 3). Lane (s = lane / 8, p = lane % 8) reads 16-byte piece p of super-block
 // s's 128 quant bytes (a warp's loads: four runs of 128 contiguous bytes) and that block's 16-byte head
 // (d, dmin, 12 scale bytes; 8 lanes share the load). Piece p is chunk c = p / 2, half h = p % 2: its low
 // nibbles are elements 16h .. 16h + 15 of sub-block 2c, its high nibbles the same elements of 2c + 1.
 // Per sub-block j: d sc_j dx_j dot(nibbles, xq) - dmin m_j (sum of x over the lane's 16 inputs).
-// The next pass's weights are loaded before this pass's products (2 QG pieces in flight per lane and row).
+// The next super-blocks' weights are loaded before this one's products (two in flight per lane and row).
 // Sums in a fixed order (lanes by shuffles, warps in order): the result does not depend on timing.
 
 #define NIB 0x0F0F0F0Fu
@@ -33,59 +32,44 @@ __device__ __forceinline__ float piece_dot(uint4 hd, uint4 qv, int4 xa, int4 xb,
   return dsc0 * sa.x * (float)lo + dsc1 * sb.x * (float)hi - dmn0 * suma - dmn1 * sumb;
 }
 
-// S row streams (wr[i]: a row's blocks) over all of K: each lane's partial sums in acc[S]. A warp's pass
-// takes QG groups of four super-blocks (warp w's pass i: 4 QG (w + NW i) ..; group g: + 4 g); the next
-// pass's weights are loaded before this pass's products.
+// S row streams (wr[i]: a row's blocks) over all of K: each lane's partial sums in acc[S]
 template <int S>
 __device__ __forceinline__ void q4k_streams(const uint4* const* wr, const int4* __restrict__ xq,
                                             const float4* __restrict__ xs, int nb, float* acc) {
   const int lane = threadIdx.x % LANES, warp = threadIdx.x / LANES;
   const int p = lane % 8, s = lane / 8, c = p / 2, h = p % 2;
-  uint4 hd[QG][S], qv[QG][S];
-  int sb = 4 * QG * warp + s;
+  uint4 hd[S], qv[S];
+  int sb = 4 * warp + s;
 #pragma unroll
-  for (int r = 0; r < S; ++r) acc[r] = 0.f;
-#pragma unroll
-  for (int g = 0; g < QG; ++g) {
-#pragma unroll
-    for (int r = 0; r < S; ++r) {
-      if (sb + 4 * g < nb) {
-        hd[g][r] = wr[r][(sb + 4 * g) * 9];
-        qv[g][r] = wr[r][(sb + 4 * g) * 9 + 1 + p];
-      }
+  for (int r = 0; r < S; ++r) {
+    acc[r] = 0.f;
+    if (sb < nb) {
+      hd[r] = wr[r][sb * 9];
+      qv[r] = wr[r][sb * 9 + 1 + p];
     }
   }
   wait_for_x();
-  for (; sb < nb; sb += 4 * QG * NW) {
-    const int nx = sb + 4 * QG * NW;
-    uint4 hn[QG][S], qn[QG][S];
+  for (; sb < nb; sb += 4 * NW) {
+    const int nx = sb + 4 * NW;
+    uint4 hn[S], qn[S];
 #pragma unroll
-    for (int g = 0; g < QG; ++g) {
-#pragma unroll
-      for (int r = 0; r < S; ++r) {
-        if (nx + 4 * g < nb) {
-          hn[g][r] = wr[r][(nx + 4 * g) * 9];
-          qn[g][r] = wr[r][(nx + 4 * g) * 9 + 1 + p];
-        }
+    for (int r = 0; r < S; ++r) {
+      if (nx < nb) {
+        hn[r] = wr[r][nx * 9];
+        qn[r] = wr[r][nx * 9 + 1 + p];
       }
     }
+    const int4 xa = xq[sb * 16 + 4 * c + h], xb = xq[sb * 16 + 4 * c + 2 + h];
+    const float4 sa = xs[sb * 8 + 2 * c], sb1 = xs[sb * 8 + 2 * c + 1];
 #pragma unroll
-    for (int g = 0; g < QG; ++g) {
-      const int b = sb + 4 * g;
-      if (QG == 1 || b < nb) {
-        const int4 xa = xq[b * 16 + 4 * c + h], xb = xq[b * 16 + 4 * c + 2 + h];
-        const float4 sa = xs[b * 8 + 2 * c], sb1 = xs[b * 8 + 2 * c + 1];
-#pragma unroll
-        for (int r = 0; r < S; ++r) acc[r] += piece_dot(hd[g][r], qv[g][r], xa, xb, sa, sb1, c, h);
-      }
-#pragma unroll
-      for (int r = 0; r < S; ++r) {
-        hd[g][r] = hn[g][r];
-        qv[g][r] = qn[g][r];
-      }
+    for (int r = 0; r < S; ++r) {
+      acc[r] += piece_dot(hd[r], qv[r], xa, xb, sa, sb1, c, h);
+      hd[r] = hn[r];
+      qv[r] = qn[r];
     }
   }
 }
+
 
 // Rows row0 .. row0 + R - 1 of W (rows past N: row N - 1, not stored): each lane's partial sums in acc[R]
 __device__ __forceinline__ void q4k_rows(const uint4* __restrict__ w, const int4* __restrict__ xq,
