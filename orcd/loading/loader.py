@@ -37,6 +37,7 @@ from orcd.loading.warmup import warm_cuda
 from orcd.models.registry import get_model_class
 from orcd.quant.kernels import require_kernel_triton
 from orcd.quant.linear import DeviceMirror
+from orcd.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +127,10 @@ def _ready(result: tuple[Any, float]) -> Callable[[], tuple[Any, float]]:
 
 
 def _build_tokenizer(metadata: dict[str, Any]) -> Any:
-    from orcd.tokenizer import load_tokenizer  # imports jinja2 and tokenizers: on the side thread too
-
+    """The side thread's work. Its modules (jinja2, tokenizers) are imported with this module, on one
+    thread: imported on the side thread while the warm-up threads and the main thread imported others,
+    two loads on the H200 host failed there with ModuleNotFoundError for modules that exist
+    (orcd.tokenizer.build, jinja2.defaults; sessions 36-37), ~40 ms of imports moved off the overlap."""
     return load_tokenizer(metadata)
 
 
