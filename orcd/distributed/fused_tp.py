@@ -36,16 +36,8 @@ from orcd.distributed.layers import RowParallelLinear, VocabParallelEmbedding, V
 from orcd.distributed.symm_allreduce import make_all_reduce
 from orcd.models.layers.attention import AttnMetadata
 from orcd.quant.kernels.decode_ops import add_rmsnorm
-from orcd.runner.decode_products import (
-    BlockLinears,
-    attend,
-    check_block_kind,
-    check_fusable,
-    glu,
-    linear,
-    norm_fusable,
-    step_products,
-)
+from orcd.runner.block_linears import BlockLinears, check_block_kind, check_fusable, norm_fusable
+from orcd.runner.decode_products import attend, glu, linear, step_products
 
 
 def block_linears(blk) -> BlockLinears:

@@ -21,7 +21,7 @@ import torch
 
 from orcd.errors import OrcdError
 from orcd.quant.kernels.decode_ops import silu_mul
-from orcd.runner.decode_products import BlockLinears
+from orcd.runner.block_linears import BlockLinears
 
 
 class DenseCopiesError(OrcdError, ValueError):

@@ -22,17 +22,9 @@ import torch
 
 from orcd.models.layers.attention import AttnMetadata
 from orcd.quant.kernels.decode_ops import add_rmsnorm
+from orcd.runner.block_linears import BlockLinears, check_block_kind, check_fusable, norm_fusable
 from orcd.runner.decode_products import I8_MAX_ROWS as I8_MAX_ROWS  # re-exported: tests and benches
-from orcd.runner.decode_products import (
-    BlockLinears,
-    QuantRows,
-    attend,
-    check_block_kind,
-    check_fusable,
-    linear,
-    norm_fusable,
-    step_products,
-)
+from orcd.runner.decode_products import QuantRows, attend, linear, step_products
 from orcd.runner.dense_weights import (
     DenseCopiesError,
     DenseWeights,

@@ -22,9 +22,10 @@ from orcd.quant.kernels.layout import row_bytes
 from orcd.quant.kernels.mmq import mmq_linear
 from orcd.quant.kernels.q6k_split import split_linear
 from orcd.quant.kernels.xquant import quantize_x
-from orcd.runner.decode_products import BlockLinears, DecodeProducts, QuantRows
+from orcd.runner.block_linears import BlockLinears
+from orcd.runner.block_linears import split as is_split
+from orcd.runner.decode_products import DecodeProducts, QuantRows
 from orcd.runner.decode_products import linear as decode_linear
-from orcd.runner.decode_products import split as is_split
 
 H, FFN, Q_OUT, KV_OUT, VOCAB = 3584, 18944, 3584, 512, 152064  # qwen2.5-7B
 BF16 = torch.bfloat16

@@ -64,7 +64,8 @@ def test_tied_table_stays_gguf(files):
 def test_split_refused_by_readers(files):
     from orcd.distributed.layers import slice_cols, slice_rows
     from orcd.distributed.partition import TensorParallelError
-    from orcd.runner.decode_products import DecodeProducts, gguf_raw
+    from orcd.runner.block_linears import gguf_raw
+    from orcd.runner.decode_products import DecodeProducts
     from orcd.runner.fused_decode import block_linears
 
     loaded = load_model(files[False], device="cpu", keep_quantized=True, tokenizer=False)

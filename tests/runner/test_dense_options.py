@@ -11,7 +11,7 @@ from orcd.cli.main import build_parser
 from orcd.cli.synth import synth_like
 from orcd.errors import OrcdError
 from orcd.loading.loader import load_model
-from orcd.runner.decode_products import BlockLinears
+from orcd.runner.block_linears import BlockLinears
 from orcd.runner.dense_weights import (
     DenseCopiesError,
     DenseWeights,

@@ -4,9 +4,9 @@ import os
 import sys
 
 sys.path.insert(0, "tests/engine")
+import test_invariant_arrival as t  # noqa: E402
 import torch  # noqa: E402
 
-import test_invariant_arrival as t  # noqa: E402
 from orcd.quant import linear  # noqa: E402
 
 variant = sys.argv[1]
@@ -34,7 +34,7 @@ if variant == "clone":
 
 def first_diff(a, b):
     for rid in sorted(a):
-        for j, (ea, eb) in enumerate(zip(a[rid], b[rid])):
+        for j, (ea, eb) in enumerate(zip(a[rid], b[rid], strict=False)):
             if ea != eb:
                 return rid, j, ea, eb
     return None
