@@ -23,6 +23,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+try:  # imported with the module (the loader's thread), not on the tokenizer's build thread
+    import sentencepiece
+except ImportError:  # a dependency; without it SentencePiece vocabularies use the `tokenizers` model
+    sentencepiece = None
+
 from orcd.tokenizer.vocab import BYTE, UNKNOWN, Vocab
 
 _MAX_VARINT2 = 1 << 14  # lengths below this take at most two varint bytes
@@ -61,9 +66,7 @@ class SentencePieceBPE:
 def sentencepiece_bpe(vocab: Vocab, fallback: Callable[[], Any]) -> SentencePieceBPE | None:
     """The vocabulary as sentencepiece BPE, or None where that cannot reproduce llama.cpp (no
     `sentencepiece`, no byte pieces or unknown piece, empty or duplicate or very long pieces)."""
-    try:
-        import sentencepiece
-    except ImportError:
+    if sentencepiece is None:
         return None
     tokens, types = vocab.tokens, vocab.types
     unk = vocab.special.get("unknown")
