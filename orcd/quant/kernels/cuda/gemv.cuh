@@ -18,36 +18,23 @@ __device__ __forceinline__ void wait_for_x() {
 #endif
 }
 
-// Each lane's acc[S] summed over its warp by shuffles into red[warp][s], the block synchronized after.
-template <int S>
-__device__ __forceinline__ void warp_sums(const float* acc, float (*red)[S]) {
+// Rows row0 .. row0 + R - 1 (those < N) out: each lane's acc[r] summed over the warp by shuffles, the
+// warps' sums in warp order through shared memory, + bias, + y's old value (RES), rounded once to y.
+__device__ __forceinline__ void store_rows(const float* acc, const void* bias, void* y, int N, int row0) {
   const int lane = threadIdx.x % LANES, warp = threadIdx.x / LANES;
+  __shared__ float red[NW][R];
 #pragma unroll
-  for (int s = 0; s < S; ++s) {
-    float v = acc[s];
+  for (int r = 0; r < R; ++r) {
+    float v = acc[r];
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-    if (lane == 0) red[warp][s] = v;
+    if (lane == 0) red[warp][r] = v;
   }
   __syncthreads();
-}
-
-// Sum s of the block: the warps' sums added in warp order (the result does not depend on timing).
-template <int S>
-__device__ __forceinline__ float block_sum(float (*red)[S], int s) {
-  float v = 0.f;
-  for (int k = 0; k < NW; ++k) v += red[k][s];
-  return v;
-}
-
-// Rows row0 .. row0 + R - 1 (those < N) out: each lane's acc[r] summed over the block (warp_sums,
-// block_sum), + bias, + y's old value (RES), rounded once to y.
-__device__ __forceinline__ void store_rows(const float* acc, const void* bias, void* y, int N, int row0) {
-  __shared__ float red[NW][R];
-  warp_sums<R>(acc, red);
   const int row = row0 + threadIdx.x;
   if (threadIdx.x < R && row < N) {
-    float v = block_sum<R>(red, threadIdx.x);
+    float v = 0.f;
+    for (int k = 0; k < NW; ++k) v += red[k][threadIdx.x];
 #if HAS_BIAS
     v += bias_at(bias, row);
 #endif

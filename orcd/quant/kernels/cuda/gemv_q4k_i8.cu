@@ -32,16 +32,19 @@ __device__ __forceinline__ float piece_dot(uint4 hd, uint4 qv, int4 xa, int4 xb,
   return dsc0 * sa.x * (float)lo + dsc1 * sb.x * (float)hi - dmn0 * suma - dmn1 * sumb;
 }
 
-// S row streams (wr[i]: a row's blocks) over all of K: each lane's partial sums in acc[S]
-template <int S>
-__device__ __forceinline__ void q4k_streams(const uint4* const* wr, const int4* __restrict__ xq,
-                                            const float4* __restrict__ xs, int nb, float* acc) {
+// Rows row0 .. row0 + R - 1 of W (rows past N: row N - 1, not stored): each lane's partial sums in acc[R]
+__device__ __forceinline__ void q4k_rows(const uint4* __restrict__ w, const int4* __restrict__ xq,
+                                         const float4* __restrict__ xs, int N, int nb, int row0, float* acc) {
   const int lane = threadIdx.x % LANES, warp = threadIdx.x / LANES;
   const int p = lane % 8, s = lane / 8, c = p / 2, h = p % 2;
-  uint4 hd[S], qv[S];
+  const long long row_pieces = (long long)nb * 9;  // 16-byte pieces per row
+  const uint4* wr[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) wr[r] = w + (long long)min(row0 + r, N - 1) * row_pieces;
+  uint4 hd[R], qv[R];
   int sb = 4 * warp + s;
 #pragma unroll
-  for (int r = 0; r < S; ++r) {
+  for (int r = 0; r < R; ++r) {
     acc[r] = 0.f;
     if (sb < nb) {
       hd[r] = wr[r][sb * 9];
@@ -51,9 +54,9 @@ __device__ __forceinline__ void q4k_streams(const uint4* const* wr, const int4* 
   wait_for_x();
   for (; sb < nb; sb += 4 * NW) {
     const int nx = sb + 4 * NW;
-    uint4 hn[S], qn[S];
+    uint4 hn[R], qn[R];
 #pragma unroll
-    for (int r = 0; r < S; ++r) {
+    for (int r = 0; r < R; ++r) {
       if (nx < nb) {
         hn[r] = wr[r][nx * 9];
         qn[r] = wr[r][nx * 9 + 1 + p];
@@ -62,23 +65,12 @@ __device__ __forceinline__ void q4k_streams(const uint4* const* wr, const int4* 
     const int4 xa = xq[sb * 16 + 4 * c + h], xb = xq[sb * 16 + 4 * c + 2 + h];
     const float4 sa = xs[sb * 8 + 2 * c], sb1 = xs[sb * 8 + 2 * c + 1];
 #pragma unroll
-    for (int r = 0; r < S; ++r) {
+    for (int r = 0; r < R; ++r) {
       acc[r] += piece_dot(hd[r], qv[r], xa, xb, sa, sb1, c, h);
       hd[r] = hn[r];
       qv[r] = qn[r];
     }
   }
-}
-
-
-// Rows row0 .. row0 + R - 1 of W (rows past N: row N - 1, not stored): each lane's partial sums in acc[R]
-__device__ __forceinline__ void q4k_rows(const uint4* __restrict__ w, const int4* __restrict__ xq,
-                                         const float4* __restrict__ xs, int N, int nb, int row0, float* acc) {
-  const long long row_pieces = (long long)nb * 9;  // 16-byte pieces per row
-  const uint4* wr[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) wr[r] = w + (long long)min(row0 + r, N - 1) * row_pieces;
-  q4k_streams<R>(wr, xq, xs, nb, acc);
 }
 
 extern "C" __global__ void __launch_bounds__(NW * LANES) gemv_q4k_i8(
