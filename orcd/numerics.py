@@ -6,6 +6,8 @@ recomputed after preemption. So a seeded request returns the same tokens alone o
 
 What changes on the CPU while it is on: QuantLinear runs its GEMM on fixed chunks of 16 rows (the CPU
 GEMM's blocking, so its summation order, follows M); norms, attention and the rest are one code path per row.
+A fixed shape is not enough on its own: Intel MKL's threaded AVX-512 GEMM sums in a varying order unless its
+strict mode is on, which `import orcd` sets (orcd/__init__.py).
 What changes on CUDA while it is on:
   - QuantLinear: a Triton tensor-core GEMM with one fixed tile shape for every M (dequantizing raw GGUF
     blocks in its K loop) instead of GEMVs for <= 4 rows and dequantize + cuBLAS above;

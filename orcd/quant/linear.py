@@ -172,7 +172,7 @@ class QuantLinear(nn.Module):
         """x2 [M, in] -> [M, out] on the CPU with every row computed by the same GEMM shape whatever M:
         rows in chunks of INVARIANT_CPU_ROWS, the last one padded with zeros. The CPU GEMM picks its
         blocking, and with it the summation order, from M: one prompt prefilled alone or beside two
-        others gave logprobs 1e-7 apart."""
+        others gave logprobs 1e-7 apart. Relies on MKL's strict mode (orcd/__init__.py) on AVX-512."""
         w = self.weight if self.weight is not None else self.dense_weight()
         m = x2.shape[0]
         pad = -m % INVARIANT_CPU_ROWS
