@@ -45,6 +45,12 @@ class _Config(ctypes.Structure):  # CUlaunchConfig
                 ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_Attr)), ("num_attrs", ctypes.c_uint)]
 
 
+@functools.cache
+def _launch_kernel_ex():
+    """The driver's cuLaunchKernelEx, looked up once (torch's helper opens libcuda anew each call)."""
+    return torch.cuda._utils._get_gpu_runtime_library().cuLaunchKernelEx
+
+
 def launch(kernel, grid: tuple[int, int, int], block: tuple[int, int, int], args: list, pdl: bool) -> None:
     """Launch torch's compiled `kernel` on the current stream; pdl: may start before the previous kernel
     ends (the kernel waits with griddepcontrol.wait before reading that kernel's output)."""
@@ -58,8 +64,7 @@ def launch(kernel, grid: tuple[int, int, int], block: tuple[int, int, int], args
     config = _Config(grid=(ctypes.c_uint * 3)(*grid), block=(ctypes.c_uint * 3)(*block), shared=0,
                      stream=ctypes.c_void_p(torch.cuda.current_stream().cuda_stream),
                      attrs=ctypes.pointer(attr), num_attrs=1)
-    lib = torch.cuda._utils._get_gpu_runtime_library()
-    rc = lib.cuLaunchKernelEx(ctypes.byref(config), kernel.func, params, None)
+    rc = _launch_kernel_ex()(ctypes.byref(config), kernel.func, params, None)
     if rc != 0:
         raise RuntimeError(f"cuLaunchKernelEx failed with CUresult {rc}")
 
